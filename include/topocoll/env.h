@@ -1,0 +1,26 @@
+// A snapshot of the environment, so that pure functions never read getenv() behind the caller's back.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace topocoll {
+
+/// Immutable key/value view of environment variables. Tests build one by hand; the CLI takes the process's.
+class Env {
+ public:
+  Env() = default;
+  explicit Env(std::map<std::string, std::string> vars) : vars_(std::move(vars)) {}
+  /// Copies every NCCL_* and TOPOCOLL_* variable of the current process.
+  static Env fromProcess();
+
+  std::optional<std::string> get(const std::string& name) const;
+  Env with(const std::string& name, const std::string& value) const;
+  const std::map<std::string, std::string>& vars() const { return vars_; }
+
+ private:
+  std::map<std::string, std::string> vars_;
+};
+
+}  // namespace topocoll

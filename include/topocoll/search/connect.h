@@ -1,0 +1,65 @@
+// Joining the per-node graphs into job-wide rings and trees (NCCL's ncclTopoPreset / ncclTopoPostset, the
+// graph-info allgather's min/max alignment, and the double binary trees of src/graph/trees.cc).
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "topocoll/config.h"
+#include "topocoll/search/graph.h"
+#include "topocoll/topology/system.h"
+
+namespace topocoll::search {
+
+/// Graph indices in NCCL's algorithm order.
+enum GraphIndex { kGraphRing = 0, kGraphTree = 1, kGraphCollnetChain = 2, kGraphCollnetDirect = 3, kGraphNvls = 4 };
+constexpr int kNumGraphs = 5;
+const char* graphName(int index);  // "ring", "tree", "collnet_chain", "collnet_direct", "nvls"
+
+/// ncclGetBtree: parent and children of `rank` in NCCL's binary tree over nranks (-1 when absent).
+void getBtree(int nranks, int rank, int* up, int* down0, int* down1, int* parentChildType);
+/// ncclGetDtree: the two trees of the double binary tree (shift for odd, mirror for even nranks).
+void getDtree(int nranks, int rank, int* s0, int* d0_0, int* d0_1, int* parentChildType0, int* s1, int* d1_0,
+              int* d1_1, int* parentChildType1);
+
+struct TreeLinks {
+  int up = -1;
+  std::array<int, 3> down = {-1, -1, -1};
+};
+struct NvlsLinks {
+  int nHeads = 0, headRank = -1, treeUp = -1;
+  std::array<int, 3> treeDown = {-1, -1, -1};
+};
+
+/// Per-node inputs: the graphs rank `firstRank` .. of one node computed (ranks are global).
+struct NodeGraphs {
+  std::array<Graph, kNumGraphs> graphs;
+  int ranks = 0;          // local ranks of this node
+  int firstRank = 0;      // global rank of its first local rank
+  int minCompCap = 0, maxCompCap = 0;
+  int p2pnChannelsPerPeer = 0;
+  float minNetBw = 0;
+  int cpuArch = 0, cpuVendor = 0;
+  bool nvlsSupport = false;
+  bool collnetSupport = false;
+};
+
+struct Connect {
+  int nNodes = 0, localRanks = 0, nRanks = 0;
+  int nChannelsSearchedRing = 0, nChannelsSearchedTree = 0, nChannelsPreset = 0;
+  int nChannels = 0, collChannels = 0;
+  int nvlsSupport = 0, nvlsChannels = 0;
+  int p2pnChannels = 0, p2pnChannelsPerPeer = 0;
+  int maxTreePattern = 0, minCompCap = 0, maxCompCap = 0, cpuArch = 0, cpuVendor = 0;
+  int collnetEnable = 0;
+  std::array<Graph, kNumGraphs> aligned;   // graphs after the min/max combination (no channel lists)
+  std::vector<std::vector<int>> rings;     // [channel] ranks from rank 0
+  std::vector<std::vector<TreeLinks>> trees;  // [rank][channel]
+  std::vector<std::vector<NvlsLinks>> nvls;   // [rank][channel] (first two channels)
+};
+
+/// Everything after the per-node searches, for all ranks at once. `nodes[n]` holds node n's graphs with global
+/// ranks. Throws Error(kInternal) if a ring does not close.
+Connect connectJob(const std::vector<NodeGraphs>& nodes, const Config& cfg);
+
+}  // namespace topocoll::search

@@ -1,0 +1,370 @@
+// topocoll: plan what NCCL would do on a machine, from its topology XML.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "matrix.h"
+#include "topocoll/config.h"
+#include "topocoll/paths/paths.h"
+#include "topocoll/plan.h"
+#include "topocoll/status.h"
+#include "topocoll/topology/discovery.h"
+#include "topocoll/topology/node_xml.h"
+#include "topocoll/topology/render.h"
+#include "plot.h"
+
+using namespace topocoll;
+
+namespace {
+
+constexpr const char* kDefaultTopo = "/var/run/nvidia-topologyd/virtualTopology.xml";
+
+struct Common {
+  std::string topo;
+  bool json = false;
+};
+
+// --topo, else NCCL_TOPO_FILE, else NCCL's default virtual topology, else discovery.
+topology::XmlDoc loadTopology(const std::string& flag, const Config& cfg, std::string* name) {
+  std::string path = flag.empty() ? cfg.topoFile : flag;
+  if (path.empty() && access(kDefaultTopo, R_OK) == 0) path = kDefaultTopo;
+  if (!path.empty()) {
+    *name = path;
+    return topology::loadXmlFile(path);
+  }
+  *name = "<discovered>";
+  topology::DiscoveryOptions opts;
+  return topology::discoverLocalTopology(opts);
+}
+
+void writeOut(const std::string& path, const std::string& content) {
+  if (path.empty() || path == "-") {
+    std::cout << content;
+    return;
+  }
+  std::ofstream out(path, std::ios::binary);
+  if (!out) fail(StatusCode::kSystemError, "{}: cannot open for writing", path);
+  out << content;
+  if (!out) fail(StatusCode::kSystemError, "{}: write error", path);
+}
+
+// The system as the planner sees it for one host with every GPU used (paths computed).
+topology::System analysedSystem(const topology::XmlDoc& doc, const Config& cfg) {
+  std::vector<topology::LocalGpu> locals;
+  auto devs = topology::gpuDevs(*doc.root);
+  for (size_t i = 0; i < devs.size(); ++i) locals.push_back({static_cast<int>(i), devs[i]});
+  auto xml = topology::prepareNodeXml(doc, locals, cfg);
+  auto sys = topology::buildSystem(xml);
+  paths::computePaths(sys, cfg);
+  if (sys.count(topology::NodeType::GPU) > 0) {
+    paths::trimSystem(sys, 0, sys.count(topology::NodeType::GPU));
+    paths::computePaths(sys, cfg);
+  }
+  paths::searchInit(sys);
+  return sys;
+}
+
+std::string systemJson(const topology::System& sys) {
+  nlohmann::ordered_json j;
+  j["maxBw"] = sys.maxBw;
+  j["totalBw"] = sys.totalBw;
+  auto nodes = nlohmann::ordered_json::array();
+  for (int t = 0; t < topology::kNodeTypes; ++t) {
+    for (int i = 0; i < sys.count(static_cast<topology::NodeType>(t)); ++i) {
+      topology::NodeRef r{static_cast<topology::NodeType>(t), i};
+      const auto& n = sys.at(r);
+      nlohmann::ordered_json x;
+      x["type"] = topology::to_string(r.type);
+      x["index"] = i;
+      x["id"] = fmt::format("{:x}", n.id);
+      x["label"] = topology::nodeLabel(sys, r);
+      auto links = nlohmann::ordered_json::array();
+      for (auto& l : n.links)
+        links.push_back({{"type", topology::to_string(l.type)}, {"bw", l.bw},
+                         {"to", fmt::format("{}{}", topology::to_string(l.rem.type), l.rem.index)}});
+      x["links"] = links;
+      nodes.push_back(x);
+    }
+  }
+  j["nodes"] = nodes;
+  return j.dump(1) + "\n";
+}
+
+std::string dotToSvg(const std::string& dot) {
+  char tmpl[] = "/tmp/topocoll-XXXXXX";
+  int fd = mkstemp(tmpl);
+  if (fd < 0) fail(StatusCode::kSystemError, "cannot create a temporary file");
+  FILE* f = fdopen(fd, "w");
+  fputs(dot.c_str(), f);
+  fclose(f);
+  std::string cmd = std::string("dot -Tsvg ") + tmpl + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string svg;
+  if (p) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) svg.append(buf, n);
+    int rc = pclose(p);
+    if (rc != 0) svg.clear();
+  }
+  unlink(tmpl);
+  if (svg.empty())
+    fail(StatusCode::kSystemError, "Graphviz 'dot' is needed to write SVG (apt-get install graphviz), or use --out FILE.dot");
+  return svg;
+}
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string channelOverlay(const Plan& plan) {
+  static const char* palette[] = {"#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6",
+                                  "#bfef45", "#fabed4", "#469990", "#dcbeff", "#9a6324", "#800000", "#aaffc3"};
+  const auto& g = plan.graphs[search::kGraphRing];
+  const auto& sys = plan.system;
+  std::string out;
+  int n = plan.localRanks;
+  for (int c = 0; c < g.nChannels; ++c) {
+    for (int i = 0; i < n; ++i) {
+      int a = sys.gpuIndexOfRank(g.intra[c * n + i]);
+      int b = sys.gpuIndexOfRank(g.intra[c * n + (i + 1) % n]);
+      if (i == n - 1 && sys.inter) break;
+      out += fmt::format("  n0_{} -> n0_{} [color=\"{}\", dir=forward, constraint=false, penwidth=1.5, label=\"ch{}\", fontcolor=\"{}\"];\n",
+                         a, b, palette[c % 14], c, palette[c % 14]);
+    }
+    if (sys.inter) {
+      int first = sys.gpuIndexOfRank(g.intra[c * n]), last = sys.gpuIndexOfRank(g.intra[c * n + n - 1]);
+      int nin = sys.indexOf(topology::NodeType::NET, g.inter[2 * c]);
+      int nout = sys.indexOf(topology::NodeType::NET, g.inter[2 * c + 1]);
+      out += fmt::format("  n5_{} -> n0_{} [color=\"{}\", dir=forward, constraint=false, style=dotted];\n", nin, first,
+                         palette[c % 14]);
+      out += fmt::format("  n0_{} -> n5_{} [color=\"{}\", dir=forward, constraint=false, style=dotted];\n", last, nout,
+                         palette[c % 14]);
+    }
+  }
+  return out;
+}
+
+std::string planText(const Plan& plan, bool explain) {
+  std::string out;
+  const auto& sys = plan.system;
+  out += fmt::format("Job: {} node(s) x {} GPU(s) = {} ranks\n", plan.job.nNodes, plan.localRanks, plan.nRanks);
+  for (int gi = 0; gi < search::kNumGraphs; ++gi) {
+    if (!plan.graphAvailable[gi]) continue;
+    const auto& g = plan.graphs[gi];
+    out += fmt::format("\nGraph {} ({}): search {:.2f} ms{}\n", g.id, search::graphName(gi), g.searchMs,
+                       g.timedOut ? " (hit a search time limit)" : "");
+    out += search::describe(sys, g);
+  }
+  const auto& c = plan.connect;
+  out += fmt::format("\n{} coll channels, {} nvls channels, {} p2p channels, {} p2p channels per peer\n",
+                     c.nChannels, c.nvlsChannels, c.p2pnChannels, c.p2pnChannelsPerPeer);
+  for (size_t ch = 0; ch < c.rings.size(); ++ch) {
+    std::string line = fmt::format("Channel {:02d}/{:02d} :", ch, c.rings.size());
+    for (int r : c.rings[ch]) line += fmt::format(" {}", r);
+    out += line + "\n";
+  }
+  for (int r = 0; r < std::min<int>(plan.nRanks, 64); ++r) {
+    std::string line = fmt::format("Rank {:3d} Trees", r);
+    for (size_t ch = 0; ch < c.trees[r].size(); ++ch) {
+      const auto& t = c.trees[r][ch];
+      line += fmt::format(" [{}] {}/{}/{}->{}->{}", ch, t.down[0], t.down[1], t.down[2], r, t.up);
+    }
+    out += line + "\n";
+  }
+  if (plan.nRanks > 64) out += fmt::format("... ({} more ranks; --json has all)\n", plan.nRanks - 64);
+  if (explain) {
+    out += "\nExplain:\n";
+    for (int gi = 0; gi < search::kNumGraphs; ++gi) {
+      if (!plan.graphAvailable[gi] || plan.graphs[gi].nChannels == 0) continue;
+      const auto& g = plan.graphs[gi];
+      out += fmt::format("- {}: {} channels x {:g} GB/s intra / {:g} GB/s inter = {:g} GB/s aggregate; system maxBw {:g}, "
+                         "totalBw {:g}.\n",
+                         search::graphName(gi), g.nChannels, g.bwIntra, g.bwInter, g.nChannels * g.bwIntra, sys.maxBw,
+                         sys.totalBw);
+      if (g.nChannels * g.bwIntra >= sys.totalBw)
+        out += "  The channels saturate the per-GPU total bandwidth (NVLink sum or PCI), so more channels or more speed "
+               "cannot help.\n";
+      else if (g.timedOut)
+        out += "  The search hit its step budget before proving a better solution impossible.\n";
+      else
+        out += fmt::format("  Every faster speed of the speed array failed on some link: the bottleneck is the {} path "
+                           "class ({}).\n",
+                           sys.inter ? "GPU-NIC" : "GPU-GPU",
+                           topology::to_string(static_cast<topology::PathType>(sys.inter ? g.typeInter : g.typeIntra)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"topocoll: what NCCL 2.30.7 would build on a machine, from its topology XML.\n"
+               "Reads NCCL's environment knobs (NCCL_TOPO_FILE, NCCL_P2P_LEVEL, NCCL_ALGO, ...): `topocoll params`."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "topocoll 0.1.0 (NCCL 2.30.7 rules)");
+
+  Common topoOpts;
+  auto* topo = app.add_subcommand("topo", "Inspect a topology: dump, show, matrix, paths, draw");
+  topo->require_subcommand(1);
+  std::string outFile, fromNode, toNode;
+  auto addTopo = [&](CLI::App* c) {
+    c->add_option("--topo", topoOpts.topo, "Topology XML (default: NCCL_TOPO_FILE, then discovery)");
+    c->add_flag("--json", topoOpts.json, "Machine-readable output");
+  };
+  auto* dump = topo->add_subcommand("dump", "Write the topology XML (discovered, or --topo) as NCCL would dump it");
+  addTopo(dump);
+  dump->add_option("--out,-o", outFile, "Output file (default: NCCL_TOPO_DUMP_FILE, else stdout)");
+  auto* show = topo->add_subcommand("show", "Readable tree of the system graph with link bandwidths");
+  addTopo(show);
+  auto* matrix = topo->add_subcommand("matrix", "GPU/NIC path-type matrix, like nvidia-smi topo -m");
+  addTopo(matrix);
+  auto* pathsCmd = topo->add_subcommand("paths", "Hop list of one path (or all GPU paths)");
+  addTopo(pathsCmd);
+  pathsCmd->add_option("--from", fromNode, "Source: GPU<dev>, NET<dev>, CPU<i>");
+  pathsCmd->add_option("--to", toNode, "Destination: GPU<dev>, NET<dev>, CPU<i>");
+  auto* draw = topo->add_subcommand("draw", "Render the system with Graphviz (.svg or .dot)");
+  addTopo(draw);
+  draw->add_option("--out,-o", outFile, "Output file: FILE.svg or FILE.dot")->required();
+
+  JobSpec job;
+  std::string gpusList, graphOut, graphIn, drawOut, plotOut, collName = "", typeName = "float32";
+  bool explain = false, pretty = false;
+  auto addJob = [&](CLI::App* c) {
+    c->add_option("--topo", topoOpts.topo, "Topology XML of one node (default: NCCL_TOPO_FILE, then discovery)");
+    c->add_option("--nodes,-n", job.nNodes, "Number of nodes, each described by the same topology")
+        ->check(CLI::Range(1, 1 << 20));
+    c->add_option("--gpus-per-node,-g", job.gpusPerNode, "Use the first G GPUs (by dev) of each node")
+        ->check(CLI::Range(1, 1 << 16));
+    c->add_option("--ranks-on-gpus", gpusList, "Comma-separated GPU dev of each local rank, e.g. 0,1,2,3");
+    c->add_flag("--json", topoOpts.json, "One JSON document (field names of shared/conformance/SCHEMA.md)");
+    c->add_flag("--pretty", pretty, "Indent the JSON");
+  };
+  auto* plan = app.add_subcommand("plan", "Channels, rings and trees NCCL would build for a job");
+  addJob(plan);
+  plan->add_option("--graph-out", graphOut, "Write the searched graphs as graph XML (NCCL_GRAPH_DUMP_FILE format)");
+  plan->add_option("--graph-in", graphIn, "Use graphs from a graph XML instead of searching (NCCL_GRAPH_FILE)");
+  plan->add_option("--draw", drawOut, "Draw the ring channels over the topology (FILE.svg or FILE.dot)");
+  plan->add_flag("--explain", explain, "Say which link limits the channels and why");
+  auto* tune = app.add_subcommand("tune", "Tuning tables and algorithm/protocol choice per size");
+  addJob(tune);
+  tune->add_option("--coll", collName, "Only this collective (allreduce, allgather, reducescatter, broadcast, reduce)");
+  tune->add_option("--type", typeName, "Data type (float32, float16, bfloat16, int8, float64, ...)");
+  tune->add_option("--plot", plotOut, "Draw predicted busbw vs size as SVG");
+  auto* params = app.add_subcommand("params", "List every knob topocoll reads, with defaults and current values");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    Env env = Env::fromProcess();
+    Config cfg = Config::fromEnv(env);
+    if (params->parsed()) {
+      for (auto& k : knobRegistry()) {
+        auto v = env.get(k.name);
+        std::cout << fmt::format("{:<30} default={:<6} {}{}\n", k.name, k.defaultValue[0] ? k.defaultValue : "\"\"",
+                                 k.description, v ? fmt::format(" [set: {}]", *v) : "");
+      }
+      return 0;
+    }
+    std::string name;
+    if (topo->parsed()) {
+      auto doc = loadTopology(topoOpts.topo, cfg, &name);
+      if (dump->parsed()) {
+        std::string out = outFile;
+        if (out.empty()) out = env.get("NCCL_TOPO_DUMP_FILE").value_or("");
+        writeOut(out, topology::toString(*doc.root));
+        return 0;
+      }
+      auto sys = analysedSystem(doc, cfg);
+      if (show->parsed()) {
+        std::cout << (topoOpts.json ? systemJson(sys) : topology::renderTree(sys));
+      } else if (matrix->parsed()) {
+        std::cout << (topoOpts.json ? cli::pathMatrixJson(sys) + "\n" : cli::pathMatrix(sys));
+      } else if (pathsCmd->parsed()) {
+        if (fromNode.empty() != toNode.empty()) fail(StatusCode::kInvalidUsage, "--from and --to go together");
+        if (!fromNode.empty()) {
+          std::cout << cli::pathReport(sys, fromNode, toNode, topoOpts.json);
+        } else {
+          for (int g = 0; g < sys.count(topology::NodeType::GPU); ++g) {
+            std::string a = "GPU" + std::to_string(sys.of(topology::NodeType::GPU)[g].dev);
+            for (int p = 0; p < sys.count(topology::NodeType::GPU); ++p)
+              if (p != g) std::cout << cli::pathReport(sys, a, "GPU" + std::to_string(sys.of(topology::NodeType::GPU)[p].dev), topoOpts.json);
+            for (int n = 0; n < sys.count(topology::NodeType::NET); ++n)
+              std::cout << cli::pathReport(sys, a, "NET" + std::to_string(sys.of(topology::NodeType::NET)[n].dev), topoOpts.json);
+          }
+        }
+      } else if (draw->parsed()) {
+        std::string dot = topology::renderDot(sys, name);
+        writeOut(outFile, endsWith(outFile, ".svg") ? dotToSvg(dot) : dot);
+      }
+      return 0;
+    }
+    if (!gpusList.empty()) {
+      size_t pos = 0;
+      while (pos <= gpusList.size()) {
+        size_t comma = gpusList.find(',', pos);
+        std::string tok = gpusList.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        char* end = nullptr;
+        long v = std::strtol(tok.c_str(), &end, 10);
+        if (tok.empty() || *end || v < 0) fail(StatusCode::kInvalidArgument, "--ranks-on-gpus: '{}' is not a GPU dev", tok);
+        job.ranksOnGpus.push_back(static_cast<int>(v));
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+    }
+    if (!graphIn.empty()) cfg.graphFile = graphIn;
+    auto doc = loadTopology(topoOpts.topo, cfg, &name);
+    Plan p = makePlan(doc, job, cfg);
+    int typeSize = tuning::dataTypeSize(typeName);
+    if (typeSize < 0) fail(StatusCode::kInvalidArgument, "--type {}: unknown data type", typeName);
+    int onlyColl = -1;
+    if (!collName.empty()) {
+      onlyColl = tuning::collFromString(collName);
+      if (onlyColl < 0) fail(StatusCode::kInvalidArgument, "--coll {}: unknown collective", collName);
+    }
+    std::string shownName = name;
+    if (auto pos = name.find("topologies/"); pos != std::string::npos) shownName = name.substr(pos);
+    std::string graphXml;
+    {
+      const search::Graph* order[] = {&p.graphs[search::kGraphRing], &p.graphs[search::kGraphTree],
+                                      &p.graphs[search::kGraphCollnetDirect], &p.graphs[search::kGraphCollnetChain],
+                                      &p.graphs[search::kGraphNvls]};
+      graphXml = search::graphsToXml(p.system, std::vector<const search::Graph*>(std::begin(order), std::end(order)));
+    }
+    if (!graphOut.empty()) writeOut(graphOut, graphXml);
+    if (!cfg.graphDumpFile.empty()) writeOut(cfg.graphDumpFile, graphXml);
+    if (plan->parsed()) {
+      if (!drawOut.empty()) {
+        std::string dot = topology::renderDot(p.system, name + " ring channels", channelOverlay(p));
+        writeOut(drawOut, endsWith(drawOut, ".svg") ? dotToSvg(dot) : dot);
+      }
+      if (topoOpts.json) std::cout << planToJson(p, shownName, typeSize, pretty) << "\n";
+      else std::cout << planText(p, explain);
+      return 0;
+    }
+    // tune
+    if (!plotOut.empty()) writeOut(plotOut, cli::busbwPlot(p, typeSize, onlyColl < 0 ? tuning::kAllReduce : onlyColl, name));
+    if (topoOpts.json) {
+      std::cout << planToJson(p, shownName, typeSize, pretty) << "\n";
+      return 0;
+    }
+    std::cout << cli::tuningTables(p) << "\n" << cli::selectionText(p, typeSize, onlyColl);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "topocoll: error: %s\n", e.what());
+    return e.code() == StatusCode::kInvalidUsage ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "topocoll: internal error: %s\n", e.what());
+    return 3;
+  }
+}
