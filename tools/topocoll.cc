@@ -56,7 +56,7 @@ void writeOut(const std::string& path, const std::string& content) {
 // The system as the planner sees it for one host with every GPU used (paths computed).
 topology::System analysedSystem(const topology::XmlDoc& doc, const Config& cfg) {
   std::vector<topology::LocalGpu> locals;
-  auto devs = topology::gpuDevs(*doc.root);
+  auto devs = topology::gpuDevs(doc);
   for (size_t i = 0; i < devs.size(); ++i) locals.push_back({static_cast<int>(i), devs[i]});
   auto xml = topology::prepareNodeXml(doc, locals, cfg);
   auto sys = topology::buildSystem(xml);

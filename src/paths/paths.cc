@@ -437,6 +437,7 @@ int p2pChannelsToPeer(const System& sys, const Config& cfg, int g, int peerRank)
     return 2;
   }
   // Remote peer: enough channels for the local NICs' bandwidth (ncclTopoGetLocalNetCountByBw).
+  if (sys.count(NodeType::NET) == 0) return 2;
   int c = localCpu(sys, g);
   float gpuBw = sys.of(NodeType::GPU)[g].paths[T(NodeType::CPU)][c].bw;
   int rank = sys.of(NodeType::GPU)[g].rank;

@@ -1,7 +1,9 @@
 // The channel search, rule by rule as NCCL 2.30.7's src/graph/search.cc.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <unordered_map>
 
 #include "topocoll/paths/paths.h"
 #include "topocoll/search/graph.h"
@@ -43,6 +45,34 @@ const float kSm100SpeedInter[] = {96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0
                                   20.0, 17.5, 15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
 
 inline void subRound(float& a, float b) { a = roundf((a - b) * 1000) / 1000; }
+
+// A vector that stays on the stack for the usual node sizes (the search recurses once per GPU and channel).
+template <typename T, size_t N>
+class SmallVec {
+ public:
+  void push_back(const T& v) {
+    if (size_ < N) inline_[size_] = v;
+    else {
+      if (heap_.empty()) heap_.assign(inline_.begin(), inline_.end());
+      heap_.push_back(v);
+    }
+    ++size_;
+  }
+  T& operator[](size_t i) { return size_ <= N ? inline_[i] : heap_[i]; }
+  T* begin() { return size_ <= N ? inline_.data() : heap_.data(); }
+  T* end() { return begin() + size_; }
+  size_t size() const { return size_; }
+  void resize(size_t n) {
+    if (size_ > N && n <= N) std::copy(heap_.begin(), heap_.begin() + n, inline_.begin());
+    size_ = n;
+    if (n > N) heap_.resize(n);
+  }
+
+ private:
+  std::array<T, N> inline_;
+  std::vector<T> heap_;
+  size_t size_ = 0;
+};
 
 struct Score {
   int g, startIndex, intraNhops, intraBw, interNhops, interPciBw, interBw;
@@ -140,13 +170,14 @@ class Searcher {
     return n;
   }
 
-  void nextGpuSort(Graph& g, int gpu, std::vector<int>& next, int sortNet) {
+  using NextList = SmallVec<int, 32>;
+  void nextGpuSort(Graph& g, int gpu, NextList& next, int sortNet) {
     const uint64_t flag = 1ULL << g.nChannels;
     int n = ngpus();
     const auto& paths = sys_.of(NodeType::GPU)[gpu].paths[T(NodeType::GPU)];
     const std::vector<Path>* netPaths = nullptr;
     if (sortNet) netPaths = &sys_.of(NodeType::NET)[netIndex(g.inter[g.nChannels * 2])].paths[T(NodeType::GPU)];
-    std::vector<Score> scores;
+    SmallVec<Score, 32> scores;
     for (int i = 1; i < n; ++i) {
       int p = (gpu + i) % n;
       if (paths[p].count() == 0) continue;
@@ -168,7 +199,7 @@ class Searcher {
       return a.startIndex < b.startIndex;
     });
     int count = static_cast<int>(scores.size());
-    next.assign(count, 0);
+    next.resize(count);
     bool sameIntra = true;
     for (int i = 1; i < count; ++i)
       if (scores[i].intraBw != scores[0].intraBw || scores[i].intraNhops != scores[0].intraNhops) sameIntra = false;
@@ -335,7 +366,15 @@ class Searcher {
     return nets;
   }
 
-  std::vector<int> selectNets(int typeInter, int gpu) {
+  // The preferred NET lists only depend on paths, which do not change during a search: compute each once.
+  const std::vector<int>& selectNets(int typeInter, int gpu) {
+    int key = (typeInter + 1) * 1024 + (gpu + 1);
+    auto it = netCache_.find(key);
+    if (it != netCache_.end()) return it->second;
+    return netCache_.emplace(key, selectNetsUncached(typeInter, gpu)).first->second;
+  }
+
+  std::vector<int> selectNetsUncached(int typeInter, int gpu) {
     std::vector<int> nets = sys_.hostHashes.size() > 1 ? prefNetsGpuFirst(gpu) : prefNetsChannelFirst(gpu);
     int maxDevCount = 640;
     if (cfg_.netDevsPolicy == 2) {
@@ -394,7 +433,7 @@ class Searcher {
     if (step == backToNet) {
       if (sys_.inter) {
         int startIdx = netIndex(g.inter[g.nChannels * 2]);
-        std::vector<int> nets = selectNets(g.typeInter, gi);
+        const std::vector<int>& nets = selectNets(g.typeInter, gi);
         for (int n2 : nets) {
           if (!checkNet(g, sys_.of(NodeType::NET)[startIdx], n2, step)) continue;
           int nextBackToNet = -1;
@@ -419,16 +458,16 @@ class Searcher {
     } else if (g.pattern == kPatternCollnetDirect) {
       tryCollnetDirect(g, save, gi, time);
     } else if (step < n - 1) {
-      std::vector<int> next;
+      NextList next;
       if (forcedOrder == kForcedOrderPci) {
-        next = {step + 1};
+        next.push_back(step + 1);
       } else if (forcedOrder == kForcedOrderReplay) {
-        next = {replayGetGpu(g, step)};
+        next.push_back(replayGetGpu(g, step));
       } else {
         nextGpuSort(g, gi, next, backToNet == -1 ? 0 : backToNet == step + 1 ? 1 : -1);
       }
-      for (int nx : next)
-        tryGpu(g, save, step + 1, backToNet, backToFirstRank, forcedOrder, time, T(NodeType::GPU), gi, nx);
+      for (size_t i = 0; i < next.size(); ++i)
+        tryGpu(g, save, step + 1, backToNet, backToFirstRank, forcedOrder, time, T(NodeType::GPU), gi, next[i]);
     } else if (step == backToFirstRank) {
       int p = sys_.gpuIndexOfRank(g.intra[g.nChannels * n]);
       if (follow(g, T(NodeType::GPU), gi, NodeType::GPU, p, 1)) {
@@ -442,7 +481,7 @@ class Searcher {
 
   void recNet(Graph& g, Graph& save, int backToNet, int backToFirstRank, int* time) {
     const int bw = static_cast<int>(g.bwInter);
-    std::vector<int> nets = selectNets(g.typeInter, -1);
+    const std::vector<int>& nets = selectNets(g.typeInter, -1);
     int netCount = static_cast<int>(nets.size());
     bool graphFound = false;
     for (int i = 0; i < netCount; ++i) {
@@ -548,6 +587,7 @@ class Searcher {
   long steps_ = 0;
 
  private:
+  std::unordered_map<int, std::vector<int>> netCache_;
   System& sys_;
   const Config& cfg_;
 };

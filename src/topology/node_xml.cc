@@ -184,12 +184,20 @@ std::string attrOr(const XmlNode* n, const char* key, const char* def) {
 
 }  // namespace
 
-std::vector<int> gpuDevs(const XmlNode& root) {
+std::vector<int> gpuDevs(const XmlDoc& doc) {
   std::vector<XmlNode*> gpus;
-  collect(const_cast<XmlNode&>(root), "gpu", gpus);
+  collect(*doc.root, "gpu", gpus);
   std::vector<int> devs;
   for (XmlNode* g : gpus) {
-    if (const std::string* d = g->attr("dev")) devs.push_back(std::atoi(d->c_str()));
+    const std::string* d = g->attr("dev");
+    if (!d) fail(StatusCode::kInvalidArgument, "{}: <gpu> is missing required attribute 'dev'", doc.where(*g));
+    char* end = nullptr;
+    long v = std::strtol(d->c_str(), &end, 0);
+    if (d->empty() || *end || v < 0)
+      fail(StatusCode::kInvalidArgument, "{}: <gpu> attribute dev=\"{}\" is not a GPU index", doc.where(*g), *d);
+    if (std::find(devs.begin(), devs.end(), static_cast<int>(v)) != devs.end())
+      fail(StatusCode::kInvalidArgument, "{}: two <gpu> elements have dev=\"{}\"", doc.where(*g), *d);
+    devs.push_back(static_cast<int>(v));
   }
   std::sort(devs.begin(), devs.end());
   return devs;
@@ -332,9 +340,10 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
     else fuseXml(*fused.root, *d.root);
   }
   if (!fused.root) {
+    // No rank on this host: keep the whole machine (nothing would be kept by trimming).
     fused = file.clone();
     processNets(*fused.root, cfg);
-    trimXml(*fused.root);
+    fused.root->visit([](XmlNode& n) { n.unset("keep"); });
   }
   return fused;
 }

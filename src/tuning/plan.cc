@@ -34,7 +34,7 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
   plan.cfg = cfg;
   if (job.nNodes < 1) fail(StatusCode::kInvalidArgument, "--nodes must be >= 1 (got {})", job.nNodes);
   if (job.nNodes > (1 << 20)) fail(StatusCode::kInvalidArgument, "--nodes {} is more than this planner supports (1048576)", job.nNodes);
-  std::vector<int> devs = topology::gpuDevs(*topo.root);
+  std::vector<int> devs = topology::gpuDevs(topo);
   if (devs.empty()) fail(StatusCode::kInvalidArgument, "{}: the topology has no <gpu>: nothing to plan", topo.source);
   if (!job.ranksOnGpus.empty()) {
     for (int d : job.ranksOnGpus)
@@ -59,6 +59,9 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
   plan.nodeXml = topology::prepareNodeXml(topo, locals, cfg);
   plan.system = topology::buildSystem(plan.nodeXml);
   auto& sys = plan.system;
+  if (job.nNodes > 1 && sys.count(NodeType::NET) == 0)
+    fail(StatusCode::kInvalidArgument, "{}: a job on {} nodes needs a network device (<net>) in the topology",
+         topo.source, job.nNodes);
   paths::computePaths(sys, cfg);
   paths::trimSystem(sys, 0, plan.nRanks);
   paths::computePaths(sys, cfg);

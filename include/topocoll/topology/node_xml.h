@@ -16,8 +16,8 @@ struct LocalGpu {
   int dev = 0;
 };
 
-/// All <gpu> `dev` values of the document, ascending.
-std::vector<int> gpuDevs(const XmlNode& root);
+/// All <gpu> `dev` values of the document, ascending. Throws naming file:line on a missing or duplicate dev.
+std::vector<int> gpuDevs(const XmlDoc& doc);
 
 /// Returns the fused per-host XML NCCL would build its system from. Throws Error(kInvalidArgument) when a rank
 /// names a GPU the topology lacks or a GPU appears twice.

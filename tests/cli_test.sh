@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# End-to-end checks of the topocoll CLI: golden outputs, round trips, and clear errors on bad input.
+set -u
+T=${TOPOCOLL:?}
+D=${TOPO_DIR:?}
+G=${GOLDEN_DIR:?}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() {  # check NAME EXPECTED_RC PATTERN -- command...
+  local name=$1 want=$2 pat=$3
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$want" = nonzero ] && [ $rc -ne 0 ]; then rc=nonzero; fi
+  if [ "$rc" != "$want" ] || ! grep -q -- "$pat" <<<"$out"; then
+    echo "FAIL $name: rc=$rc want=$want, output: ${out:0:300}"
+    fails=$((fails + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+SEED=$D/seed-h100-8gpu-8nic-nvswitch.xml
+
+# Round trip: a dump of a dump is byte-identical.
+"$T" topo dump --topo "$SEED" --out "$tmp/a.xml" && "$T" topo dump --topo "$tmp/a.xml" --out "$tmp/b.xml"
+if cmp -s "$tmp/a.xml" "$tmp/b.xml"; then echo "ok   dump-of-dump"; else echo "FAIL dump-of-dump"; fails=$((fails+1)); fi
+# Discovery on this machine gives a valid XML that loads again.
+check discovered-dump 0 "<system" -- "$T" topo dump
+"$T" topo dump --out "$tmp/local.xml"
+check discovered-dump-loads 0 "System:" -- "$T" topo show --topo "$tmp/local.xml"
+check discovered-dump-matrix 0 "Legend" -- "$T" topo matrix --topo "$tmp/local.xml"
+# Golden files.
+"$T" plan --topo "$SEED" --nodes 2 --graph-out "$tmp/graph.xml" >/dev/null
+if cmp -s "$tmp/graph.xml" "$G/seed-h100.n2.graph.xml"; then echo "ok   golden graph xml"; else echo "FAIL golden graph xml"; diff "$tmp/graph.xml" "$G/seed-h100.n2.graph.xml" | head; fails=$((fails+1)); fi
+"$T" topo matrix --topo "$SEED" > "$tmp/matrix.txt"
+if cmp -s "$tmp/matrix.txt" "$G/seed-h100.matrix.txt"; then echo "ok   golden matrix"; else echo "FAIL golden matrix"; fails=$((fails+1)); fi
+# Graph in -> same plan.
+check graph-in 0 "Channel 00/16 : 0 7 6 5 4 3 2 1 9" -- "$T" plan --topo "$SEED" --nodes 2 --graph-in "$tmp/graph.xml"
+check plan-json 0 '"graph_dump_xml"' -- "$T" plan --topo "$SEED" --nodes 2 --json
+check tune-text 0 "NVLSTree" -- "$T" tune --topo "$SEED" --nodes 2 --coll allreduce
+check paths-one 0 "bottleneck" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET3
+check draw-dot 0 "" -- "$T" topo draw --topo "$SEED" --out "$tmp/t.dot"
+check env-topo-file 0 "System: 2 CPU" -- env NCCL_TOPO_FILE="$SEED" "$T" topo show
+check params 0 "NCCL_P2P_LEVEL" -- "$T" params
+check help 0 "plan" -- "$T" --help
+# Bad input: clear messages, non-zero exits, never a crash.
+printf '<system version="1">\n  <cpu numaid="0">\n</system>\n' > "$tmp/bad.xml"
+check malformed-xml 1 "bad.xml:" -- "$T" topo show --topo "$tmp/bad.xml"
+check missing-file 1 "/nonexistent.xml" -- "$T" topo show --topo /nonexistent.xml
+printf '<system version="1"><cpu numaid="0" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="85"><pci busid="0000:01:00.0" class="0x030200" link_speed="16 GT/s" link_width="16"><gpu rank="0" sm="90" gdr="1"/></pci></cpu></system>\n' > "$tmp/nodev.xml"
+check gpu-without-dev 1 "'dev'" -- "$T" plan --topo "$tmp/nodev.xml"
+printf '<system version="1"><cpu numaid="0" arch="x86_64" vendor="AuthenticAMD"><pci busid="0000:01:00.0" class="0x060400" link_speed="warp 9" link_width="16"/></cpu></system>\n' > "$tmp/speed.xml"
+check bad-pcie-speed 1 'link_speed="warp 9"' -- "$T" topo show --topo "$tmp/speed.xml"
+check no-gpu 1 "no <gpu>" -- "$T" plan --topo "$tmp/speed.xml"
+check nodes-zero nonzero "nodes" -- "$T" plan --topo "$SEED" --nodes 0
+check gpus-per-node 1 "only 8 GPUs" -- "$T" plan --topo "$SEED" --gpus-per-node 9
+check ranks-on-gpus 1 "dev 12" -- "$T" plan --topo "$SEED" --ranks-on-gpus 0,12
+check bad-level 1 "NCCL_P2P_LEVEL=FAST" -- env NCCL_P2P_LEVEL=FAST "$T" plan --topo "$SEED"
+check bad-algo 2 "NCCL_ALGO" -- env NCCL_ALGO=ring,warp "$T" tune --topo "$SEED"
+check bad-coll 1 "unknown collective" -- "$T" tune --topo "$SEED" --coll alltoall
+check bad-flag nonzero "" -- "$T" plan --topo "$SEED" --frobnicate
+check paths-unknown-node 1 "no NET with dev 99" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET99
+echo "$fails failure(s)"
+[ $fails -eq 0 ]

@@ -1,0 +1,131 @@
+// Property tests over generated topologies: path bandwidths, path types, rings and trees.
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <rapidcheck.h>
+
+#include <map>
+
+#include "test_util.h"
+#include "topocoll/plan.h"
+
+namespace topocoll {
+namespace {
+
+using topology::NodeType;
+using topology::PathType;
+
+// A random but valid machine: 1-2 sockets, 1-3 PCIe switches per socket, 1-4 GPUs per switch, maybe a NIC per
+// switch, maybe an NVSwitch connecting every GPU.
+std::string randomTopology(int sockets, int switches, int gpusPer, bool nics, bool nvswitch, int sm, int genIdx) {
+  static const char* speeds[] = {"8.0 GT/s PCIe", "16.0 GT/s PCIe", "32.0 GT/s PCIe"};
+  std::string x = "<system version=\"1\">\n";
+  int gpu = 0, net = 0, bus = 0x10;
+  for (int s = 0; s < sockets; ++s) {
+    x += fmt::format("<cpu host_hash=\"0x5\" numaid=\"{}\" affinity=\"f\" arch=\"x86_64\" vendor=\"AuthenticAMD\">\n", s);
+    for (int w = 0; w < switches; ++w) {
+      x += fmt::format("<pci busid=\"0000:{:02x}:00.0\" class=\"0x060400\" link_speed=\"{}\" link_width=\"16\">\n", bus++,
+                       speeds[genIdx]);
+      for (int g = 0; g < gpusPer; ++g) {
+        x += fmt::format("<pci busid=\"0000:{:02x}:00.0\" class=\"0x030200\" link_speed=\"{}\" link_width=\"16\">\n", bus++,
+                         speeds[genIdx]);
+        x += fmt::format("<gpu dev=\"{}\" sm=\"{}\" rank=\"{}\" gdr=\"1\">", gpu, sm, gpu);
+        if (nvswitch) x += "<nvlink target=\"fffffff:ffff:ff\" count=\"12\" tclass=\"0x068000\"/>";
+        x += "</gpu></pci>\n";
+        ++gpu;
+      }
+      if (nics) {
+        x += fmt::format("<pci busid=\"0000:{:02x}:00.0\" class=\"0x020000\" link_speed=\"{}\" link_width=\"16\"><nic>", bus++,
+                         speeds[genIdx]);
+        x += fmt::format("<net name=\"mlx5_{}\" dev=\"{}\" speed=\"200000\" port=\"1\" guid=\"0x{:x}\" gdr=\"1\"/></nic></pci>\n",
+                         net, net, 0x100 + net);
+        ++net;
+      }
+      x += "</pci>\n";
+    }
+    x += "</cpu>\n";
+  }
+  return x + "</system>\n";
+}
+
+TEST(Property, PathsRingsAndTreesOnRandomMachines) {
+  auto ok = rc::check("generated machines", [] {
+    int sockets = *rc::gen::inRange(1, 3);
+    int switches = *rc::gen::inRange(1, 4);
+    int gpusPer = *rc::gen::inRange(1, 5);
+    bool nics = *rc::gen::arbitrary<bool>();
+    bool nvs = *rc::gen::arbitrary<bool>();
+    int sm = *rc::gen::element(70, 80, 90, 100);
+    int gen = *rc::gen::inRange(0, 3);
+    int nodes = *rc::gen::element(1, 2, 3, 4, 8);
+    if (nodes > 1) nics = true;
+    auto doc = topology::parseXml(randomTopology(sockets, switches, gpusPer, nics, nvs, sm, gen), "random.xml");
+    Plan p = makePlan(doc, JobSpec{nodes, 0, {}}, Config{});
+    const auto& s = p.system;
+    // Every path's bandwidth is the minimum of its links, and symmetric GPU-GPU paths agree in type and bw.
+    for (int g = 0; g < s.count(NodeType::GPU); ++g) {
+      for (int t : {0, 5}) {
+        const auto& ps = s.of(NodeType::GPU)[g].paths[t];
+        for (size_t i = 0; i < ps.size(); ++i) {
+          if (ps[i].list.empty()) continue;
+          float mn = 1e30f;
+          for (auto& hop : ps[i].list) mn = std::min(mn, s.link(hop).bw);
+          RC_ASSERT(std::abs(ps[i].bw - mn) <= 1e-4f * mn);  // the search leaves links rounded to 1e-3
+        }
+      }
+      for (int q = 0; q < s.count(NodeType::GPU); ++q) {
+        const auto& a = s.of(NodeType::GPU)[g].paths[0][q];
+        const auto& b = s.of(NodeType::GPU)[q].paths[0][g];
+        RC_ASSERT(a.type == b.type);
+        RC_ASSERT(a.bw == b.bw);
+        // Type agrees with the hop list: NVL-only paths are NVL/NVB, a path through a CPU is PHB or worse.
+        bool viaCpu = false, allNvl = !a.list.empty();
+        for (auto& hop : a.list) {
+          viaCpu |= s.link(hop).rem.type == NodeType::CPU;
+          auto lt = s.link(hop).type;
+          allNvl &= lt == topology::LinkType::NVL || lt == topology::LinkType::LOC;
+        }
+        if (viaCpu) RC_ASSERT(static_cast<int>(a.type) >= static_cast<int>(PathType::PHB));
+        if (allNvl && g != q) RC_ASSERT(a.type == PathType::NVL || a.type == PathType::NVB);
+      }
+    }
+    // Each ring visits every rank once; each tree channel is a tree with at most 3 children per rank.
+    for (auto& ring : p.connect.rings) {
+      std::vector<int> seen(p.nRanks, 0);
+      for (int r : ring) seen[r]++;
+      for (int v : seen) RC_ASSERT(v == 1);
+    }
+    for (int c = 0; c < p.connect.nChannels; ++c) {
+      int roots = 0;
+      for (int r = 0; r < p.nRanks; ++r) {
+        const auto& t = p.connect.trees[r][c];
+        if (t.up < 0) ++roots;
+        else {
+          const auto& d = p.connect.trees[t.up][c].down;
+          RC_ASSERT(std::find(d.begin(), d.end(), r) != d.end());
+        }
+      }
+      RC_ASSERT(roots == 1);
+    }
+    // No channel asks more of a GPU-GPU hop than the bandwidth of the links it uses, shared by the channels.
+    const auto& ring = p.graphs[search::kGraphRing];
+    if (ring.nChannels > 0 && ring.bwIntra >= 0.1f && s.count(NodeType::GPU) > 1) {
+      int n = s.count(NodeType::GPU);
+      std::map<std::pair<int, int>, float> used;
+      for (int c = 0; c < ring.nChannels; ++c) {
+        for (int i = 0; i + 1 < n; ++i) {
+          int a = s.gpuIndexOfRank(ring.intra[c * n + i]), b = s.gpuIndexOfRank(ring.intra[c * n + i + 1]);
+          for (auto& hop : s.of(NodeType::GPU)[a].paths[0][b].list)
+            used[{static_cast<int>(hop.node.type) * 10000 + hop.node.index, hop.link}] += ring.bwIntra;
+        }
+      }
+      for (auto& [k, bw] : used) {
+        topology::LinkRef ref{{static_cast<NodeType>(k.first / 10000), k.first % 10000}, k.second};
+        RC_ASSERT(bw <= s.link(ref).bw * 1.2f + 0.01f);  // 1.2: Intel PCI P2P overhead accounting
+      }
+    }
+  });
+  EXPECT_TRUE(ok);
+}
+
+}  // namespace
+}  // namespace topocoll

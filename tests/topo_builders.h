@@ -1,0 +1,72 @@
+// Small generated topologies for tests.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <map>
+#include <string>
+
+namespace topocoll::testing {
+
+/// An 8-GPU NVLink hybrid cube-mesh (DGX-1 V100 style): two Intel Skylake sockets, GPUs in pairs behind PCIe
+/// switches, one NIC on the first switch of each socket.
+inline std::string dgx1MeshXml() {
+  static const std::map<int, std::map<int, int>> links = {
+      {0, {{1, 1}, {2, 1}, {3, 2}, {4, 2}}}, {1, {{0, 1}, {2, 2}, {3, 1}, {5, 2}}}, {2, {{0, 1}, {1, 2}, {3, 1}, {6, 2}}},
+      {3, {{0, 2}, {1, 1}, {2, 1}, {7, 2}}}, {4, {{5, 1}, {6, 1}, {7, 2}, {0, 2}}}, {5, {{4, 1}, {6, 2}, {7, 1}, {1, 2}}},
+      {6, {{4, 1}, {5, 2}, {7, 1}, {2, 2}}}, {7, {{4, 2}, {5, 1}, {6, 1}, {3, 2}}}};
+  auto gpuBus = [](int g) { return fmt::format("0000:{:02x}:00.0", 0x10 + g * 0x10); };
+  std::string x = "<system version=\"1\">\n";
+  for (int cpu = 0; cpu < 2; ++cpu) {
+    x += fmt::format(
+        "  <cpu host_hash=\"0x1234\" numaid=\"{}\" affinity=\"ff\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" "
+        "modelid=\"85\">\n",
+        cpu);
+    for (int sw = 0; sw < 2; ++sw) {
+      int sb = 0x8 + cpu * 0x80 + sw * 0x40;
+      x += fmt::format("    <pci busid=\"0000:{:02x}:00.0\" class=\"0x060400\" link_speed=\"8.0 GT/s PCIe\" link_width=\"16\">\n", sb);
+      for (int k = 0; k < 2; ++k) {
+        int g = cpu * 4 + sw * 2 + k;
+        x += fmt::format("      <pci busid=\"{}\" class=\"0x030200\" link_speed=\"8.0 GT/s PCIe\" link_width=\"16\">\n", gpuBus(g));
+        x += fmt::format("        <gpu dev=\"{}\" sm=\"70\" rank=\"{}\" gdr=\"1\">\n", g, g);
+        for (auto [peer, count] : links.at(g))
+          x += fmt::format("          <nvlink target=\"{}\" count=\"{}\" tclass=\"0x030200\"/>\n", gpuBus(peer), count);
+        x += "        </gpu>\n      </pci>\n";
+      }
+      if (sw == 0) {
+        x += fmt::format("      <pci busid=\"0000:{:02x}:00.0\" class=\"0x020000\" link_speed=\"8.0 GT/s PCIe\" link_width=\"16\">\n", sb + 4);
+        x += fmt::format("        <nic>\n          <net name=\"mlx5_{}\" dev=\"{}\" speed=\"100000\" port=\"1\" guid=\"0x{}\" maxconn=\"131072\" gdr=\"1\"/>\n        </nic>\n", cpu, cpu, 100 + cpu);
+        x += "      </pci>\n";
+      }
+      x += "    </pci>\n";
+    }
+    x += "  </cpu>\n";
+  }
+  x += "</system>\n";
+  return x;
+}
+
+/// A synthetic NVSwitch domain: `nGpus` Hopper GPUs, each behind its own PCIe switch with its own 400G NIC,
+/// split over two sockets (the 72-GPU case stands for a GB200-NVL72-sized domain in one system).
+inline std::string nvswitchDomainXml(int nGpus, int nvlinks = 18, int sm = 90) {
+  std::string x = "<system version=\"1\">\n";
+  for (int cpu = 0; cpu < 2; ++cpu) {
+    x += fmt::format(
+        "  <cpu host_hash=\"0x99\" numaid=\"{}\" affinity=\"ffff\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" "
+        "modelid=\"143\">\n",
+        cpu);
+    for (int g = cpu * nGpus / 2; g < (cpu + 1) * nGpus / 2; ++g) {
+      int bus = 0x10 + g * 2;
+      x += fmt::format("    <pci busid=\"{:04x}:{:02x}:00.0\" class=\"0x060400\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n", g / 100, bus % 256);
+      x += fmt::format("      <pci busid=\"{:04x}:{:02x}:00.0\" class=\"0x030200\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n", g / 100, (bus + 1) % 256);
+      x += fmt::format("        <gpu dev=\"{}\" sm=\"{}\" rank=\"{}\" gdr=\"1\">\n          <nvlink target=\"fffffff:ffff:ff\" count=\"{}\" tclass=\"0x068000\"/>\n        </gpu>\n      </pci>\n", g, sm, g, nvlinks);
+      x += fmt::format("      <pci busid=\"{:04x}:{:02x}:01.0\" class=\"0x020000\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n", g / 100, (bus + 1) % 256);
+      x += fmt::format("        <nic>\n          <net name=\"mlx5_{}\" dev=\"{}\" speed=\"400000\" port=\"1\" guid=\"0x{:x}\" maxconn=\"131072\" gdr=\"1\"/>\n        </nic>\n      </pci>\n", g, g, 0x1000 + g);
+      x += "    </pci>\n";
+    }
+    x += "  </cpu>\n";
+  }
+  return x + "</system>\n";
+}
+
+}  // namespace topocoll::testing

@@ -1,0 +1,115 @@
+#include "topocoll/tuning/tuning.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "topocoll/plan.h"
+#include "topocoll/status.h"
+
+namespace topocoll::tuning {
+namespace {
+
+Plan planFor(const char* file, int nodes, std::map<std::string, std::string> env = {}) {
+  return makePlan(topology::loadXmlFile(testing::topoPath(file)), JobSpec{nodes, 0, {}}, Config::fromEnv(Env(env)));
+}
+
+TEST(Tuning, NamesParse) {
+  EXPECT_EQ(collFromString("allreduce"), kAllReduce);
+  EXPECT_EQ(collFromString("all_gather"), kAllGather);
+  EXPECT_EQ(collFromString("ReduceScatter"), kReduceScatter);
+  EXPECT_EQ(collFromString("alltoall"), -1);
+  EXPECT_EQ(dataTypeSize("float32"), 4);
+  EXPECT_EQ(dataTypeSize("bf16"), 2);
+  EXPECT_EQ(dataTypeSize("quaternion"), -1);
+}
+
+TEST(Tuning, AlgoKnobSyntaxes) {
+  Plan p = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 2, {{"NCCL_ALGO", "ring"}});
+  for (int c = 0; c < kNumColls; ++c)
+    for (int p2 = 0; p2 < kNumProtos; ++p2) EXPECT_EQ(p.model.bandwidths[c][kTree][p2], 0.0f);
+  EXPECT_GT(p.model.bandwidths[kAllReduce][kRing][kSimple], 0.0f);
+
+  Plan q = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 2, {{"NCCL_ALGO", "^tree"}});
+  EXPECT_EQ(q.model.bandwidths[kAllReduce][kTree][kSimple], 0.0f);
+  EXPECT_GT(q.model.bandwidths[kAllReduce][kRing][kSimple], 0.0f);
+
+  Plan r = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 2, {{"NCCL_ALGO", "ring;allreduce:tree"}});
+  EXPECT_EQ(r.model.bandwidths[kAllReduce][kRing][kSimple], 0.0f);
+  EXPECT_GT(r.model.bandwidths[kAllReduce][kTree][kSimple], 0.0f);
+  EXPECT_GT(r.model.bandwidths[kAllGather][kRing][kSimple], 0.0f);
+
+  Plan s = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 2, {{"NCCL_PROTO", "^LL128;allreduce:LL128"}});
+  EXPECT_EQ(s.model.bandwidths[kAllGather][kRing][kLL128], 0.0f);
+  EXPECT_GT(s.model.bandwidths[kAllReduce][kRing][kLL128], 0.0f);
+  EXPECT_EQ(s.model.bandwidths[kAllReduce][kRing][kSimple], 0.0f);
+}
+
+TEST(Tuning, BadKnobsAreInvalidUsage) {
+  for (const char* bad : {"ring,bogus", "allreduce:ring;tree", "alltoall:ring"}) {
+    try {
+      planFor("seed-h100-8gpu-8nic-nvswitch.xml", 1, {{"NCCL_ALGO", bad}});
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidUsage) << bad;
+      EXPECT_NE(std::string(e.what()).find("NCCL_ALGO"), std::string::npos);
+    }
+  }
+}
+
+TEST(Tuning, NothingEnabledIsAnError) {
+  Plan p = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 2, {{"NCCL_ALGO", "Tree"}});
+  auto s = p.select(kBroadcast, 1024);
+  EXPECT_EQ(s.algo, -1);
+  EXPECT_EQ(s.error, 5);
+  auto a = p.select(kAllReduce, 1024);
+  EXPECT_EQ(a.algo, kTree);
+}
+
+TEST(Tuning, AvailabilityRules) {
+  Plan one = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 1);
+  EXPECT_EQ(one.model.bandwidths[kAllReduce][kNvlsTree][kSimple], 0.0f);  // NVLSTree needs several nodes
+  EXPECT_GT(one.model.bandwidths[kAllReduce][kNvls][kSimple], 0.0f);      // NVSwitch + sm90
+  Plan two = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 2);
+  EXPECT_EQ(two.model.bandwidths[kAllReduce][kNvls][kSimple], 0.0f);      // NVLS across nodes needs CollNet
+  EXPECT_GT(two.model.bandwidths[kAllReduce][kNvlsTree][kSimple], 0.0f);
+  EXPECT_EQ(two.model.bandwidths[kAllReduce][kCollNetDirect][kSimple], 0.0f);
+  Plan pcie = planFor("ws-rtx3090-8gpu-pcie-2plx-1ib56g-2numa.xml", 1);
+  EXPECT_EQ(pcie.model.bandwidths[kAllReduce][kNvls][kSimple], 0.0f);     // no NVSwitch
+  EXPECT_EQ(pcie.model.bandwidths[kAllGather][kPat][kSimple], 0.0f);      // PAT only with one GPU per node
+  Plan pat = makePlan(topology::loadXmlFile(testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml")), JobSpec{4, 1, {}}, {});
+  EXPECT_GT(pat.model.bandwidths[kAllGather][kPat][kSimple], 0.0f);
+  Plan noNvls = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 1, {{"NCCL_NVLS_ENABLE", "0"}});
+  EXPECT_EQ(noNvls.model.bandwidths[kAllReduce][kNvls][kSimple], 0.0f);
+}
+
+TEST(Tuning, TimeNeverDecreasesWithSize) {
+  for (const char* f : {"seed-h100-8gpu-8nic-nvswitch.xml", "ws-rtx3090-8gpu-pcie-2plx-1ib56g-2numa.xml"}) {
+    for (int nodes : {1, 2, 4}) {
+      Plan p = planFor(f, nodes);
+      for (int c = 0; c < kNumColls; ++c)
+        for (int a = 0; a < kNumAlgos; ++a)
+          for (int pr = 0; pr < kNumProtos; ++pr) {
+            float prev = -1;
+            for (int l = 0; l <= 36; ++l) {
+              float t = algoTime(p.model, c, a, pr, 1ULL << l);
+              if (t < 0) break;
+              EXPECT_GE(t, prev) << f << " " << collName(c) << " " << algoName(a) << " " << protoName(pr) << " 2^" << l;
+              prev = t;
+            }
+          }
+    }
+  }
+}
+
+TEST(Tuning, SelectionIsTheMinimumOverAvailableCosts) {
+  Plan p = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 2);
+  for (int l = 3; l < 34; ++l) {
+    auto s = p.select(kAllReduce, 1ULL << l);
+    ASSERT_GE(s.algo, 0);
+    EXPECT_GT(s.nChannels, 0);
+    EXPECT_GE(s.nWarps, 3);
+  }
+}
+
+}  // namespace
+}  // namespace topocoll::tuning
