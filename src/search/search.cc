@@ -44,7 +44,15 @@ const float kSm100SpeedIntra[] = {90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0
 const float kSm100SpeedInter[] = {96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0,
                                   20.0, 17.5, 15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
 
-inline void subRound(float& a, float b) { a = roundf((a - b) * 1000) / 1000; }
+// roundf without the libm call: exact for every float (|x| >= 2^23 is already an integer).
+inline float roundHalfAway(float x) {
+  if (!(std::fabs(x) < 8388608.0f)) return x;
+  float t = static_cast<float>(static_cast<int32_t>(x));  // truncation toward zero, exact
+  if (std::fabs(x - t) >= 0.5f) t += x < 0 ? -1.0f : 1.0f;
+  return t;
+}
+// NCCL's SUB_ROUND: keep link bandwidths rounded to 1e-3 so that taking and giving back cancel exactly.
+inline void subRound(float& a, float b) { a = roundHalfAway((a - b) * 1000) / 1000; }
 
 // A vector that stays on the stack for the usual node sizes (the search recurses once per GPU and channel).
 template <typename T, size_t N>
@@ -80,44 +88,78 @@ struct Score {
 
 class Searcher {
  public:
-  Searcher(System& sys, const Config& cfg) : sys_(sys), cfg_(cfg) {}
+  Searcher(System& sys, const Config& cfg) : sys_(sys), cfg_(cfg) { buildHopCache(); }
 
-  int ngpus() const { return sys_.count(NodeType::GPU); }
-
-  // followPath: take (or give back, with negative bw) bandwidth on the first maxSteps links of a path.
-  int followPath(const Path& path, NodeRef start, int maxSteps, float bw) {
-    float pciBw = bw;
-    for (int step = 0; step < path.count(); ++step) {
-      NodeRef n = sys_.link(path.list[step]).rem;
-      if (n.type == NodeType::CPU) {
-        const Node& cpu = sys_.at(n);
-        if (path.type == PathType::PHB && start.type == NodeType::GPU && cpu.arch == topology::kCpuArchX86 &&
-            cpu.vendor == topology::kCpuVendorIntel)
-          pciBw = bw * 6 / 5;
+  // Every path the search follows, flattened once into direct link pointers (the links do not move while a
+  // search runs): followPath is the hot loop of the search.
+  struct Hop {
+    Link* link;
+    Link* rev;     // reverse link that is charged too, or null
+    float revMul;  // 1/8 for pre-Ampere DEV targets (not from a GPU), 1 for POWER NVLink to the CPU
+  };
+  struct HopPath {
+    std::vector<Hop> hops;
+    bool intelPciOverhead = false;
+  };
+  static int slot(NodeType t) { return t == NodeType::GPU ? 0 : t == NodeType::NVS ? 1 : t == NodeType::NET ? 2 : -1; }
+  int maxN_ = 0;
+  std::vector<HopPath> hopCache_;
+  HopPath& hopPath(NodeType t1, int i1, NodeType t2, int i2) {
+    return hopCache_[((static_cast<size_t>(slot(t1)) * maxN_ + i1) * 3 + slot(t2)) * maxN_ + i2];
+  }
+  void buildHopCache() {
+    maxN_ = std::max({sys_.count(NodeType::GPU), sys_.count(NodeType::NVS), sys_.count(NodeType::NET), 1});
+    hopCache_.assign(static_cast<size_t>(3) * maxN_ * 3 * maxN_, HopPath{});
+    for (NodeType t1 : {NodeType::GPU, NodeType::NVS, NodeType::NET}) {
+      for (int i1 = 0; i1 < sys_.count(t1); ++i1) {
+        NodeRef start{t1, i1};
+        for (NodeType t2 : {NodeType::GPU, NodeType::NVS, NodeType::NET}) {
+          const auto& paths = sys_.at(start).paths[T(t2)];
+          for (int i2 = 0; i2 < static_cast<int>(paths.size()); ++i2) {
+            const Path& path = paths[i2];
+            HopPath& hp = hopPath(t1, i1, t2, i2);
+            for (int step = 0; step < path.count(); ++step) {
+              const Node& n = sys_.at(sys_.link(path.list[step]).rem);
+              if (n.type == NodeType::CPU && path.type == PathType::PHB && t1 == NodeType::GPU &&
+                  n.arch == topology::kCpuArchX86 && n.vendor == topology::kCpuVendorIntel)
+                hp.intelPciOverhead = true;
+            }
+            NodeRef node = start;
+            for (int step = 0; step < path.count(); ++step) {
+              Link& link = sys_.link(path.list[step]);
+              Hop h{&link, nullptr, 0.0f};
+              const Node& rem = sys_.at(link.rem);
+              if (link.rem.type == NodeType::DEV && rem.cudaCompCap < 80 && t1 != NodeType::GPU) {
+                h.rev = findRev(node, link.rem, link.type);
+                h.revMul = 0.125f;
+              }
+              if (link.rem.type == NodeType::CPU && rem.arch == topology::kCpuArchPower && link.type == LinkType::NVL) {
+                h.rev = findRev(node, link.rem, link.type);
+                h.revMul = 1.0f;
+              }
+              hp.hops.push_back(h);
+              node = link.rem;
+            }
+          }
+        }
       }
     }
-    NodeRef node = start;
+  }
+
+  int followHops(const HopPath& hp, int maxSteps, float bw) {
+    const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
     for (int step = 0; step < maxSteps; ++step) {
-      Link& link = sys_.link(path.list[step]);
-      Link* rev = nullptr;
-      float fwBw = link.type == LinkType::PCI ? pciBw : bw;
-      float revBw = 0;
-      const Node& rem = sys_.at(link.rem);
-      if (link.rem.type == NodeType::DEV && rem.cudaCompCap < 80 && start.type != NodeType::GPU) {
-        rev = findRev(node, link.rem, link.type);
-        revBw += fwBw / 8;
-      }
-      if (link.rem.type == NodeType::CPU && rem.arch == topology::kCpuArchPower && link.type == LinkType::NVL) {
-        rev = findRev(node, link.rem, link.type);
-        revBw += fwBw;
-      }
-      if (link.bw < fwBw || (revBw != 0 && rev->bw < revBw)) return step;
-      subRound(link.bw, fwBw);
-      if (revBw != 0) subRound(rev->bw, revBw);
-      node = link.rem;
+      const Hop& h = hp.hops[step];
+      float fwBw = h.link->type == LinkType::PCI ? pciBw : bw;
+      float revBw = h.rev ? fwBw * h.revMul : 0.0f;
+      if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return step;
+      subRound(h.link->bw, fwBw);
+      if (revBw != 0) subRound(h.rev->bw, revBw);
     }
     return maxSteps;
   }
+
+  int ngpus() const { return sys_.count(NodeType::GPU); }
 
   Link* findRev(NodeRef node1, NodeRef node2, LinkType type) {
     for (auto& l : sys_.at(node2).links)
@@ -142,9 +184,10 @@ class Searcher {
         P(revPath.type) > type)
       return false;
     bw *= mult;
-    int step = followPath(path, n1, path.count(), bw);
+    const HopPath& hp = hopPath(n1.type, index1, type2, index2);
+    int step = followHops(hp, path.count(), bw);
     if (step < path.count()) {
-      followPath(path, n1, step, -bw);
+      followHops(hp, step, -bw);
       return false;
     }
     g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(path.count()));
