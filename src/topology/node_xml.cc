@@ -184,9 +184,30 @@ std::string attrOr(const XmlNode* n, const char* key, const char* def) {
 
 }  // namespace
 
+namespace {
+// host_hash of the <cpu> above a node ("" when none).
+std::string hostOf(const XmlNode* n) {
+  for (; n; n = n->parent)
+    if (n->name == "cpu") return n->attr("host_hash") ? *n->attr("host_hash") : "";
+  return "";
+}
+std::string firstHost(const XmlNode& root) {
+  XmlNode* cpu = const_cast<XmlNode&>(root).find("cpu");
+  return cpu ? hostOf(cpu) : "";
+}
+// GPUs of the first host only: a multi-host (multi-node NVLink) XML is planned as its first host for now.
+std::vector<XmlNode*> localGpuElements(const XmlNode& root) {
+  std::vector<XmlNode*> gpus, out;
+  collect(const_cast<XmlNode&>(root), "gpu", gpus);
+  std::string host = firstHost(root);
+  for (XmlNode* g : gpus)
+    if (hostOf(g) == host) out.push_back(g);
+  return out;
+}
+}  // namespace
+
 std::vector<int> gpuDevs(const XmlDoc& doc) {
-  std::vector<XmlNode*> gpus;
-  collect(*doc.root, "gpu", gpus);
+  std::vector<XmlNode*> gpus = localGpuElements(*doc.root);
   std::vector<int> devs;
   for (XmlNode* g : gpus) {
     const std::string* d = g->attr("dev");
@@ -327,7 +348,9 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
   fused.source = file.source;
   for (auto& r : ranks) {
     XmlDoc d = file.clone();
-    XmlNode* gpu = d.root->findWith("gpu", "dev", std::to_string(r.dev));
+    XmlNode* gpu = nullptr;
+    for (XmlNode* g : localGpuElements(*d.root))
+      if (g->attr("dev") && std::atoi(g->attr("dev")->c_str()) == r.dev) gpu = g;
     if (!gpu)
       fail(StatusCode::kInvalidArgument, "{}: rank {} uses GPU dev {}, which the topology does not have", file.source,
            r.rank, r.dev);
