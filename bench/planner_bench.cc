@@ -17,37 +17,25 @@ const char* kLargest = "oci-bm-gpu-h100-8-8gpu-16x200g-roce-2numa.xml";  // larg
 
 topology::XmlDoc nvl72() { return topology::parseXml(testing::nvswitchDomainXml(72), "nvl72.xml"); }
 
-void BM_LoadAndBuild_Largest(benchmark::State& st) {
+void BM_LoadBuildPaths_Largest(benchmark::State& st) {
   for (auto _ : st) {
-    auto doc = topology::loadXmlFile(testing::topoPath(kLargest));
-    std::vector<topology::LocalGpu> locals;
-    auto devs = topology::gpuDevs(doc);
-    for (size_t i = 0; i < devs.size(); ++i) locals.push_back({static_cast<int>(i), devs[i]});
-    auto sys = topology::buildSystem(topology::prepareNodeXml(doc, locals, Config{}));
+    auto sys = paths::hostSystem(topology::loadXmlFile(testing::topoPath(kLargest)), Config{});
     benchmark::DoNotOptimize(sys);
   }
 }
-BENCHMARK(BM_LoadAndBuild_Largest)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LoadBuildPaths_Largest)->Unit(benchmark::kMillisecond);
 
-void BM_LoadAndBuild_Nvl72(benchmark::State& st) {
+void BM_LoadBuildPaths_Nvl72(benchmark::State& st) {
   std::string text = testing::nvswitchDomainXml(72);
   for (auto _ : st) {
-    auto doc = topology::parseXml(text, "nvl72.xml");
-    std::vector<topology::LocalGpu> locals;
-    auto devs = topology::gpuDevs(doc);
-    for (size_t i = 0; i < devs.size(); ++i) locals.push_back({static_cast<int>(i), devs[i]});
-    auto sys = topology::buildSystem(topology::prepareNodeXml(doc, locals, Config{}));
+    auto sys = paths::hostSystem(topology::parseXml(text, "nvl72.xml"), Config{});
     benchmark::DoNotOptimize(sys);
   }
 }
-BENCHMARK(BM_LoadAndBuild_Nvl72)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LoadBuildPaths_Nvl72)->Unit(benchmark::kMillisecond);
 
 void pathsBench(benchmark::State& st, const topology::XmlDoc& doc) {
-  std::vector<topology::LocalGpu> locals;
-  auto devs = topology::gpuDevs(doc);
-  for (size_t i = 0; i < devs.size(); ++i) locals.push_back({static_cast<int>(i), devs[i]});
-  auto sys = topology::buildSystem(topology::prepareNodeXml(doc, locals, Config{}));
-  sys.inter = 1;
+  auto sys = paths::hostSystem(doc, Config{}, 1 << 20);  // several nodes: every NIC is used
   for (auto _ : st) {
     paths::computePaths(sys, Config{});
     benchmark::DoNotOptimize(sys);

@@ -12,18 +12,9 @@ namespace topocoll::testing {
 
 inline std::string topoPath(const std::string& name) { return std::string(TOPO_DIR) + "/" + name; }
 
-/// The system NCCL rank 0 would see for one host with every GPU used (nRanks = ranks of this host unless given).
+/// The system NCCL rank 0 would see for one host with every GPU used.
 inline topology::System nodeSystem(const topology::XmlDoc& doc, const Config& cfg = {}, int nRanks = -1) {
-  std::vector<topology::LocalGpu> locals;
-  auto devs = topology::gpuDevs(doc);
-  for (size_t i = 0; i < devs.size(); ++i) locals.push_back({static_cast<int>(i), devs[i]});
-  auto xml = topology::prepareNodeXml(doc, locals, cfg);
-  auto sys = topology::buildSystem(xml);
-  paths::computePaths(sys, cfg);
-  paths::trimSystem(sys, 0, nRanks < 0 ? static_cast<int>(locals.size()) : nRanks);
-  paths::computePaths(sys, cfg);
-  paths::searchInit(sys);
-  return sys;
+  return paths::hostSystem(doc, cfg, nRanks);
 }
 
 inline topology::System nodeSystemFromFile(const std::string& name, const Config& cfg = {}, int nRanks = -1) {

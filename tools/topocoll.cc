@@ -53,22 +53,6 @@ void writeOut(const std::string& path, const std::string& content) {
   if (!out) fail(StatusCode::kSystemError, "{}: write error", path);
 }
 
-// The system as the planner sees it for one host with every GPU used (paths computed).
-topology::System analysedSystem(const topology::XmlDoc& doc, const Config& cfg) {
-  std::vector<topology::LocalGpu> locals;
-  auto devs = topology::gpuDevs(doc);
-  for (size_t i = 0; i < devs.size(); ++i) locals.push_back({static_cast<int>(i), devs[i]});
-  auto xml = topology::prepareNodeXml(doc, locals, cfg);
-  auto sys = topology::buildSystem(xml);
-  paths::computePaths(sys, cfg);
-  if (sys.count(topology::NodeType::GPU) > 0) {
-    paths::trimSystem(sys, 0, sys.count(topology::NodeType::GPU));
-    paths::computePaths(sys, cfg);
-  }
-  paths::searchInit(sys);
-  return sys;
-}
-
 std::string systemJson(const topology::System& sys) {
   nlohmann::ordered_json j;
   j["maxBw"] = sys.maxBw;
@@ -285,7 +269,7 @@ int main(int argc, char** argv) {
         writeOut(out, topology::toString(*doc.root));
         return 0;
       }
-      auto sys = analysedSystem(doc, cfg);
+      auto sys = paths::hostSystem(doc, cfg);
       if (show->parsed()) {
         std::cout << (topoOpts.json ? systemJson(sys) : topology::renderTree(sys));
       } else if (matrix->parsed()) {

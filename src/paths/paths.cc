@@ -5,6 +5,7 @@
 #include <cfloat>
 
 #include "topocoll/status.h"
+#include "topocoll/topology/node_xml.h"
 
 namespace topocoll::paths {
 
@@ -377,6 +378,24 @@ void searchInit(System& sys) {
     sys.maxBw = std::max(sys.maxBw, maxBw);
     sys.totalBw = std::max(sys.totalBw, std::max(pci, nvl));
   }
+}
+
+void prepareForSearch(System& sys, const Config& cfg, int myRank, int nRanks) {
+  computePaths(sys, cfg);
+  if (sys.count(NodeType::GPU) > 0) {
+    trimSystem(sys, myRank, nRanks);
+    computePaths(sys, cfg);
+  }
+  searchInit(sys);
+}
+
+System hostSystem(const topology::XmlDoc& topo, const Config& cfg, int nRanks) {
+  std::vector<topology::LocalGpu> locals;
+  auto devs = topology::gpuDevs(topo);
+  for (size_t i = 0; i < devs.size(); ++i) locals.push_back({static_cast<int>(i), devs[i]});
+  System sys = topology::buildSystem(topology::prepareNodeXml(topo, locals, cfg));
+  prepareForSearch(sys, cfg, 0, nRanks < 0 ? static_cast<int>(locals.size()) : nRanks);
+  return sys;
 }
 
 int gpuMinPath(const System& sys, NodeType type) {

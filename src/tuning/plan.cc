@@ -62,10 +62,7 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
   if (job.nNodes > 1 && sys.count(NodeType::NET) == 0)
     fail(StatusCode::kInvalidArgument, "{}: a job on {} nodes needs a network device (<net>) in the topology",
          topo.source, job.nNodes);
-  paths::computePaths(sys, cfg);
-  paths::trimSystem(sys, 0, plan.nRanks);
-  paths::computePaths(sys, cfg);
-  paths::searchInit(sys);
+  paths::prepareForSearch(sys, cfg, 0, plan.nRanks);
 
   // Searches (initTransportsRank order).
   auto ts = std::chrono::steady_clock::now();

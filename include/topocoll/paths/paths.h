@@ -6,6 +6,7 @@
 
 #include "topocoll/config.h"
 #include "topocoll/topology/system.h"
+#include "topocoll/topology/xml.h"
 
 namespace topocoll::paths {
 
@@ -26,6 +27,13 @@ void trimSystem(System& sys, int myRank, int nRanks);
 
 /// ncclTopoSearchInit: the per-channel maxBw and totalBw the search starts from.
 void searchInit(System& sys);
+
+/// What initTransportsRank does after building the system: paths, trim to `myRank`'s domain, paths again,
+/// search init. `nRanks` is the job's size (more ranks than GPUs here means other nodes exist).
+void prepareForSearch(System& sys, const Config& cfg, int myRank, int nRanks);
+
+/// Rank 0's system for one host whose every GPU (by `dev`) is a rank; nRanks < 0 means a single-node job.
+System hostSystem(const topology::XmlDoc& topo, const Config& cfg, int nRanks = -1);
 
 /// NCCL's ncclTopoGetLocal: nodes of `resultType` with the best (bandwidth, then type) path from the given node.
 std::vector<int> getLocal(const System& sys, NodeType type, int index, NodeType resultType, PathType* pathType = nullptr);
