@@ -38,6 +38,12 @@ if cmp -s "$tmp/graph.xml" "$G/seed-h100.n2.graph.xml"; then echo "ok   golden g
 if cmp -s "$tmp/matrix.txt" "$G/seed-h100.matrix.txt"; then echo "ok   golden matrix"; else echo "FAIL golden matrix"; fails=$((fails+1)); fi
 # Graph in -> same plan.
 check graph-in 0 "Channel 00/16 : 0 7 6 5 4 3 2 1 9" -- "$T" plan --topo "$SEED" --nodes 2 --graph-in "$tmp/graph.xml"
+check dump-json 0 '"attrs"' -- "$T" topo dump --topo "$SEED" --json
+check show-json 0 '"links"' -- "$T" topo show --topo "$SEED" --json
+check matrix-json 0 '"matrix"' -- "$T" topo matrix --topo "$SEED" --json
+check paths-json 0 '"hops"' -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET3 --json
+check draw-json 0 '"format"' -- "$T" topo draw --topo "$SEED" --out "$tmp/t2.dot" --json
+check tune-json 0 '"selection"' -- "$T" tune --topo "$SEED" --nodes 2 --json
 check plan-json 0 '"graph_dump_xml"' -- "$T" plan --topo "$SEED" --nodes 2 --json
 check tune-text 0 "NVLSTree" -- "$T" tune --topo "$SEED" --nodes 2 --coll allreduce
 check paths-one 0 "bottleneck" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET3

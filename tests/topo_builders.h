@@ -48,7 +48,7 @@ inline std::string dgx1MeshXml() {
 
 /// A synthetic NVSwitch domain: `nGpus` Hopper GPUs, each behind its own PCIe switch with its own 400G NIC,
 /// split over two sockets (the 72-GPU case stands for a GB200-NVL72-sized domain in one system).
-inline std::string nvswitchDomainXml(int nGpus, int nvlinks = 18, int sm = 90) {
+inline std::string nvswitchDomainXml(int nGpus, int nvlinks = 18, int sm = 90, bool collNics = false) {
   std::string x = "<system version=\"1\">\n";
   for (int cpu = 0; cpu < 2; ++cpu) {
     x += fmt::format(
@@ -61,7 +61,7 @@ inline std::string nvswitchDomainXml(int nGpus, int nvlinks = 18, int sm = 90) {
       x += fmt::format("      <pci busid=\"{:04x}:{:02x}:00.0\" class=\"0x030200\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n", g / 100, (bus + 1) % 256);
       x += fmt::format("        <gpu dev=\"{}\" sm=\"{}\" rank=\"{}\" gdr=\"1\">\n          <nvlink target=\"fffffff:ffff:ff\" count=\"{}\" tclass=\"0x068000\"/>\n        </gpu>\n      </pci>\n", g, sm, g, nvlinks);
       x += fmt::format("      <pci busid=\"{:04x}:{:02x}:01.0\" class=\"0x020000\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n", g / 100, (bus + 1) % 256);
-      x += fmt::format("        <nic>\n          <net name=\"mlx5_{}\" dev=\"{}\" speed=\"400000\" port=\"1\" guid=\"0x{:x}\" maxconn=\"131072\" gdr=\"1\"/>\n        </nic>\n      </pci>\n", g, g, 0x1000 + g);
+      x += fmt::format("        <nic>\n          <net name=\"mlx5_{}\" dev=\"{}\" speed=\"400000\" port=\"1\" guid=\"0x{:x}\" maxconn=\"131072\" gdr=\"1\"{}/>\n        </nic>\n      </pci>\n", g, g, 0x1000 + g, collNics ? " coll=\"1\"" : "");
       x += "    </pci>\n";
     }
     x += "  </cpu>\n";

@@ -53,6 +53,20 @@ void writeOut(const std::string& path, const std::string& content) {
   if (!out) fail(StatusCode::kSystemError, "{}: write error", path);
 }
 
+nlohmann::ordered_json xmlJson(const topology::XmlNode& n) {
+  nlohmann::ordered_json j;
+  j["name"] = n.name;
+  nlohmann::ordered_json attrs = nlohmann::ordered_json::object();
+  for (auto& [k, v] : n.attrs) attrs[k] = v;
+  j["attrs"] = attrs;
+  if (!n.subs.empty()) {
+    auto subs = nlohmann::ordered_json::array();
+    for (auto& c : n.subs) subs.push_back(xmlJson(*c));
+    j["children"] = subs;
+  }
+  return j;
+}
+
 std::string systemJson(const topology::System& sys) {
   nlohmann::ordered_json j;
   j["maxBw"] = sys.maxBw;
@@ -266,7 +280,7 @@ int main(int argc, char** argv) {
       if (dump->parsed()) {
         std::string out = outFile;
         if (out.empty()) out = env.get("NCCL_TOPO_DUMP_FILE").value_or("");
-        writeOut(out, topology::toString(*doc.root));
+        writeOut(out, topoOpts.json ? xmlJson(*doc.root).dump(1) + "\n" : topology::toString(*doc.root));
         return 0;
       }
       auto sys = paths::hostSystem(doc, cfg);
@@ -290,6 +304,7 @@ int main(int argc, char** argv) {
       } else if (draw->parsed()) {
         std::string dot = topology::renderDot(sys, name);
         writeOut(outFile, endsWith(outFile, ".svg") ? dotToSvg(dot) : dot);
+        if (topoOpts.json) std::cout << nlohmann::ordered_json{{"out", outFile}, {"format", endsWith(outFile, ".svg") ? "svg" : "dot"}}.dump() << "\n";
       }
       return 0;
     }

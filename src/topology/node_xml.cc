@@ -344,6 +344,20 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
       if (!seen.insert(r.dev).second)
         fail(StatusCode::kInvalidArgument, "Duplicate GPU detected: ranks use GPU dev {} twice on one host", r.dev);
   }
+  // GPU-to-GPU NVLinks must point at a GPU of the file (NCCL silently drops them).
+  {
+    std::vector<XmlNode*> links;
+    collect(*file.root, "nvlink", links);
+    for (XmlNode* l : links) {
+      const std::string* tclass = l->attr("tclass");
+      const std::string* target = l->attr("target");
+      if (!tclass || !target || tclass->compare(0, 4, "0x03") != 0) continue;
+      XmlNode* pci = file.root->findWith("pci", "busid", *target);
+      if (!pci || !pci->child("gpu"))
+        fail(StatusCode::kInvalidArgument, "{}: <nvlink target=\"{}\"> points at no GPU of the topology",
+             file.where(*l), *target);
+    }
+  }
   XmlDoc fused;
   fused.source = file.source;
   for (auto& r : ranks) {

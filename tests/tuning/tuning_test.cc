@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+#include "topo_builders.h"
 #include "topocoll/plan.h"
 #include "topocoll/status.h"
 
@@ -80,6 +81,26 @@ TEST(Tuning, AvailabilityRules) {
   EXPECT_GT(pat.model.bandwidths[kAllGather][kPat][kSimple], 0.0f);
   Plan noNvls = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 1, {{"NCCL_NVLS_ENABLE", "0"}});
   EXPECT_EQ(noNvls.model.bandwidths[kAllReduce][kNvls][kSimple], 0.0f);
+}
+
+TEST(Tuning, CollNetNeedsTheKnobAndCollCapableNics) {
+  auto coll = topology::parseXml(testing::nvswitchDomainXml(8, 18, 90, true), "coll.xml");
+  Plan off = makePlan(coll, JobSpec{2, 0, {}}, Config{});
+  EXPECT_FALSE(off.graphAvailable[search::kGraphCollnetChain]);
+  EXPECT_EQ(off.model.bandwidths[kAllReduce][kCollNetChain][kSimple], 0.0f);
+  Plan on = makePlan(coll, JobSpec{2, 0, {}}, Config::fromEnv(Env(std::map<std::string, std::string>{{"NCCL_COLLNET_ENABLE", "1"}})));
+  ASSERT_TRUE(on.graphAvailable[search::kGraphCollnetChain]);
+  ASSERT_TRUE(on.graphAvailable[search::kGraphCollnetDirect]);
+  EXPECT_GT(on.graphs[search::kGraphCollnetChain].nChannels, 0);
+  EXPECT_EQ(on.graphs[search::kGraphCollnetDirect].pattern, search::kPatternCollnetDirect);
+  EXPECT_GT(on.model.bandwidths[kAllReduce][kCollNetChain][kSimple], 0.0f);
+  EXPECT_GT(on.model.bandwidths[kAllReduce][kCollNetDirect][kSimple], 0.0f);
+  EXPECT_GT(on.model.bandwidths[kAllReduce][kNvls][kSimple], 0.0f);  // NVLS across nodes rides on CollNet
+  EXPECT_EQ(on.model.bandwidths[kAllReduce][kCollNetChain][kLL], 0.0f);
+  // Without coll="1" NICs the knob alone does nothing.
+  auto plain = topology::parseXml(testing::nvswitchDomainXml(8), "plain.xml");
+  Plan p = makePlan(plain, JobSpec{2, 0, {}}, Config::fromEnv(Env(std::map<std::string, std::string>{{"NCCL_COLLNET_ENABLE", "1"}})));
+  EXPECT_FALSE(p.graphAvailable[search::kGraphCollnetChain]);
 }
 
 TEST(Tuning, TimeNeverDecreasesWithSize) {
