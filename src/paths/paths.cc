@@ -264,7 +264,7 @@ GdrMode checkGdr(const System& sys, const Config& cfg, int rank, int64_t netId, 
   return GdrMode::kDefault;
 }
 
-void computePaths(System& sys, const Config& cfg) {
+void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank) {
   for (auto& vec : sys.nodes)
     for (auto& n : vec)
       for (auto& p : n.paths) p.clear();
@@ -280,9 +280,26 @@ void computePaths(System& sys, const Config& cfg) {
   // GPU pairs without P2P go through the CPU local to the destination GPU.
   for (int g = 0; g < nGpus; ++g) {
     for (int p = 0; p < nGpus; ++p) {
-      if (!checkP2p(sys, cfg, sys.of(NodeType::GPU)[p].rank, sys.of(NodeType::GPU)[g].rank)) {
+      int rp = sys.of(NodeType::GPU)[p].rank, rg = sys.of(NodeType::GPU)[g].rank;
+      bool sameShm = shmDevByRank.empty() || (rp < static_cast<int>(shmDevByRank.size()) &&
+                                               rg < static_cast<int>(shmDevByRank.size()) &&
+                                               shmDevByRank[rp] == shmDevByRank[rg]);
+      if (!sameShm || !checkP2p(sys, cfg, rp, rg)) {
         int cpu = localCpu(sys, g);
         addInterStep(sys, NodeType::CPU, cpu, NodeType::GPU, p, NodeType::GPU, g);
+      }
+    }
+  }
+  // Peers in another container share neither P2P nor SHM: mark them unreachable (trimmed later).
+  auto shmOf = [&](int rank) {
+    return rank >= 0 && rank < static_cast<int>(shmDevByRank.size()) ? shmDevByRank[rank] : 0;
+  };
+  if (!shmDevByRank.empty()) {
+    for (int g = 0; g < nGpus; ++g) {
+      for (int p = 0; p < nGpus; ++p) {
+        if (p == g) continue;
+        if (shmOf(sys.of(NodeType::GPU)[p].rank) != shmOf(sys.of(NodeType::GPU)[g].rank))
+          sys.of(NodeType::GPU)[p].paths[T(NodeType::GPU)][g].type = PathType::NET;
       }
     }
   }
@@ -380,11 +397,11 @@ void searchInit(System& sys) {
   }
 }
 
-void prepareForSearch(System& sys, const Config& cfg, int myRank, int nRanks) {
-  computePaths(sys, cfg);
+void prepareForSearch(System& sys, const Config& cfg, int myRank, int nRanks, const std::vector<int>& shmDevByRank) {
+  computePaths(sys, cfg, shmDevByRank);
   if (sys.count(NodeType::GPU) > 0) {
     trimSystem(sys, myRank, nRanks);
-    computePaths(sys, cfg);
+    computePaths(sys, cfg, shmDevByRank);
   }
   searchInit(sys);
 }

@@ -138,6 +138,20 @@ TEST(Paths, PathBandwidthIsTheBottleneckOfItsLinks) {
   }
 }
 
+TEST(Paths, RanksInOtherContainersAreUnreachableAndTrimmed) {
+  auto doc = topology::loadXmlFile(testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml"));
+  std::vector<topology::LocalGpu> locals;
+  for (int i = 0; i < 8; ++i) locals.push_back({i, i});
+  auto sys = topology::buildSystem(topology::prepareNodeXml(doc, locals, Config{}));
+  std::vector<int> shm = {0, 0, 0, 0, 1, 1, 1, 1};  // two containers of four GPUs on one host
+  computePaths(sys, Config{}, shm);
+  EXPECT_EQ(gpuPath(sys, 0, 4).type, PathType::NET);
+  EXPECT_EQ(gpuPath(sys, 0, 1).type, PathType::NVL);
+  prepareForSearch(sys, Config{}, 0, 8, shm);
+  EXPECT_EQ(sys.count(NodeType::GPU), 4);
+  EXPECT_EQ(sys.inter, 1);  // the other container is reached through the network
+}
+
 TEST(Paths, RankWithoutGpuIsAClearError) {
   auto s = testing::nodeSystemFromFile("seed-h100-8gpu-8nic-nvswitch.xml");
   EXPECT_THROW(localNet(s, Config{}, 42, 0), Error);

@@ -18,8 +18,10 @@ using topology::System;
 enum class GdrMode { kDisable = 0, kDefault = 1, kPci = 2 };
 
 /// ncclTopoComputePaths: bottleneck-bandwidth BFS from every node, then CPU detours where P2P or GDR is not
-/// allowed, P2C and PXN routes. Results are stored in Node::paths.
-void computePaths(System& sys, const Config& cfg);
+/// allowed, P2C and PXN routes. Results are stored in Node::paths. `shmDevByRank` (optional, indexed by rank)
+/// is the peer info's shared-memory device: ranks of one host in different containers (different values) can use
+/// neither P2P nor SHM, so their GPU-GPU path becomes NET and trimming separates them.
+void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank = {});
 
 /// ncclTopoTrimSystem: removes GPUs outside `myRank`'s connected domain and sets `sys.inter` (1 when the job has
 /// ranks outside this system). Paths must be recomputed afterwards.
@@ -30,7 +32,8 @@ void searchInit(System& sys);
 
 /// What initTransportsRank does after building the system: paths, trim to `myRank`'s domain, paths again,
 /// search init. `nRanks` is the job's size (more ranks than GPUs here means other nodes exist).
-void prepareForSearch(System& sys, const Config& cfg, int myRank, int nRanks);
+void prepareForSearch(System& sys, const Config& cfg, int myRank, int nRanks,
+                      const std::vector<int>& shmDevByRank = {});
 
 /// Rank 0's system for one host whose every GPU (by `dev`) is a rank; nRanks < 0 means a single-node job.
 System hostSystem(const topology::XmlDoc& topo, const Config& cfg, int nRanks = -1);
