@@ -127,5 +127,59 @@ TEST(Property, PathsRingsAndTreesOnRandomMachines) {
   EXPECT_TRUE(ok);
 }
 
+// Exhaustive check of the BFS on PCIe-only machines: no simple path beats the computed one, in NCCL's order
+// (better type first, then larger bottleneck). GPUs (DEV nodes) are never transit hops.
+struct Best {
+  int type = 99;
+  float bw = 0;
+};
+void enumerate(const topology::System& s, topology::NodeRef node, topology::NodeRef target, int type, float bw,
+               std::vector<topology::NodeRef>& stack, Best& best) {
+  using topology::LinkType;
+  for (auto& l : s.at(node).links) {
+    if (l.type == LinkType::NET) continue;
+    if (std::find(stack.begin(), stack.end(), l.rem) != stack.end()) continue;
+    if (node.type == NodeType::DEV && stack.size() > 2 && l.rem.type != NodeType::GPU) continue;  // no DEV transit
+    int hop = l.type == LinkType::LOC ? 0 : static_cast<int>(l.type);
+    if (node.type == NodeType::PCI && l.rem.type == NodeType::PCI) hop = static_cast<int>(PathType::PXB);
+    if (l.type == LinkType::PCI && (node.type == NodeType::CPU || l.rem.type == NodeType::CPU))
+      hop = static_cast<int>(PathType::PHB);
+    int t = std::max(type, hop);
+    float b = std::min(bw, l.bw);
+    if (l.rem == target) {
+      if (t < best.type || (t == best.type && b > best.bw)) best = {t, b};
+      continue;
+    }
+    if (l.rem.type == NodeType::GPU) continue;
+    stack.push_back(l.rem);
+    enumerate(s, l.rem, target, t, b, stack, best);
+    stack.pop_back();
+  }
+}
+
+TEST(Property, NoSimplePathBeatsTheComputedOneOnPcieMachines) {
+  auto ok = rc::check("PCIe-only machines", [] {
+    int sockets = *rc::gen::inRange(1, 3);
+    int switches = *rc::gen::inRange(1, 3);
+    int gpusPer = *rc::gen::inRange(1, 4);
+    int gen = *rc::gen::inRange(0, 3);
+    auto doc = topology::parseXml(randomTopology(sockets, switches, gpusPer, false, false, 80, gen), "pcie.xml");
+    Config cfg = Config::fromEnv(Env(std::map<std::string, std::string>{{"NCCL_P2P_LEVEL", "SYS"}}));
+    auto s = paths::hostSystem(doc, cfg);
+    for (int g = 0; g < s.count(NodeType::GPU); ++g) {
+      for (int q = 0; q < s.count(NodeType::GPU); ++q) {
+        if (g == q) continue;
+        Best best;
+        std::vector<topology::NodeRef> stack = {{NodeType::GPU, g}};
+        enumerate(s, {NodeType::GPU, g}, {NodeType::GPU, q}, 0, 1e30f, stack, best);
+        const auto& p = s.of(NodeType::GPU)[g].paths[0][q];
+        RC_ASSERT(static_cast<int>(p.type) == best.type);
+        RC_ASSERT(p.bw == best.bw);
+      }
+    }
+  });
+  EXPECT_TRUE(ok);
+}
+
 }  // namespace
 }  // namespace topocoll
