@@ -224,19 +224,17 @@ std::vector<int> gpuDevs(const XmlDoc& doc) {
   return devs;
 }
 
-void processNets(XmlNode& root, const Config& cfg) {
+namespace {
+// Which physical NET devices (by document order) fuse into virtual NICs. Depends only on the file, so it is
+// computed once per host and applied to every rank's copy.
+std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
   std::vector<XmlNode*> nets;
   collect(root, "net", nets);
   const int nPhys = static_cast<int>(nets.size());
-  for (int n = 0; n < nPhys; ++n) {
-    nets[n]->set("keep", "1");
-    nets[n]->set("dev", std::to_string(n));
-    nets[n]->set("net", "1");
-  }
-  if (nPhys == 0 || cfg.ibMergeNics == 0) return;
+  std::vector<std::vector<int>> groups;
+  if (nPhys == 0 || cfg.ibMergeNics == 0) return groups;
 
   std::vector<int> placed(nPhys, 0);
-  std::vector<std::vector<int>> groups;
   auto nameOf = [&](int i) { return attrOr(nets[i], "name", ("net" + std::to_string(i)).c_str()); };
   if (!cfg.netForceMerge.empty()) {
     size_t pos = 0;
@@ -297,7 +295,23 @@ void processNets(XmlNode& root, const Config& cfg) {
     }
     if (g.size() > 1) groups.push_back(g);
   }
+  return groups;
+}
+}  // namespace
+
+void processNets(XmlNode& root, const Config& cfg) { applyNets(root, cfg, netGroups(root, cfg)); }
+
+void applyNets(XmlNode& root, const Config& cfg, const std::vector<std::vector<int>>& groups) {
+  std::vector<XmlNode*> nets;
+  collect(root, "net", nets);
+  const int nPhys = static_cast<int>(nets.size());
+  for (int n = 0; n < nPhys; ++n) {
+    nets[n]->set("keep", "1");
+    nets[n]->set("dev", std::to_string(n));
+    nets[n]->set("net", "1");
+  }
   if (groups.empty()) return;
+  auto nameOf = [&](int i) { return attrOr(nets[i], "name", ("net" + std::to_string(i)).c_str()); };
 
   // Virtual devices are numbered after the physical ones; their ports stop being network devices.
   std::vector<std::pair<std::vector<XmlNode*>, std::string>> vnics;
@@ -358,6 +372,7 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
              file.where(*l), *target);
     }
   }
+  const auto groups = netGroups(*file.root, cfg);
   XmlDoc fused;
   fused.source = file.source;
   for (auto& r : ranks) {
@@ -371,7 +386,7 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
     gpu->set("keep", "1");
     gpu->set("rank", std::to_string(r.rank));
     gpu->setIfUnset("gdr", "1");
-    processNets(*d.root, cfg);
+    applyNets(*d.root, cfg, groups);
     trimXml(*d.root);
     if (!fused.root) fused.root = std::move(d.root);
     else fuseXml(*fused.root, *d.root);

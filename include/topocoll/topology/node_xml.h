@@ -26,5 +26,7 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
 /// The physical NET devices' network view plus NIC fusion (ncclTopoProcessNet with NCCL's IB plugin), applied
 /// in place. Exposed for tests.
 void processNets(XmlNode& root, const Config& cfg);
+/// The same with the fusion groups (indices of <net> elements in document order) already decided.
+void applyNets(XmlNode& root, const Config& cfg, const std::vector<std::vector<int>>& groups);
 
 }  // namespace topocoll::topology
