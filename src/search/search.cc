@@ -71,9 +71,15 @@ class SmallVec {
   T* end() { return begin() + size_; }
   size_t size() const { return size_; }
   void resize(size_t n) {
-    if (size_ > N && n <= N) std::copy(heap_.begin(), heap_.begin() + n, inline_.begin());
+    if (size_ > N && n <= N) {
+      std::copy(heap_.begin(), heap_.begin() + n, inline_.begin());
+      heap_.clear();
+    }
+    if (n > N) {
+      if (heap_.empty()) heap_.assign(inline_.begin(), inline_.begin() + std::min(size_, N));
+      heap_.resize(n);
+    }
     size_ = n;
-    if (n > N) heap_.resize(n);
   }
 
  private:
@@ -217,6 +223,34 @@ class Searcher {
   void nextGpuSort(Graph& g, int gpu, NextList& next, int sortNet) {
     const uint64_t flag = 1ULL << g.nChannels;
     int n = ngpus();
+    if (sys_.count(NodeType::NVS)) {
+      // NVSwitches prefer a limited set of peers: NCCL sorts every candidate, then keeps only the neighbours it
+      // moved to the front. The result is those neighbours, so compute them directly.
+      const auto& paths = sys_.of(NodeType::GPU)[gpu].paths[T(NodeType::GPU)];
+      auto candidate = [&](int p) {
+        return p != gpu && paths[p].count() != 0 && !(sys_.of(NodeType::GPU)[p].used & flag);
+      };
+      int prevGpu = (gpu - 1 + n) % n, nextGpu = (gpu + 1) % n;
+      int first[2];
+      int firstCount;
+      if (g.pattern == kPatternRing) {
+        first[0] = nextGpu;
+        first[1] = prevGpu;
+        firstCount = 2;
+      } else if (g.pattern == kPatternSplitTree || g.pattern == kPatternBalancedTree) {
+        first[0] = prevGpu;
+        first[1] = nextGpu;
+        firstCount = 2;
+      } else {
+        first[0] = nextGpu;
+        firstCount = 1;
+      }
+      if (nextGpu == prevGpu && firstCount == 2) firstCount = 1;
+      next.resize(0);
+      for (int f = firstCount - 1; f >= 0; --f)
+        if (candidate(first[f])) next.push_back(first[f]);
+      return;
+    }
     const auto& paths = sys_.of(NodeType::GPU)[gpu].paths[T(NodeType::GPU)];
     const std::vector<Path>* netPaths = nullptr;
     if (sortNet) netPaths = &sys_.of(NodeType::NET)[netIndex(g.inter[g.nChannels * 2])].paths[T(NodeType::GPU)];
@@ -247,36 +281,6 @@ class Searcher {
     for (int i = 1; i < count; ++i)
       if (scores[i].intraBw != scores[0].intraBw || scores[i].intraNhops != scores[0].intraNhops) sameIntra = false;
     for (int i = 0; i < count; ++i) next[i] = (sortNet == -1 && sameIntra) ? scores[count - 1 - i].g : scores[i].g;
-    if (sys_.count(NodeType::NVS)) {
-      // NVSwitches prefer a limited set of peers: try neighbors only.
-      int prevGpu = (gpu - 1 + n) % n, nextGpu = (gpu + 1) % n;
-      int first[2];
-      int firstCount;
-      if (g.pattern == kPatternRing) {
-        first[0] = nextGpu;
-        first[1] = prevGpu;
-        firstCount = 2;
-      } else if (g.pattern == kPatternSplitTree || g.pattern == kPatternBalancedTree) {
-        first[0] = prevGpu;
-        first[1] = nextGpu;
-        firstCount = 2;
-      } else {
-        first[0] = nextGpu;
-        firstCount = 1;
-      }
-      if (nextGpu == prevGpu && firstCount == 2) firstCount = 1;
-      int real = 0;
-      for (int f = 0; f < firstCount; ++f) {
-        int i = 0;
-        while (i < count && next[i] != first[f]) ++i;
-        if (i < count) {
-          for (; i > 0; --i) next[i] = next[i - 1];
-          next[0] = first[f];
-          ++real;
-        }
-      }
-      next.resize(real);
-    }
   }
 
   int replayGetGpu(const Graph& g, int step) {
