@@ -105,6 +105,7 @@ class Searcher {
   };
   struct HopPath {
     std::vector<Hop> hops;
+    int type = static_cast<int>(PathType::DIS);
     bool intelPciOverhead = false;
   };
   static int slot(NodeType t) { return t == NodeType::GPU ? 0 : t == NodeType::NVS ? 1 : t == NodeType::NET ? 2 : -1; }
@@ -124,6 +125,7 @@ class Searcher {
           for (int i2 = 0; i2 < static_cast<int>(paths.size()); ++i2) {
             const Path& path = paths[i2];
             HopPath& hp = hopPath(t1, i1, t2, i2);
+            hp.type = P(path.type);
             for (int step = 0; step < path.count(); ++step) {
               const Node& n = sys_.at(sys_.link(path.list[step]).rem);
               if (n.type == NodeType::CPU && path.type == PathType::PHB && t1 == NodeType::GPU &&
@@ -177,26 +179,25 @@ class Searcher {
   bool follow(Graph& g, int type1, int index1, NodeType type2, int index2, float mult) {
     if (type1 == -1) return true;
     NodeRef n1{static_cast<NodeType>(type1), index1};
-    const Path& path = sys_.at(n1).paths[T(type2)][index2];
-    const Path& revPath = sys_.of(type2)[index2].paths[type1][index1];
+    const HopPath& hp = hopPath(n1.type, index1, type2, index2);
     bool intra = (n1.type == NodeType::GPU || n1.type == NodeType::NVS) &&
                  (type2 == NodeType::GPU || type2 == NodeType::NVS);
     float bw = intra ? g.bwIntra : g.bwInter;
     int type = intra ? g.typeIntra : g.typeInter;
-    if (P(path.type) >= P(PathType::DIS)) return false;
-    if (mult == 1 && P(path.type) > type) return false;
+    if (hp.type >= P(PathType::DIS)) return false;
+    if (mult == 1 && hp.type > type) return false;
     if (mult == 1 &&
         (g.pattern == kPatternBalancedTree || g.pattern == kPatternTree || g.pattern == kPatternSplitTree) &&
-        P(revPath.type) > type)
+        hopPath(type2, index2, n1.type, index1).type > type)
       return false;
     bw *= mult;
-    const HopPath& hp = hopPath(n1.type, index1, type2, index2);
-    int step = followHops(hp, path.count(), bw);
-    if (step < path.count()) {
+    const int count = static_cast<int>(hp.hops.size());
+    int step = followHops(hp, count, bw);
+    if (step < count) {
       followHops(hp, step, -bw);
       return false;
     }
-    g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(path.count()));
+    g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(count));
     return true;
   }
 
@@ -251,21 +252,53 @@ class Searcher {
         if (candidate(first[f])) next.push_back(first[f]);
       return;
     }
+    // Without a NET to sort by, the scores are static (paths do not change during a search), so each candidate
+    // order is sorted once and filtered by the `used` flags afterwards: filtering a sorted list gives the sorted
+    // filtered list. Sorting by NET uses the GPUs' remaining PCI bandwidth, which the search changes: sort anew.
+    int netIdx = sortNet ? netIndex(g.inter[g.nChannels * 2]) : -1;
+    std::vector<Score> fresh;
+    if (netIdx >= 0) fresh = scoreCandidates(gpu, netIdx);
+    const std::vector<Score>& sorted = netIdx >= 0 ? fresh : sortedCandidates(gpu);
+    SmallVec<const Score*, 32> scores;
+    for (const Score& sc : sorted)
+      if (!(sys_.of(NodeType::GPU)[sc.g].used & flag)) scores.push_back(&sc);
+    int count = static_cast<int>(scores.size());
+    next.resize(count);
+    bool sameIntra = true;
+    for (int i = 1; i < count; ++i)
+      if (scores[i]->intraBw != scores[0]->intraBw || scores[i]->intraNhops != scores[0]->intraNhops) sameIntra = false;
+    for (int i = 0; i < count; ++i) next[i] = (sortNet == -1 && sameIntra) ? scores[count - 1 - i]->g : scores[i]->g;
+  }
+
+  std::vector<std::vector<Score>> sortCache_;
+  std::vector<char> sortCached_;
+  const std::vector<Score>& sortedCandidates(int gpu) {
+    if (sortCache_.empty()) {
+      sortCache_.resize(ngpus());
+      sortCached_.assign(sortCache_.size(), 0);
+    }
+    if (!sortCached_[gpu]) {
+      sortCache_[gpu] = scoreCandidates(gpu, -1);
+      sortCached_[gpu] = 1;
+    }
+    return sortCache_[gpu];
+  }
+
+  std::vector<Score> scoreCandidates(int gpu, int netIdx) {
+    int n = ngpus();
     const auto& paths = sys_.of(NodeType::GPU)[gpu].paths[T(NodeType::GPU)];
-    const std::vector<Path>* netPaths = nullptr;
-    if (sortNet) netPaths = &sys_.of(NodeType::NET)[netIndex(g.inter[g.nChannels * 2])].paths[T(NodeType::GPU)];
-    SmallVec<Score, 32> scores;
+    const std::vector<Path>* netPaths = netIdx >= 0 ? &sys_.of(NodeType::NET)[netIdx].paths[T(NodeType::GPU)] : nullptr;
+    std::vector<Score> scores;
     for (int i = 1; i < n; ++i) {
       int p = (gpu + i) % n;
       if (paths[p].count() == 0) continue;
-      if (sys_.of(NodeType::GPU)[p].used & flag) continue;
-      Score s{p, i, paths[p].count(), static_cast<int>(paths[p].bw), 0, 0, 0};
+      Score sc{p, i, paths[p].count(), static_cast<int>(paths[p].bw), 0, 0, 0};
       if (netPaths) {
-        s.interNhops = (*netPaths)[p].count();
-        s.interPciBw = gpuPciBw(p);
-        s.interBw = static_cast<int>((*netPaths)[p].bw);
+        sc.interNhops = (*netPaths)[p].count();
+        sc.interPciBw = gpuPciBw(p);
+        sc.interBw = static_cast<int>((*netPaths)[p].bw);
       }
-      scores.push_back(s);
+      scores.push_back(sc);
     }
     std::sort(scores.begin(), scores.end(), [](const Score& a, const Score& b) {
       if (a.interBw != b.interBw) return a.interBw > b.interBw;
@@ -275,12 +308,7 @@ class Searcher {
       if (a.intraNhops != b.intraNhops) return a.intraNhops < b.intraNhops;
       return a.startIndex < b.startIndex;
     });
-    int count = static_cast<int>(scores.size());
-    next.resize(count);
-    bool sameIntra = true;
-    for (int i = 1; i < count; ++i)
-      if (scores[i].intraBw != scores[0].intraBw || scores[i].intraNhops != scores[0].intraNhops) sameIntra = false;
-    for (int i = 0; i < count; ++i) next[i] = (sortNet == -1 && sameIntra) ? scores[count - 1 - i].g : scores[i].g;
+    return scores;
   }
 
   int replayGetGpu(const Graph& g, int step) {
