@@ -461,6 +461,8 @@ std::vector<int> closestGpus(const System& sys, int net) {
   return gpus;
 }
 
+std::string cpuAffinity(const System& sys, int gpu) { return sys.of(NodeType::CPU)[localCpu(sys, gpu)].affinity; }
+
 int p2pChannelsToPeer(const System& sys, const Config& cfg, int g, int peerRank) {
   int peer = sys.gpuIndexOfRank(peerRank);
   if (peer >= 0) {

@@ -247,6 +247,7 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
     x["busId"] = fmt::format("{:x}", topology::busIdToInt64(gpu.busId));
     x["sm"] = gpu.cudaCompCap;
     x["gdr"] = gpu.gdrSupport;
+    x["cpuAffinity"] = paths::cpuAffinity(sys, g);
     json tg = json::array(), tn = json::array();
     for (int p = 0; p < sys.count(NodeType::GPU); ++p) {
       const auto& path = gpu.paths[static_cast<int>(NodeType::GPU)][p];

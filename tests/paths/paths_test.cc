@@ -109,6 +109,7 @@ TEST(Paths, LocalNicQueries) {
   int c = localCpu(s, 0);
   EXPECT_GE(c, 0);
   EXPECT_FALSE(s.of(NodeType::CPU)[c].affinity.empty());
+  EXPECT_EQ(cpuAffinity(s, 0), s.of(NodeType::CPU)[c].affinity);
 }
 
 TEST(Paths, TrimKeepsOnlyMyDomainAndSetsInter) {

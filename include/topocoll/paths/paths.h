@@ -62,6 +62,10 @@ int gpuMaxPath(const System& sys, NodeType type);
 std::vector<int> closestNets(const System& sys, int gpu);
 std::vector<int> closestGpus(const System& sys, int net);
 
+/// The cpuset (NCCL's hex mask form, from the XML's `affinity`) of the CPU closest to a GPU: where that rank's
+/// threads should run. Empty when the topology has no affinity.
+std::string cpuAffinity(const System& sys, int gpu);
+
 /// Number of channels NCCL gives point-to-point operations to a peer (ncclTopoGetNchannels).
 int p2pChannelsToPeer(const System& sys, const Config& cfg, int gpu, int peerRank);
 
