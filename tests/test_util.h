@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "topocoll/config.h"
@@ -26,6 +27,13 @@ inline const topology::Path& gpuPath(const topology::System& s, int g1, int g2) 
 }
 inline const topology::Path& netPath(const topology::System& s, int g, int n) {
   return s.of(topology::NodeType::GPU)[g].paths[static_cast<int>(topology::NodeType::NET)][n];
+}
+
+/// The smallest bandwidth among a path's links (what its bandwidth must equal).
+inline float minLinkBw(const topology::System& s, const topology::Path& p) {
+  float mn = 1e30f;
+  for (auto& hop : p.list) mn = std::min(mn, s.link(hop).bw);
+  return mn;
 }
 
 }  // namespace topocoll::testing

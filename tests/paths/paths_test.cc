@@ -130,9 +130,7 @@ TEST(Paths, PathBandwidthIsTheBottleneckOfItsLinks) {
         const auto& ps = s.of(NodeType::GPU)[g].paths[t];
         for (size_t i = 0; i < ps.size(); ++i) {
           if (ps[i].list.empty()) continue;
-          float mn = 1e30f;
-          for (auto& hop : ps[i].list) mn = std::min(mn, s.link(hop).bw);
-          EXPECT_FLOAT_EQ(ps[i].bw, mn) << f << " gpu " << g << " type " << t << " to " << i;
+          EXPECT_FLOAT_EQ(ps[i].bw, testing::minLinkBw(s, ps[i])) << f << " gpu " << g << " type " << t << " to " << i;
         }
       }
     }
