@@ -44,6 +44,7 @@ check matrix-json 0 '"matrix"' -- "$T" topo matrix --topo "$SEED" --json
 check paths-json 0 '"hops"' -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET3 --json
 check draw-json 0 '"format"' -- "$T" topo draw --topo "$SEED" --out "$tmp/t2.dot" --json
 check tune-json 0 '"selection"' -- "$T" tune --topo "$SEED" --nodes 2 --json
+check explain 0 "Most loaded link" -- "$T" plan --topo "$SEED" --nodes 2 --explain
 check plan-json 0 '"graph_dump_xml"' -- "$T" plan --topo "$SEED" --nodes 2 --json
 check tune-text 0 "NVLSTree" -- "$T" tune --topo "$SEED" --nodes 2 --coll allreduce
 check paths-one 0 "bottleneck" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET3

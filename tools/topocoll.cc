@@ -181,20 +181,26 @@ std::string planText(const Plan& plan, bool explain) {
     for (int gi = 0; gi < search::kNumGraphs; ++gi) {
       if (!plan.graphAvailable[gi] || plan.graphs[gi].nChannels == 0) continue;
       const auto& g = plan.graphs[gi];
-      out += fmt::format("- {}: {} channels x {:g} GB/s intra / {:g} GB/s inter = {:g} GB/s aggregate; system maxBw {:g}, "
+      out += fmt::format("- {}: {} channels x {:g} GB/s (intra) / {:g} GB/s (inter), path types {}/{}; system maxBw {:g}, "
                          "totalBw {:g}.\n",
-                         search::graphName(gi), g.nChannels, g.bwIntra, g.bwInter, g.nChannels * g.bwIntra, sys.maxBw,
-                         sys.totalBw);
+                         search::graphName(gi), g.nChannels, g.bwIntra, g.bwInter,
+                         topology::to_string(static_cast<topology::PathType>(g.typeIntra)),
+                         topology::to_string(static_cast<topology::PathType>(g.typeInter)), sys.maxBw, sys.totalBw);
+      auto b = search::findBottleneck(sys, g);
+      if (b.link.link >= 0) {
+        const auto& l = sys.link(b.link);
+        out += fmt::format("  Most loaded link: {} --{}--> {}: {} channel crossings use {:g} of its {:g} GB/s ({:.0f}%).\n",
+                           topology::nodeLabel(sys, b.link.node), topology::to_string(l.type),
+                           topology::nodeLabel(sys, l.rem), b.channels, b.used, b.capacity,
+                           b.capacity > 0 ? 100.0 * b.used / b.capacity : 0.0);
+        if (b.capacity > 0 && b.used * 1.0001f >= b.capacity)
+          out += "  It is saturated: another channel, or a faster speed for these channels, does not fit on it.\n";
+      }
       if (g.nChannels * g.bwIntra >= sys.totalBw)
-        out += "  The channels saturate the per-GPU total bandwidth (NVLink sum or PCI), so more channels or more speed "
-               "cannot help.\n";
-      else if (g.timedOut)
-        out += "  The search hit its step budget before proving a better solution impossible.\n";
-      else
-        out += fmt::format("  Every faster speed of the speed array failed on some link: the bottleneck is the {} path "
-                           "class ({}).\n",
-                           sys.inter ? "GPU-NIC" : "GPU-GPU",
-                           topology::to_string(static_cast<topology::PathType>(sys.inter ? g.typeInter : g.typeIntra)));
+        out += "  The channels already reach the GPUs' total bandwidth (NVLink sum or PCI), the search's stop condition.\n";
+      if (g.timedOut)
+        out += "  The search hit a step budget before it could prove that nothing better exists.\n";
+      if (g.fromFile) out += "  This graph came from a graph XML file, not from the search.\n";
     }
   }
   return out;

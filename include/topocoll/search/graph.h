@@ -64,3 +64,20 @@ std::string graphsToXml(const topology::System& sys, const std::vector<const Gra
 int graphFromXml(const topology::XmlDoc& doc, const topology::System& sys, const Config& cfg, Graph& graph);
 
 }  // namespace topocoll::search
+
+namespace topocoll::search {
+
+/// Why a graph has the bandwidth it has: the link its channels load the most, relative to its capacity.
+struct Bottleneck {
+  topology::LinkRef link;  // link.link < 0: nothing found (graph without channels)
+  float capacity = 0;      // the link's bandwidth in GB/s
+  float used = 0;          // bandwidth the graph's channels put on it (GB/s)
+  int channels = 0;        // channel crossings of that link
+  float nextSpeed = 0;     // the next speed of NCCL's array above the graph's, 0 when none
+};
+
+/// Accounts every channel's hops (GPU to GPU, NET to GPU and back, GPU to NVSwitch) on the system's links and
+/// returns the most loaded link.
+Bottleneck findBottleneck(const topology::System& sys, const Graph& graph);
+
+}  // namespace topocoll::search
