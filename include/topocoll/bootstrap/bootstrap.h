@@ -1,0 +1,81 @@
+// Bootstrap: how ranks find each other and exchange small records before any transport exists (seed 002's
+// bootstrapState). An interface, a TCP implementation and an in-memory one for multi-rank unit tests.
+//
+//   topocoll::bootstrap::RootHandle root;                      // on one process
+//   auto id = topocoll::bootstrap::createUniqueId(&root);      // ship `id` to every rank
+//   auto bs = topocoll::bootstrap::TcpBootstrap::connect(id, rank, nRanks, opts);
+//   bs->allGather(records.data(), sizeof(Record));             // every rank's slot filled
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace topocoll::bootstrap {
+
+/// Rank-to-rank exchange used during communicator initialisation. Every call blocks until done, its deadline
+/// passes (Error kTimeout naming the rank waited for) or the abort flag is set (Error kAborted).
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+  virtual int rank() const = 0;
+  virtual int nRanks() const = 0;
+  /// `data` holds nRanks slots of `size` bytes; this rank's slot is filled on entry, all slots on return.
+  virtual void allGather(void* data, size_t size) = 0;
+  /// Tagged point-to-point messages; messages of other (peer, tag) pairs are queued until asked for.
+  virtual void send(int peer, int tag, const void* data, size_t size) = 0;
+  virtual void recv(int peer, int tag, void* data, size_t size) = 0;
+  virtual void barrier();
+  virtual void broadcast(int root, void* data, size_t size);
+};
+
+struct Options {
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // TOPOCOLL_TIMEOUT, seconds
+  const std::atomic<bool>* abortFlag = nullptr;
+  size_t maxMessageBytes = 64u << 20;
+};
+
+/// Opaque, fixed-size rendezvous id: the root's address and a random magic (as ncclUniqueId, 128 bytes).
+struct UniqueId {
+  std::array<uint8_t, 128> bytes{};
+};
+
+/// The root listener that ranks register with; keep it alive until every rank has connected.
+class Root;
+struct RootHandle {
+  std::shared_ptr<Root> root;
+  ~RootHandle();
+};
+
+/// Starts a root listener (on `hostPort` "host:port" when given, as NCCL_COMM_ID; else an ephemeral port on the
+/// first non-loopback IPv4 address, loopback when there is none) and returns its id.
+UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort = "");
+
+class TcpBootstrap : public Bootstrap {
+ public:
+  /// Registers with the root, forms the bootstrap ring and learns every rank's address.
+  static std::unique_ptr<TcpBootstrap> connect(const UniqueId& id, int rank, int nRanks, const Options& opts = {});
+  ~TcpBootstrap() override;
+  int rank() const override { return rank_; }
+  int nRanks() const override { return nRanks_; }
+  void allGather(void* data, size_t size) override;
+  void send(int peer, int tag, const void* data, size_t size) override;
+  void recv(int peer, int tag, void* data, size_t size) override;
+
+  struct Impl;
+
+ private:
+  TcpBootstrap() = default;
+  int rank_ = 0, nRanks_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// All ranks in one process (threads), for tests of multi-rank logic.
+class InMemoryGroup;
+std::vector<std::unique_ptr<Bootstrap>> makeInMemoryGroup(int nRanks, const Options& opts = {});
+
+}  // namespace topocoll::bootstrap

@@ -1,0 +1,220 @@
+#include "bootstrap/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "topocoll/status.h"
+
+namespace topocoll::bootstrap {
+
+namespace {
+
+int msLeft(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 100));  // wake up to check the abort flag
+}
+
+void checkAbort(const std::atomic<bool>* abort, const std::string& what) {
+  if (abort && abort->load()) fail(StatusCode::kAborted, "bootstrap aborted while {}", what);
+}
+
+// Waits until fd is ready for `events` or the deadline passes.
+void waitFor(int fd, short events, Clock::time_point deadline, const std::atomic<bool>* abort, const std::string& what) {
+  while (true) {
+    checkAbort(abort, what);
+    if (Clock::now() >= deadline) fail(StatusCode::kTimeout, "timeout while {}", what);
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, msLeft(deadline));
+    if (r > 0) return;
+    if (r < 0 && errno != EINTR) fail(StatusCode::kSystemError, "poll failed while {}: {}", what, std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+std::string Address::toString() const {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (storage.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<const sockaddr_in*>(&storage);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  if (storage.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&storage);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+  }
+  return "?";
+}
+
+Address defaultAddress() {
+  Address out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+        continue;
+      std::string name = i->ifa_name;
+      if (name.rfind("docker", 0) == 0) continue;
+      std::memcpy(&out.storage, i->ifa_addr, sizeof(sockaddr_in));
+      out.len = sizeof(sockaddr_in);
+      break;
+    }
+    freeifaddrs(list);
+  }
+  if (out.len == 0) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&out.storage);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    out.len = sizeof(sockaddr_in);
+  }
+  return out;
+}
+
+Address parseHostPort(const std::string& hp) {
+  Address out;
+  std::string host, port;
+  if (!hp.empty() && hp[0] == '[') {
+    auto close = hp.find(']');
+    if (close == std::string::npos || close + 1 >= hp.size() || hp[close + 1] != ':')
+      fail(StatusCode::kInvalidArgument, "'{}': expected [ipv6]:port", hp);
+    host = hp.substr(1, close - 1);
+    port = hp.substr(close + 2);
+  } else {
+    auto colon = hp.rfind(':');
+    if (colon == std::string::npos) fail(StatusCode::kInvalidArgument, "'{}': expected host:port", hp);
+    host = hp.substr(0, colon);
+    port = hp.substr(colon + 1);
+  }
+  char* end = nullptr;
+  long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end || p < 0 || p > 65535) fail(StatusCode::kInvalidArgument, "'{}': bad port", hp);
+  auto* a4 = reinterpret_cast<sockaddr_in*>(&out.storage);
+  auto* a6 = reinterpret_cast<sockaddr_in6*>(&out.storage);
+  if (inet_pton(AF_INET, host.c_str(), &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<uint16_t>(p));
+    out.len = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<uint16_t>(p));
+    out.len = sizeof(sockaddr_in6);
+  } else {
+    fail(StatusCode::kInvalidArgument, "'{}': '{}' is not an IPv4 or IPv6 address", hp, host);
+  }
+  return out;
+}
+
+Socket& Socket::operator=(Socket&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+Socket::~Socket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Socket Socket::listen(const Address& addr, Address* bound) {
+  Socket s(::socket(addr.storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) fail(StatusCode::kSystemError, "socket(): {}", std::strerror(errno));
+  int one = 1;
+  setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) != 0)
+    fail(StatusCode::kSystemError, "bind({}): {}", addr.toString(), std::strerror(errno));
+  if (::listen(s.fd(), 16384) != 0) fail(StatusCode::kSystemError, "listen(): {}", std::strerror(errno));
+  if (bound) {
+    bound->len = sizeof(bound->storage);
+    getsockname(s.fd(), reinterpret_cast<sockaddr*>(&bound->storage), &bound->len);
+  }
+  fcntl(s.fd(), F_SETFL, fcntl(s.fd(), F_GETFL) | O_NONBLOCK);
+  return s;
+}
+
+Socket Socket::connect(const Address& addr, Clock::time_point deadline, const std::atomic<bool>* abort,
+                       const std::string& what) {
+  while (true) {
+    checkAbort(abort, what);
+    Socket s(::socket(addr.storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!s.valid()) fail(StatusCode::kSystemError, "socket(): {}", std::strerror(errno));
+    int r = ::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len);
+    if (r != 0 && errno == EINPROGRESS) {
+      waitFor(s.fd(), POLLOUT, deadline, abort, what);
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+      r = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (r == 0) {
+      int one = 1;
+      setsockopt(s.fd(), IPPROTO_TCP, 1 /*TCP_NODELAY*/, &one, sizeof(one));
+      return s;
+    }
+    if (errno != ECONNREFUSED && errno != ETIMEDOUT && errno != EAGAIN)
+      fail(StatusCode::kSystemError, "connect to {} failed while {}: {}", addr.toString(), what, std::strerror(errno));
+    if (Clock::now() >= deadline) fail(StatusCode::kTimeout, "timeout while {} (connecting to {})", what, addr.toString());
+    ::poll(nullptr, 0, 20);
+  }
+}
+
+Socket Socket::accept(Clock::time_point deadline, const std::atomic<bool>* abort, const std::string& what) {
+  while (true) {
+    waitFor(fd_, POLLIN, deadline, abort, what);
+    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c >= 0) return Socket(c);
+    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+      fail(StatusCode::kSystemError, "accept failed while {}: {}", what, std::strerror(errno));
+  }
+}
+
+void Socket::sendAll(const void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abort,
+                     const std::string& what) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::send(fd_, p, size, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      waitFor(fd_, POLLOUT, deadline, abort, what);
+      continue;
+    }
+    fail(StatusCode::kRemoteError, "connection lost while {}: {}", what, n < 0 ? std::strerror(errno) : "closed");
+  }
+}
+
+void Socket::recvAll(void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abort,
+                     const std::string& what) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = ::recv(fd_, p, size, 0);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      waitFor(fd_, POLLIN, deadline, abort, what);
+      continue;
+    }
+    fail(StatusCode::kRemoteError, "connection closed by the peer while {}", what);
+  }
+}
+
+}  // namespace topocoll::bootstrap
