@@ -21,11 +21,7 @@ struct Channel {
   TreeLinks tree;
 };
 
-struct TopoRanks {
-  int crossNicRing = 0;
-  std::vector<int> ringRecv, ringSend, ringPrev, ringNext, treeToParent, treeToChild0, treeToChild1;
-  std::vector<int> nvlsHeads;
-};
+
 
 int pow2Up(int v) {
   int r = 1;
@@ -40,79 +36,132 @@ int log2i(int n) {
 
 }  // namespace
 
-Connect connectJob(const std::vector<NodeGraphs>& nodes, const Config& cfg) {
-  if (nodes.empty()) fail(StatusCode::kInvalidArgument, "connectJob: no node");
-  Connect out;
-  const int nNodes = static_cast<int>(nodes.size());
-  int nRanks = 0;
-  for (auto& n : nodes) nRanks += n.ranks;
-  out.nRanks = nRanks;
-  out.nNodes = nNodes;
-  out.localRanks = nodes[0].ranks;
-  std::vector<int> rankToNode(nRanks);
-  for (int n = 0; n < nNodes; ++n)
-    for (int i = 0; i < nodes[n].ranks; ++i) rankToNode[nodes[n].firstRank + i] = n;
-
-  // Preset: every rank's view of its node's graphs.
-  std::vector<TopoRanks> topo(nRanks);
-  std::vector<std::vector<Channel>> ch(nRanks, std::vector<Channel>(kMaxChannels));
-  for (int n = 0; n < nNodes; ++n) {
-    const auto& G = nodes[n].graphs;
-    const int L = nodes[n].ranks;
-    const int nc = std::min(G[kGraphTree].nChannels, G[kGraphRing].nChannels);
-    for (int i = 0; i < L; ++i) {
-      int rank = nodes[n].firstRank + i;
-      TopoRanks& t = topo[rank];
-      t.crossNicRing = G[kGraphRing].crossNic;
-      t.ringRecv.assign(kMaxChannels, -1);
-      t.ringSend = t.ringPrev = t.ringNext = t.treeToParent = t.treeToChild0 = t.treeToChild1 = t.ringRecv;
-      for (int c = 0; c < nc; ++c) {
-        const int* ring = G[kGraphRing].intra.data() + c * L;
-        const int* tree = G[kGraphTree].intra.data() + c * L;
-        for (int k = 0; k < L; ++k) {
-          if (ring[k] == rank) {
-            t.ringRecv[c] = ring[0];
-            t.ringSend[c] = ring[L - 1];
-            t.ringPrev[c] = k == 0 ? -1 : ring[k - 1];
-            t.ringNext[c] = k == L - 1 ? -1 : ring[k + 1];
-          }
-          if (tree[k] == rank) {
-            int child0Index = G[kGraphTree].pattern == kPatternTree ? 0 : 1;
-            int child1Index = G[kGraphTree].pattern == kPatternSplitTree ? 1 : 0;
-            t.treeToParent[c] = tree[0];
-            t.treeToChild0[c] = tree[child0Index];
-            t.treeToChild1[c] = tree[child1Index];
-            ch[rank][c].tree.up = k == 0 ? -1 : tree[k - 1];
-            ch[rank][c].tree.down[0] = k == L - 1 ? -1 : tree[k + 1];
-          }
-        }
+RankTopo presetRank(int rank, const NodeGraphs& node) {
+  RankTopo t;
+  const auto& G = node.graphs;
+  const int L = node.ranks;
+  for (int a = 0; a < kNumGraphs; ++a) {
+    const Graph& g = G[a];
+    t.graphs[a] = GraphInfo{g.pattern, g.nChannels, g.sameChannels, g.bwIntra, g.bwInter, g.typeIntra, g.typeInter,
+                            g.crossNic};
+  }
+  t.searchedRing = G[kGraphRing].nChannels;
+  t.searchedTree = G[kGraphTree].nChannels;
+  const int nc = std::min(G[kGraphTree].nChannels, G[kGraphRing].nChannels);
+  t.nChannelsPreset = nc;
+  t.crossNicRing = G[kGraphRing].crossNic;
+  for (int c = 0; c < kMaxChannels; ++c) {
+    t.ringRecv[c] = t.ringSend[c] = t.ringPrev[c] = t.ringNext[c] = -1;
+    t.treeToParent[c] = t.treeToChild0[c] = t.treeToChild1[c] = t.treeUp[c] = t.treeDown[c] = -1;
+    t.nvlsHeads[c] = -1;
+  }
+  for (int c = 0; c < nc; ++c) {
+    const int* ring = G[kGraphRing].intra.data() + c * L;
+    const int* tree = G[kGraphTree].intra.data() + c * L;
+    for (int k = 0; k < L; ++k) {
+      if (ring[k] == rank) {
+        t.ringRecv[c] = ring[0];
+        t.ringSend[c] = ring[L - 1];
+        t.ringPrev[c] = k == 0 ? -1 : ring[k - 1];
+        t.ringNext[c] = k == L - 1 ? -1 : ring[k + 1];
       }
-      for (int c = 0; c < nc && nc + c < kMaxChannels; ++c) ch[rank][nc + c] = ch[rank][c];
-      const Graph& nv = G[kGraphNvls];
-      for (int c = 0; c < nv.nChannels; ++c) {
-        int head = nv.intra[c * L];
-        if (std::find(t.nvlsHeads.begin(), t.nvlsHeads.end(), head) == t.nvlsHeads.end()) t.nvlsHeads.push_back(head);
+      if (tree[k] == rank) {
+        int child0Index = G[kGraphTree].pattern == kPatternTree ? 0 : 1;
+        int child1Index = G[kGraphTree].pattern == kPatternSplitTree ? 1 : 0;
+        t.treeToParent[c] = tree[0];
+        t.treeToChild0[c] = tree[child0Index];
+        t.treeToChild1[c] = tree[child1Index];
+        t.treeUp[c] = k == 0 ? -1 : tree[k - 1];
+        t.treeDown[c] = k == L - 1 ? -1 : tree[k + 1];
       }
     }
   }
-  out.nChannelsSearchedRing = nodes[0].graphs[kGraphRing].nChannels;
-  out.nChannelsSearchedTree = nodes[0].graphs[kGraphTree].nChannels;
-  const int nChannelsOrig = std::min(nodes[0].graphs[kGraphTree].nChannels, nodes[0].graphs[kGraphRing].nChannels);
+  const Graph& nv = G[kGraphNvls];
+  for (int c = 0; c < nv.nChannels; ++c) {
+    int head = nv.intra[c * L];
+    if (std::find(t.nvlsHeads, t.nvlsHeads + t.nvlsHeadNum, head) == t.nvlsHeads + t.nvlsHeadNum)
+      t.nvlsHeads[t.nvlsHeadNum++] = head;
+  }
+  t.minCompCap = node.minCompCap;
+  t.maxCompCap = node.maxCompCap;
+  t.cpuArch = node.cpuArch;
+  t.cpuVendor = node.cpuVendor;
+  t.p2pnChannelsPerPeer = node.p2pnChannelsPerPeer;
+  t.nvlsSupport = node.nvlsSupport;
+  t.collnetSupport = node.collnetSupport;
+  t.localRanks = node.ranks;
+  t.minNetBw = node.minNetBw;
+  return t;
+}
+
+Connect connectJob(const std::vector<NodeGraphs>& nodes, const Config& cfg) {
+  if (nodes.empty()) fail(StatusCode::kInvalidArgument, "connectJob: no node");
+  int nRanks = 0;
+  for (auto& n : nodes) nRanks += n.ranks;
+  std::vector<RankTopo> all(nRanks);
+  for (auto& n : nodes)
+    for (int i = 0; i < n.ranks; ++i) all[n.firstRank + i] = presetRank(n.firstRank + i, n);
+  return connectRanks(all, cfg);
+}
+
+Connect connectRanks(const std::vector<RankTopo>& allIn, const Config& cfg) {
+  if (allIn.empty()) fail(StatusCode::kInvalidArgument, "connectRanks: no rank");
+  std::vector<RankTopo> topo = allIn;  // the crossNic ring alternation edits ranks' records
+  const int nRanks = static_cast<int>(topo.size());
+  Connect out;
+  out.nRanks = nRanks;
+  // Nodes as NCCL finds them: ranks sharing the first rank of their channel-0 ring.
+  std::vector<int> firstRanks, rankToNode(nRanks);
+  for (int r = 0; r < nRanks; ++r) {
+    int fr = topo[r].ringRecv[0];
+    auto it = std::find(firstRanks.begin(), firstRanks.end(), fr);
+    rankToNode[r] = static_cast<int>(it - firstRanks.begin());
+    if (it == firstRanks.end()) firstRanks.push_back(fr);
+  }
+  const int nNodes = static_cast<int>(firstRanks.size());
+  for (int n = 0; n < nNodes; ++n)
+    if (firstRanks[n] < 0 || firstRanks[n] >= nRanks)
+      fail(StatusCode::kInternal, "node {} has no ring (first rank {})", n, firstRanks[n]);
+  out.nNodes = nNodes;
+  out.localRanks = topo[0].localRanks;
+  std::vector<std::vector<Channel>> ch(nRanks, std::vector<Channel>(kMaxChannels));
+  const int nChannelsOrig = topo[0].nChannelsPreset;
+  for (int r = 0; r < nRanks; ++r) {
+    const int nc = topo[r].nChannelsPreset;
+    for (int c = 0; c < nc; ++c) {
+      ch[r][c].tree.up = topo[r].treeUp[c];
+      ch[r][c].tree.down[0] = topo[r].treeDown[c];
+    }
+    for (int c = 0; c < nc && nc + c < kMaxChannels; ++c) ch[r][nc + c] = ch[r][c];
+  }
+  out.nChannelsSearchedRing = topo[0].searchedRing;
+  out.nChannelsSearchedTree = topo[0].searchedTree;
   out.nChannelsPreset = nChannelsOrig;
 
   // AllGather3: align every rank's graphs (min of bandwidths and channels, max of path types).
-  out.aligned = nodes[0].graphs;
-  out.minCompCap = nodes[0].minCompCap;
-  out.maxCompCap = nodes[0].maxCompCap;
-  out.cpuArch = nodes[0].cpuArch;
-  out.cpuVendor = nodes[0].cpuVendor;
-  int p2pPerPeer = nodes[0].p2pnChannelsPerPeer;
-  float minNetBw = nodes[0].minNetBw;
+  for (int a = 0; a < kNumGraphs; ++a) {
+    const GraphInfo& gi = topo[0].graphs[a];
+    Graph& g = out.aligned[a];
+    g.pattern = gi.pattern;
+    g.nChannels = gi.nChannels;
+    g.sameChannels = gi.sameChannels;
+    g.bwIntra = gi.bwIntra;
+    g.bwInter = gi.bwInter;
+    g.typeIntra = gi.typeIntra;
+    g.typeInter = gi.typeInter;
+    g.crossNic = gi.crossNic;
+  }
+  out.minCompCap = topo[0].minCompCap;
+  out.maxCompCap = topo[0].maxCompCap;
+  out.cpuArch = topo[0].cpuArch;
+  out.cpuVendor = topo[0].cpuVendor;
+  int p2pPerPeer = topo[0].p2pnChannelsPerPeer;
+  float minNetBw = topo[0].minNetBw;
   int minLocalRanks = INT_MAX;
-  for (auto& n : nodes) {
+  for (auto& t : topo) {
     for (int a = 0; a < kNumGraphs; ++a) {
       Graph& g = out.aligned[a];
-      const Graph& o = n.graphs[a];
+      const GraphInfo& o = t.graphs[a];
       g.nChannels = std::min(g.nChannels, o.nChannels);
       g.sameChannels = std::min(g.sameChannels, o.sameChannels);
       g.bwIntra = std::min(g.bwIntra, o.bwIntra);
@@ -121,20 +170,20 @@ Connect connectJob(const std::vector<NodeGraphs>& nodes, const Config& cfg) {
       g.typeInter = std::max(g.typeInter, o.typeInter);
       g.crossNic = std::max(g.crossNic, o.crossNic);
     }
-    out.maxTreePattern = std::max(out.maxTreePattern, n.graphs[kGraphTree].pattern);
-    out.minCompCap = std::min(out.minCompCap, n.minCompCap);
-    out.maxCompCap = std::max(out.maxCompCap, n.maxCompCap);
-    if (out.cpuArch != n.cpuArch) out.cpuArch = topology::kCpuArchMixed;
-    if (out.cpuVendor != n.cpuVendor) out.cpuVendor = topology::kCpuVendorMixed;
-    p2pPerPeer = std::min(p2pPerPeer, n.p2pnChannelsPerPeer);
-    minNetBw = std::min(minNetBw, n.minNetBw);
-    minLocalRanks = std::min(minLocalRanks, n.ranks);
+    out.maxTreePattern = std::max(out.maxTreePattern, t.graphs[kGraphTree].pattern);
+    out.minCompCap = std::min(out.minCompCap, t.minCompCap);
+    out.maxCompCap = std::max(out.maxCompCap, t.maxCompCap);
+    if (out.cpuArch != t.cpuArch) out.cpuArch = topology::kCpuArchMixed;
+    if (out.cpuVendor != t.cpuVendor) out.cpuVendor = topology::kCpuVendorMixed;
+    p2pPerPeer = std::min(p2pPerPeer, t.p2pnChannelsPerPeer);
+    minNetBw = std::min(minNetBw, t.minNetBw);
+    minLocalRanks = std::min(minLocalRanks, t.localRanks);
   }
-  out.collnetEnable = nodes[0].collnetSupport && out.aligned[kGraphCollnetChain].nChannels > 0 ? 1 : 0;
-  out.nvlsSupport = nodes[0].nvlsSupport ? 1 : 0;
+  out.collnetEnable = topo[0].collnetSupport && out.aligned[kGraphCollnetChain].nChannels > 0 ? 1 : 0;
+  out.nvlsSupport = topo[0].nvlsSupport ? 1 : 0;
   if (out.aligned[kGraphNvls].nChannels == 0) out.nvlsSupport = 0;
   if (out.nvlsSupport) {
-    int nvlsCh = nodes[0].minCompCap >= 100 ? (nNodes > 1 ? 32 : 24) : 16;
+    int nvlsCh = topo[0].minCompCap >= 100 ? (nNodes > 1 ? 32 : 24) : 16;
     if (out.minCompCap >= 100 && nNodes > 1) {
       int ppn = minLocalRanks;
       if (nNodes == 2 && minNetBw >= 48.0f) nvlsCh = 32;
@@ -161,8 +210,6 @@ Connect connectJob(const std::vector<NodeGraphs>& nodes, const Config& cfg) {
       }
     }
   }
-  std::vector<int> firstRanks(nNodes);
-  for (int n = 0; n < nNodes; ++n) firstRanks[n] = nodes[n].firstRank;
   std::vector<int> ringPrev(static_cast<size_t>(nRanks) * kMaxChannels, -1), ringNext = ringPrev;
   for (int c = 0; c < nChannels; ++c) {
     for (int r = 0; r < nRanks; ++r) {
@@ -247,7 +294,7 @@ Connect connectJob(const std::vector<NodeGraphs>& nodes, const Config& cfg) {
 
   // NVLS heads and the trees between them.
   int minHeadNum = INT_MAX;
-  for (int n = 0; n < nNodes; ++n) minHeadNum = std::min(minHeadNum, static_cast<int>(topo[firstRanks[n]].nvlsHeads.size()));
+  for (int n = 0; n < nNodes; ++n) minHeadNum = std::min(minHeadNum, topo[firstRanks[n]].nvlsHeadNum);
   if (!out.nvlsSupport) minHeadNum = 0;
   if (minHeadNum == 0) out.nvlsChannels = 0;
   out.nvls.assign(nRanks, std::vector<NvlsLinks>(2));

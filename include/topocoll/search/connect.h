@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include "topocoll/config.h"
@@ -58,8 +59,36 @@ struct Connect {
   std::vector<std::vector<NvlsLinks>> nvls;   // [rank][channel] (first two channels)
 };
 
+/// The per-graph summary every rank shares (NCCL's graphInfo).
+struct GraphInfo {
+  int32_t pattern = 0, nChannels = 0, sameChannels = 0;
+  float bwIntra = 0, bwInter = 0;
+  int32_t typeIntra = 0, typeInter = 0, crossNic = 0;
+};
+
+/// One rank's fixed-size record of the graph-info allgather (NCCL's allGather3: graphInfo + ncclTopoRanks), made
+/// by presetRank() from its node's graphs. Plain data, so a bootstrap can exchange it as bytes.
+struct RankTopo {
+  GraphInfo graphs[kNumGraphs];
+  int32_t searchedRing = 0, searchedTree = 0, nChannelsPreset = 0, crossNicRing = 0;
+  int32_t ringRecv[kMaxChannels], ringSend[kMaxChannels], ringPrev[kMaxChannels], ringNext[kMaxChannels];
+  int32_t treeToParent[kMaxChannels], treeToChild0[kMaxChannels], treeToChild1[kMaxChannels];
+  int32_t treeUp[kMaxChannels], treeDown[kMaxChannels];  // the chain inside the node
+  int32_t nvlsHeadNum = 0, nvlsHeads[kMaxChannels];
+  int32_t minCompCap = 0, maxCompCap = 0, cpuArch = 0, cpuVendor = 0, p2pnChannelsPerPeer = 0;
+  int32_t nvlsSupport = 0, collnetSupport = 0, localRanks = 0;
+  float minNetBw = 0;
+};
+
+/// ncclTopoPreset for `rank`, a rank of `node`.
+RankTopo presetRank(int rank, const NodeGraphs& node);
+
+/// Alignment and postset from every rank's record (index = rank). Nodes are found as NCCL finds them (ranks sharing
+/// their ring's first rank). Throws Error(kInternal) if a ring does not close.
+Connect connectRanks(const std::vector<RankTopo>& all, const Config& cfg);
+
 /// Everything after the per-node searches, for all ranks at once. `nodes[n]` holds node n's graphs with global
-/// ranks. Throws Error(kInternal) if a ring does not close.
+/// ranks.
 Connect connectJob(const std::vector<NodeGraphs>& nodes, const Config& cfg);
 
 }  // namespace topocoll::search
