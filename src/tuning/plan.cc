@@ -13,19 +13,6 @@ namespace topocoll {
 using topology::NodeType;
 using topology::PathType;
 
-namespace {
-
-search::Graph makeGraph(int id, int pattern, int minCh, int maxCh, int collNet = 0) {
-  search::Graph g;
-  g.id = id;
-  g.pattern = pattern;
-  g.minChannels = minCh;
-  g.maxChannels = maxCh;
-  g.collNet = collNet;
-  return g;
-}
-
-}  // namespace
 
 Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg) {
   auto t0 = std::chrono::steady_clock::now();
@@ -64,78 +51,15 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
          topo.source, job.nNodes);
   paths::prepareForSearch(sys, cfg, 0, plan.nRanks);
 
-  // Searches (initTransportsRank order).
-  auto ts = std::chrono::steady_clock::now();
-  auto& G = plan.graphs;
-  G[search::kGraphRing] = makeGraph(0, search::kPatternRing, 1, search::kMaxChannels / 2);
-  search::compute(sys, cfg, G[search::kGraphRing]);
-  int ringCh = G[search::kGraphRing].nChannels;
-  G[search::kGraphTree] = makeGraph(1, search::kPatternBalancedTree, ringCh, ringCh);
-  search::compute(sys, cfg, G[search::kGraphTree]);
-  plan.graphAvailable[search::kGraphRing] = plan.graphAvailable[search::kGraphTree] = true;
-  bool anyColl = false;
-  for (auto& n : sys.of(NodeType::NET)) anyColl |= n.collSupport != 0;
-  bool collnet = cfg.collnetEnable == 1 && anyColl && sys.inter;
-  G[search::kGraphCollnetChain] = makeGraph(2, search::kPatternTree, ringCh, ringCh, 1);
-  G[search::kGraphCollnetDirect] = makeGraph(4, search::kPatternCollnetDirect, 1, search::kMaxChannels, 1);
-  if (collnet) {
-    search::compute(sys, cfg, G[search::kGraphCollnetChain]);
-    search::compute(sys, cfg, G[search::kGraphCollnetDirect]);
-    plan.graphAvailable[search::kGraphCollnetChain] = plan.graphAvailable[search::kGraphCollnetDirect] = true;
-  }
-  int ccMin = 1 << 30, ccMax = 0;
-  for (auto& d : sys.of(NodeType::DEV)) {
-    ccMin = std::min(ccMin, d.cudaCompCap);
-    ccMax = std::max(ccMax, d.cudaCompCap);
-  }
-  bool nvlsSupport = false;
-  if (cfg.nvlsEnable != 0 && sys.count(NodeType::GPU) >= 2) {
-    nvlsSupport = cfg.nvlsEnable == 1 || (ccMin >= 90 && sys.count(NodeType::NVS) > 0);
-  }
-  G[search::kGraphNvls] = makeGraph(3, search::kPatternNvls, 1, search::kMaxChannels);
-  if (nvlsSupport) {
-    search::compute(sys, cfg, G[search::kGraphNvls]);
-    plan.graphAvailable[search::kGraphNvls] = true;
-  }
-  plan.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count();
-
-  // Per-rank values every node shares (all nodes are described by the same topology).
-  int perPeer = search::kMaxChannels;
-  for (int g = 0; g < sys.count(NodeType::GPU); ++g) {
-    for (int r = 0; r < plan.nRanks; ++r) {
-      if (r >= plan.localRanks && r != plan.localRanks) continue;  // one remote peer stands for all
-      int n = paths::p2pChannelsToPeer(sys, cfg, g, r);
-      if (n >= 0) perPeer = std::min(perPeer, n);
-    }
-  }
-  float minNetBw = 0;
-  if (sys.count(NodeType::NET) > 0) {
-    minNetBw = 1e30f;
-    for (int g = 0; g < sys.count(NodeType::GPU); ++g) {
-      int rank = sys.of(NodeType::GPU)[g].rank;
-      int64_t first = 0;
-      for (int c = 0; c < search::kMaxChannels; ++c) {
-        int64_t id = paths::localNet(sys, cfg, rank, c);
-        if (c == 0) first = id;
-        else if (id == first) break;
-        minNetBw = std::min(minNetBw, sys.of(NodeType::GPU)[g].paths[static_cast<int>(NodeType::NET)][sys.indexOf(NodeType::NET, id)].bw);
-      }
-    }
-  }
+  search::NodeGraphs node0 = search::searchNode(sys, cfg, plan.nRanks);
+  plan.graphs = node0.graphs;
+  plan.graphAvailable = node0.available;
+  plan.searchMs = node0.searchMs;
   std::vector<search::NodeGraphs> nodes(job.nNodes);
   for (int n = 0; n < job.nNodes; ++n) {
     auto& ng = nodes[n];
-    ng.graphs = G;
-    ng.ranks = plan.localRanks;
+    ng = node0;
     ng.firstRank = n * plan.localRanks;
-    ng.minCompCap = ccMin;
-    ng.maxCompCap = ccMax;
-    ng.p2pnChannelsPerPeer = perPeer;
-    ng.minNetBw = minNetBw;
-    ng.cpuArch = sys.of(NodeType::CPU)[0].arch;
-    ng.cpuVendor = sys.of(NodeType::CPU)[0].vendor;
-    ng.nvlsSupport = nvlsSupport;
-    ng.collnetSupport = collnet;
     if (n > 0) {
       for (auto& g : ng.graphs)
         for (auto& r : g.intra) r += ng.firstRank;
@@ -143,20 +67,7 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
   }
   plan.connect = search::connectJob(nodes, cfg);
 
-  tuning::JobInfo ji;
-  ji.nRanks = plan.nRanks;
-  ji.nNodes = job.nNodes;
-  ji.localRanks = ji.maxLocalRanks = plan.localRanks;
-  ji.minCompCap = plan.connect.minCompCap;
-  ji.maxCompCap = plan.connect.maxCompCap;
-  ji.cpuArch = plan.connect.cpuArch;
-  ji.cpuVendor = plan.connect.cpuVendor;
-  ji.maxTreePattern = plan.connect.maxTreePattern;
-  ji.nChannels = plan.connect.nChannels;
-  ji.nvlsChannels = plan.connect.nvlsChannels;
-  ji.nvlsSupport = plan.connect.nvlsSupport;
-  ji.collnetEnable = plan.connect.collnetEnable;
-  ji.nvsCount = sys.count(NodeType::NVS);
+  tuning::JobInfo ji = tuning::jobInfo(plan.connect, sys.count(NodeType::NVS));
   plan.model = tuning::tuneModel(ji, plan.connect.aligned, cfg);
   plan.wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;

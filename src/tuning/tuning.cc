@@ -144,6 +144,24 @@ int dataTypeSize(const std::string& s) {
   return -1;
 }
 
+JobInfo jobInfo(const search::Connect& c, int nvsCount) {
+  JobInfo ji;
+  ji.nRanks = c.nRanks;
+  ji.nNodes = c.nNodes;
+  ji.localRanks = ji.maxLocalRanks = c.localRanks;
+  ji.minCompCap = c.minCompCap;
+  ji.maxCompCap = c.maxCompCap;
+  ji.cpuArch = c.cpuArch;
+  ji.cpuVendor = c.cpuVendor;
+  ji.maxTreePattern = c.maxTreePattern;
+  ji.nChannels = c.nChannels;
+  ji.nvlsChannels = c.nvlsChannels;
+  ji.nvlsSupport = c.nvlsSupport;
+  ji.collnetEnable = c.collnetEnable;
+  ji.nvsCount = nvsCount;
+  return ji;
+}
+
 Model tuneModel(const JobInfo& job, const std::array<Graph, search::kNumGraphs>& sg, const Config& cfg) {
   Model m;
   m.job = job;

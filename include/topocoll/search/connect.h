@@ -43,7 +43,14 @@ struct NodeGraphs {
   int cpuArch = 0, cpuVendor = 0;
   bool nvlsSupport = false;
   bool collnetSupport = false;
+  std::array<bool, kNumGraphs> available = {};  // which graphs were searched
+  double searchMs = 0;
 };
+
+/// Everything one rank of NCCL computes for its node after the paths (initTransportsRank): the ring, tree,
+/// CollNet and NVLS searches in NCCL's order, NVLS and CollNet support, P2P channels per peer and the minimum
+/// NIC bandwidth. `sys` is the rank's system after prepareForSearch; `nRanks` the job's size.
+NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks);
 
 struct Connect {
   int nNodes = 0, localRanks = 0, nRanks = 0;

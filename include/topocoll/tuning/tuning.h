@@ -35,6 +35,9 @@ struct JobInfo {
   int nvsCount = 0;
 };
 
+/// The job facts after connect (comm fields NCCL's tuner reads).
+JobInfo jobInfo(const search::Connect& c, int nvsCount);
+
 /// Tuning tables (comm->latencies, comm->bandwidths, comm->maxThreads, comm->threadThresholds).
 struct Model {
   JobInfo job;
