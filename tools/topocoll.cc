@@ -17,6 +17,7 @@
 #include "topocoll/topology/node_xml.h"
 #include "topocoll/topology/render.h"
 #include "plot.h"
+#include "topocoll/runtime/communicator.h"
 
 using namespace topocoll;
 
@@ -148,6 +149,73 @@ std::string channelOverlay(const Plan& plan) {
   return out;
 }
 
+// NCCL's "Channel cc/nn : ..." ring lines and each rank's "Trees [c] d0/d1/d2->r->up" (the first 64 ranks).
+std::string ringsAndTrees(const search::Connect& c, int nRanks) {
+  std::string out;
+  for (size_t ch = 0; ch < c.rings.size(); ++ch) {
+    std::string line = fmt::format("Channel {:02d}/{:02d} :", ch, c.rings.size());
+    for (int r : c.rings[ch]) line += fmt::format(" {}", r);
+    out += line + "\n";
+  }
+  for (int r = 0; r < std::min<int>(nRanks, 64); ++r) {
+    std::string line = fmt::format("Rank {:3d} Trees", r);
+    for (size_t ch = 0; ch < c.trees[r].size(); ++ch) {
+      const auto& t = c.trees[r][ch];
+      line += fmt::format(" [{}] {}/{}/{}->{}->{}", ch, t.down[0], t.down[1], t.down[2], r, t.up);
+    }
+    out += line + "\n";
+  }
+  if (nRanks > 64) out += fmt::format("... ({} more ranks; --json has all)\n", nRanks - 64);
+  return out;
+}
+
+std::string commCheck(bool json) {
+  auto comm = runtime::Communicator::initFromEnv(Env::fromProcess());
+  const auto& tm = comm->timings();
+  std::vector<runtime::InitTimings> all(comm->nRanks());
+  all[comm->rank()] = tm;
+  comm->bootstrap().allGather(all.data(), sizeof(runtime::InitTimings));
+  if (comm->rank() != 0) return "";
+  const auto& c = comm->connect();
+  if (json) {
+    nlohmann::ordered_json j;
+    j["nranks"] = comm->nRanks();
+    j["nNodes"] = c.nNodes;
+    j["hostMemory"] = comm->hostMemory();
+    auto peers = nlohmann::ordered_json::array();
+    for (auto& p : comm->peers())
+      peers.push_back({{"rank", p.rank}, {"hostHash", fmt::format("{:x}", p.hostHash)}, {"dev", p.dev},
+                       {"busId", fmt::format("{:x}", p.busId)}, {"numa", p.numaNode}});
+    j["peers"] = peers;
+    j["rings"] = c.rings;
+    auto trees = nlohmann::ordered_json::array();
+    for (auto& perRank : c.trees) {
+      auto rj = nlohmann::ordered_json::array();
+      for (auto& t : perRank) rj.push_back({{"up", t.up}, {"down", t.down}});
+      trees.push_back(rj);
+    }
+    j["trees"] = trees;
+    auto tj = nlohmann::ordered_json::array();
+    for (auto& x : all)
+      tj.push_back({{"bootstrap", x.bootstrap}, {"allgathers", x.allgathers}, {"topology", x.topology},
+                    {"search", x.search}, {"connect", x.connect}, {"total", x.total}});
+    j["initTimingsMs"] = tj;
+    return j.dump(1) + "\n";
+  }
+  std::string out = fmt::format("comm-check: {} ranks on {} node(s), {} ranks\n", comm->nRanks(), c.nNodes,
+                                comm->hostMemory() ? "host-memory" : "GPU");
+  out += fmt::format("{:>5} {:>18} {:>5} {:>6} {:>4}\n", "rank", "host", "dev", "busId", "numa");
+  for (auto& p : comm->peers())
+    out += fmt::format("{:>5} {:>18x} {:>5} {:>6x} {:>4}\n", p.rank, p.hostHash, p.dev, p.busId < 0 ? 0 : p.busId, p.numaNode);
+  out += ringsAndTrees(c, comm->nRanks());
+  for (int r = 0; r < comm->nRanks(); ++r)
+    out += fmt::format("Init timings (ms) rank {}: bootstrap {:.2f} allgathers {:.2f} topology {:.2f} search {:.2f} "
+                       "connect {:.2f} total {:.2f}\n",
+                       r, all[r].bootstrap, all[r].allgathers, all[r].topology, all[r].search, all[r].connect,
+                       all[r].total);
+  return out;
+}
+
 std::string planText(const Plan& plan, bool explain) {
   std::string out;
   const auto& sys = plan.system;
@@ -162,20 +230,7 @@ std::string planText(const Plan& plan, bool explain) {
   const auto& c = plan.connect;
   out += fmt::format("\n{} coll channels, {} nvls channels, {} p2p channels, {} p2p channels per peer\n",
                      c.nChannels, c.nvlsChannels, c.p2pnChannels, c.p2pnChannelsPerPeer);
-  for (size_t ch = 0; ch < c.rings.size(); ++ch) {
-    std::string line = fmt::format("Channel {:02d}/{:02d} :", ch, c.rings.size());
-    for (int r : c.rings[ch]) line += fmt::format(" {}", r);
-    out += line + "\n";
-  }
-  for (int r = 0; r < std::min<int>(plan.nRanks, 64); ++r) {
-    std::string line = fmt::format("Rank {:3d} Trees", r);
-    for (size_t ch = 0; ch < c.trees[r].size(); ++ch) {
-      const auto& t = c.trees[r][ch];
-      line += fmt::format(" [{}] {}/{}/{}->{}->{}", ch, t.down[0], t.down[1], t.down[2], r, t.up);
-    }
-    out += line + "\n";
-  }
-  if (plan.nRanks > 64) out += fmt::format("... ({} more ranks; --json has all)\n", plan.nRanks - 64);
+  out += ringsAndTrees(c, plan.nRanks);
   if (explain) {
     out += "\nExplain:\n";
     for (int gi = 0; gi < search::kNumGraphs; ++gi) {
@@ -262,6 +317,12 @@ int main(int argc, char** argv) {
   tune->add_option("--type", typeName, "Data type (float32, float16, bfloat16, int8, float64, ...)");
   tune->add_option("--plot", plotOut, "Draw predicted busbw vs size as SVG");
   auto* params = app.add_subcommand("params", "List every knob topocoll reads, with defaults and current values");
+  bool ccJson = false;
+  auto* commCheckCmd = app.add_subcommand(
+      "comm-check",
+      "Initialise a communicator from the launcher's environment (mpirun, srun, torchrun, or RANK/WORLD_SIZE with "
+      "NCCL_COMM_ID) and print, from rank 0, the peers, rings, trees and init timings");
+  commCheckCmd->add_flag("--json", ccJson, "Machine-readable output");
 
   try {
     app.parse(argc, argv);
@@ -272,6 +333,10 @@ int main(int argc, char** argv) {
   try {
     Env env = Env::fromProcess();
     Config cfg = Config::fromEnv(env);
+    if (commCheckCmd->parsed()) {
+      std::cout << commCheck(ccJson) << std::flush;
+      return 0;
+    }
     if (params->parsed()) {
       for (auto& k : knobRegistry()) {
         auto v = env.get(k.name);

@@ -12,7 +12,8 @@ class Env {
  public:
   Env() = default;
   explicit Env(std::map<std::string, std::string> vars) : vars_(std::move(vars)) {}
-  /// Copies every NCCL_* and TOPOCOLL_* variable of the current process.
+  /// Copies the NCCL_*, TOPOCOLL_* and launcher (OMPI_*, SLURM_*, PMIX_*, RANK, WORLD_SIZE, LOCAL_RANK,
+  /// MASTER_ADDR, MASTER_PORT) variables of the current process.
   static Env fromProcess();
 
   std::optional<std::string> get(const std::string& name) const;

@@ -106,10 +106,10 @@ void Bootstrap::broadcast(int root, void* data, size_t size) {
 
 class Root {
  public:
-  Root(const Address& bindAddr) {
+  Root(const Address& bindAddr, uint64_t magic) {
     listener_ = Socket::listen(bindAddr, &addr_);
     std::random_device rd;
-    magic_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 0x746f706f636f6c6cULL;
+    magic_ = magic ? magic : (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 0x746f706f636f6c6cULL;
     thread_ = std::thread([this] { run(); });
   }
   ~Root() {
@@ -208,15 +208,23 @@ class Root {
 
 RootHandle::~RootHandle() = default;
 
-UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort) {
-  Address bind = hostPort.empty() ? defaultAddress() : parseHostPort(hostPort);
-  auto root = std::make_shared<Root>(bind);
-  if (holder) holder->root = root;
+UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic) {
   UniqueId id;
-  uint64_t magic = root->magic();
-  WireAddr w = toWire(root->address());
+  WireAddr w = toWire(parseHostPort(hostPort));
   std::memcpy(id.bytes.data(), &magic, sizeof(magic));
   std::memcpy(id.bytes.data() + sizeof(magic), &w, sizeof(w));
+  return id;
+}
+
+UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort, uint64_t magic) {
+  Address bind = hostPort.empty() ? defaultAddress() : parseHostPort(hostPort);
+  auto root = std::make_shared<Root>(bind, magic);
+  if (holder) holder->root = root;
+  UniqueId id;
+  uint64_t m = root->magic();
+  WireAddr w = toWire(root->address());
+  std::memcpy(id.bytes.data(), &m, sizeof(m));
+  std::memcpy(id.bytes.data() + sizeof(m), &w, sizeof(w));
   return id;
 }
 

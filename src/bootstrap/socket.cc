@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -110,7 +111,16 @@ Address parseHostPort(const std::string& hp) {
     a6->sin6_port = htons(static_cast<uint16_t>(p));
     out.len = sizeof(sockaddr_in6);
   } else {
-    fail(StatusCode::kInvalidArgument, "'{}': '{}' is not an IPv4 or IPv6 address", hp, host);
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
+      fail(StatusCode::kInvalidArgument, "'{}': cannot resolve host '{}'", hp, host);
+    std::memcpy(&out.storage, res->ai_addr, res->ai_addrlen);
+    out.len = res->ai_addrlen;
+    freeaddrinfo(res);
+    if (out.storage.ss_family == AF_INET) a4->sin_port = htons(static_cast<uint16_t>(p));
+    else a6->sin6_port = htons(static_cast<uint16_t>(p));
   }
   return out;
 }

@@ -12,7 +12,12 @@ Env Env::fromProcess() {
     const char* eq = std::strchr(*e, '=');
     if (!eq) continue;
     std::string key(*e, eq - *e);
-    if (key.rfind("NCCL_", 0) == 0 || key.rfind("TOPOCOLL_", 0) == 0) vars[key] = eq + 1;
+    static const char* prefixes[] = {"NCCL_", "TOPOCOLL_", "OMPI_", "SLURM_", "PMIX_"};
+    static const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+    bool keep = false;
+    for (const char* p : prefixes) keep |= key.rfind(p, 0) == 0;
+    for (const char* n : names) keep |= key == n;
+    if (keep) vars[key] = eq + 1;
   }
   return Env(std::move(vars));
 }

@@ -52,8 +52,10 @@ struct RootHandle {
 };
 
 /// Starts a root listener (on `hostPort` "host:port" when given, as NCCL_COMM_ID; else an ephemeral port on the
-/// first non-loopback IPv4 address, loopback when there is none) and returns its id.
-UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort = "");
+/// first non-loopback IPv4 address, loopback when there is none) and returns its id. `magic` 0 draws a random one.
+UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort = "", uint64_t magic = 0);
+/// The id of a root that another process starts at `hostPort` with `magic` (launcher-driven jobs).
+UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic);
 
 class TcpBootstrap : public Bootstrap {
  public:

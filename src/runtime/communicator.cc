@@ -1,0 +1,230 @@
+#include "topocoll/runtime/communicator.h"
+
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "topocoll/paths/paths.h"
+#include "topocoll/status.h"
+#include "topocoll/topology/discovery.h"
+#include "topocoll/topology/node_xml.h"
+
+namespace topocoll::runtime {
+
+using topology::NodeType;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ULL + 0x9e3779b97f4a7c15ULL; }
+
+int currentNumaNode() {
+  int cpu = sched_getcpu();
+  if (cpu < 0) return 0;
+  for (int n = 0; n < 1024; ++n) {
+    std::string p = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/node" + std::to_string(n);
+    if (access(p.c_str(), F_OK) == 0) return n;
+  }
+  return 0;
+}
+
+// A host-memory job's node: the host's ranks ordered by NUMA node then rank, one ring and one chain.
+search::NodeGraphs hostMemoryNode(const std::vector<PeerInfo>& peers, uint64_t host) {
+  std::vector<const PeerInfo*> local;
+  for (auto& p : peers)
+    if (p.hostHash == host) local.push_back(&p);
+  std::stable_sort(local.begin(), local.end(), [](const PeerInfo* a, const PeerInfo* b) {
+    return a->numaNode != b->numaNode ? a->numaNode < b->numaNode : a->rank < b->rank;
+  });
+  search::NodeGraphs ng;
+  ng.ranks = static_cast<int>(local.size());
+  ng.firstRank = local[0]->rank;
+  const int nc = 2;
+  for (int gi : {search::kGraphRing, search::kGraphTree}) {
+    auto& g = ng.graphs[gi];
+    g.id = gi;
+    g.pattern = gi == search::kGraphRing ? search::kPatternRing : search::kPatternTree;
+    g.nChannels = nc;
+    g.bwIntra = g.bwInter = 1.0f;
+    g.typeIntra = static_cast<int>(topology::PathType::SYS);
+    g.typeInter = static_cast<int>(topology::PathType::NET);
+    g.intra.assign(static_cast<size_t>(search::kMaxChannels) * ng.ranks, 0);
+    g.inter.assign(search::kMaxChannels * 2, 0);
+    for (int c = 0; c < nc; ++c)
+      for (int i = 0; i < ng.ranks; ++i) g.intra[c * ng.ranks + i] = local[i]->rank;
+    ng.available[gi] = true;
+  }
+  ng.p2pnChannelsPerPeer = 2;
+  return ng;
+}
+
+}  // namespace
+
+InitOptions InitOptions::fromEnv(const Env& env) {
+  InitOptions o;
+  o.cfg = Config::fromEnv(env);
+  o.hostId = env.get("NCCL_HOSTID").value_or("");
+  o.topoFile = o.cfg.topoFile;
+  auto sim = env.get("TOPOCOLL_SIMULATE_GPUS").value_or("0");
+  if (sim != "0" && sim != "1") fail(StatusCode::kInvalidArgument, "TOPOCOLL_SIMULATE_GPUS={}: expected 0 or 1", sim);
+  o.simulateGpus = sim == "1";
+  if (auto t = env.get("TOPOCOLL_TIMEOUT")) {
+    char* end = nullptr;
+    double s = std::strtod(t->c_str(), &end);
+    if (t->empty() || *end || !(s > 0) || s > 86400)
+      fail(StatusCode::kInvalidArgument, "TOPOCOLL_TIMEOUT={}: expected seconds in (0, 86400]", *t);
+    o.bootstrap.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
+  }
+  o.dieAfter = env.get("TOPOCOLL_TEST_DIE_AFTER").value_or("");
+  return o;
+}
+
+std::unique_ptr<Communicator> Communicator::init(const bootstrap::UniqueId& id, int nRanks, int rank,
+                                                 const InitOptions& opts) {
+  auto t0 = Clock::now();
+  auto bs = bootstrap::TcpBootstrap::connect(id, rank, nRanks, opts.bootstrap);
+  double bsMs = msSince(t0);
+  auto comm = initWithBootstrap(std::move(bs), opts);
+  comm->timings_.bootstrap = bsMs;
+  comm->timings_.total += bsMs;
+  return comm;
+}
+
+std::unique_ptr<Communicator> Communicator::initFromEnv(const Env& env) {
+  LaunchInfo li = launchInfoFromEnv(env);
+  InitOptions opts = InitOptions::fromEnv(env);
+  bootstrap::RootHandle root;
+  bootstrap::UniqueId id;
+  if (li.rank == 0) id = bootstrap::createUniqueId(&root, li.rootAddress, li.jobKey);
+  else id = bootstrap::uniqueIdFor(li.rootAddress, li.jobKey);
+  auto comm = init(id, li.size, li.rank, opts);
+  comm->root_ = std::move(root);
+  return comm;
+}
+
+std::unique_ptr<Communicator> Communicator::initWithBootstrap(std::unique_ptr<bootstrap::Bootstrap> bs,
+                                                              const InitOptions& opts) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->bs_ = std::move(bs);
+  c->rank_ = c->bs_->rank();
+  c->nRanks_ = c->bs_->nRanks();
+  c->initialise(opts);
+  return c;
+}
+
+void Communicator::initialise(const InitOptions& opts) {
+  auto tStart = Clock::now();
+  if (opts.dieAfter == "bootstrap") std::_Exit(3);
+  // AllGather 1: peer info.
+  auto t = Clock::now();
+  peers_.assign(nRanks_, PeerInfo{});
+  PeerInfo& me = peers_[rank_];
+  me.rank = rank_;
+  me.hostHash = topology::hostHash(opts.hostId);
+  me.pidHash = mix(me.hostHash, static_cast<uint64_t>(getpid()));
+  struct stat st {};
+  if (stat("/dev/shm", &st) == 0) me.shmDev = static_cast<uint64_t>(st.st_dev);
+  me.numaNode = currentNumaNode();
+  me.cudaCompCap = opts.simulateGpus ? 1 : 0;  // marks simulated-GPU ranks until the device is known
+  bs_->allGather(peers_.data(), sizeof(PeerInfo));
+  for (int r = 0; r < nRanks_; ++r) {
+    if (peers_[r].rank != r) fail(StatusCode::kRemoteError, "peer info of rank {} is corrupt", r);
+    if ((peers_[r].cudaCompCap != 0) != opts.simulateGpus)
+      fail(StatusCode::kInvalidUsage, "rank {} and rank {} disagree on TOPOCOLL_SIMULATE_GPUS", rank_, r);
+  }
+  timings_.allgathers += msSince(t);
+
+  // Nodes (hosts in order of first appearance), local and intra-process ranks.
+  std::vector<uint64_t> hosts;
+  for (auto& p : peers_)
+    if (std::find(hosts.begin(), hosts.end(), p.hostHash) == hosts.end()) hosts.push_back(p.hostHash);
+  node_ = static_cast<int>(std::find(hosts.begin(), hosts.end(), me.hostHash) - hosts.begin());
+  std::vector<int> localRankOf(nRanks_), localCount(hosts.size(), 0);
+  for (int r = 0; r < nRanks_; ++r) {
+    int h = static_cast<int>(std::find(hosts.begin(), hosts.end(), peers_[r].hostHash) - hosts.begin());
+    localRankOf[r] = localCount[h]++;
+  }
+  localRank_ = localRankOf[rank_];
+  localRanks_ = localCount[node_];
+  intraProcRanks_ = 0;
+  for (auto& p : peers_) intraProcRanks_ += p.hostHash == me.hostHash && p.pidHash == me.pidHash;
+
+  // Devices: with TOPOCOLL_SIMULATE_GPUS every rank takes the topology GPU whose dev is its local rank, which every
+  // rank can work out for every other rank.
+  t = Clock::now();
+  topology::XmlDoc doc;
+  if (opts.simulateGpus) {
+    if (opts.topoFile.empty())
+      fail(StatusCode::kInvalidUsage, "TOPOCOLL_SIMULATE_GPUS=1 needs NCCL_TOPO_FILE naming the machine's topology");
+    doc = topology::loadXmlFile(opts.topoFile);
+    auto devs = topology::gpuDevs(doc);
+    for (int r = 0; r < nRanks_; ++r) {
+      if (localRankOf[r] >= static_cast<int>(devs.size()))
+        fail(StatusCode::kInvalidUsage, "rank {} is local rank {} of its host but {} has only {} GPUs", r,
+             localRankOf[r], opts.topoFile, devs.size());
+      PeerInfo& p = peers_[r];
+      p.dev = devs[localRankOf[r]];
+      topology::XmlNode* gpu = nullptr;
+      doc.root->visit([&](topology::XmlNode& n) {
+        if (!gpu && n.name == "gpu" && n.attr("dev") && std::atoi(n.attr("dev")->c_str()) == p.dev) gpu = &n;
+      });
+      p.busId = gpu && gpu->parent && gpu->parent->attr("busid") ? topology::busIdToInt64(*gpu->parent->attr("busid")) : p.dev;
+      p.cudaCompCap = gpu && gpu->attr("sm") ? std::atoi(gpu->attr("sm")->c_str()) : 0;
+      p.gdrSupport = gpu && gpu->attr("gdr") ? std::atoi(gpu->attr("gdr")->c_str()) : 1;
+    }
+  }
+  for (int i = 0; i < nRanks_; ++i)
+    for (int j = i + 1; j < nRanks_; ++j)
+      if (peers_[i].busId >= 0 && peers_[i].hostHash == peers_[j].hostHash && peers_[i].busId == peers_[j].busId)
+        fail(StatusCode::kInvalidUsage, "Duplicate GPU detected : rank {} and rank {} both on CUDA device {:x}", i, j,
+             peers_[i].busId);
+
+  // This rank's node: system, paths, searches (GPU ranks), or the host-memory layout.
+  search::NodeGraphs node;
+  int nvsCount = 0;
+  if (opts.simulateGpus) {
+    std::vector<topology::LocalGpu> locals;
+    std::vector<int> shm(nRanks_, 0);
+    std::map<uint64_t, int> shmIds;
+    for (int r = 0; r < nRanks_; ++r) {
+      if (peers_[r].hostHash == me.hostHash) locals.push_back({r, peers_[r].dev});
+      shm[r] = shmIds.emplace(peers_[r].shmDev, static_cast<int>(shmIds.size())).first->second;
+    }
+    auto sys = topology::buildSystem(topology::prepareNodeXml(doc, locals, opts.cfg));
+    if (hosts.size() > 1 && sys.count(NodeType::NET) == 0)
+      fail(StatusCode::kInvalidArgument, "{}: a job on {} hosts needs a network device (<net>) in the topology",
+           opts.topoFile, hosts.size());
+    paths::prepareForSearch(sys, opts.cfg, rank_, nRanks_, shm);
+    timings_.topology = msSince(t);
+    t = Clock::now();
+    node = search::searchNode(sys, opts.cfg, nRanks_);
+    nvsCount = sys.count(NodeType::NVS);
+    timings_.search = msSince(t);
+  } else {
+    node = hostMemoryNode(peers_, me.hostHash);
+    timings_.topology = msSince(t);
+  }
+
+  // AllGather 3: every rank's graph info and preset, then the job-wide rings and trees.
+  t = Clock::now();
+  std::vector<search::RankTopo> all(nRanks_);
+  all[rank_] = search::presetRank(rank_, node);
+  bs_->allGather(all.data(), sizeof(search::RankTopo));
+  timings_.allgathers += msSince(t);
+  t = Clock::now();
+  connect_ = search::connectRanks(all, opts.cfg);
+  if (opts.simulateGpus) model_ = tuning::tuneModel(tuning::jobInfo(connect_, nvsCount), connect_.aligned, opts.cfg);
+  timings_.connect = msSince(t);
+  timings_.total = msSince(tStart);
+}
+
+}  // namespace topocoll::runtime
