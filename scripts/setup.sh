@@ -8,7 +8,7 @@ shift || true
 PKGS=(build-essential cmake ninja-build pkg-config
       libpugixml-dev libcli11-dev nlohmann-json3-dev libfmt-dev libhwloc-dev
       libgtest-dev libgmock-dev googletest libbenchmark-dev librapidcheck-dev
-      clang libclang-rt-14-dev python3 graphviz)
+      clang libclang-rt-14-dev python3 graphviz openmpi-bin iproute2)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "bootstrap/socket.h"
+#include "bootstrap/wire.h"
 #include "topocoll/status.h"
 
 namespace topocoll::bootstrap {
@@ -26,12 +27,6 @@ struct WireAddr {
   uint16_t family = 0;
   uint16_t port = 0;  // network order
   uint8_t addr[16] = {};
-};
-struct Header {
-  uint64_t magic = 0;
-  int32_t rank = 0;
-  int32_t tag = 0;
-  uint64_t size = 0;
 };
 struct Registration {
   WireAddr listen;
@@ -85,6 +80,33 @@ bool isLoopback(const Address& a) {
 void logDropped(const std::string& why) { std::fprintf(stderr, "topocoll bootstrap: dropped a connection: %s\n", why.c_str()); }
 
 }  // namespace
+
+std::string checkHeader(const Header& h, uint64_t magic, int nRanks, size_t maxBytes) {
+  if (h.magic != magic) return "wrong magic";
+  if (h.rank < 0 || h.rank >= nRanks) return "sender rank " + std::to_string(h.rank) + " out of range";
+  if (h.size > maxBytes) return "message of " + std::to_string(h.size) + " bytes is over the limit";
+  return "";
+}
+
+bool decodeMessage(std::string_view bytes, uint64_t magic, int nRanks, size_t maxBytes, DecodedMessage* out,
+                   std::string* why) {
+  Header h;
+  if (bytes.size() < sizeof(h)) {
+    *why = "truncated header";
+    return false;
+  }
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  *why = checkHeader(h, magic, nRanks, maxBytes);
+  if (!why->empty()) return false;
+  if (bytes.size() - sizeof(h) != h.size) {
+    *why = "body of " + std::to_string(bytes.size() - sizeof(h)) + " bytes, header says " + std::to_string(h.size);
+    return false;
+  }
+  out->rank = h.rank;
+  out->tag = h.tag;
+  out->body.assign(bytes.begin() + sizeof(h), bytes.end());
+  return true;
+}
 
 void Bootstrap::barrier() {
   std::vector<uint8_t> v(nRanks());
@@ -253,16 +275,9 @@ struct TcpBootstrap::Impl {
     auto d = Clock::now() + std::min<std::chrono::milliseconds>(opts.timeout, std::chrono::seconds(10));
     try {
       c.recvAll(&h, sizeof(h), d, opts.abortFlag, "reading a message header");
-      if (h.magic != magic) {
-        logDropped("wrong magic");
-        return false;
-      }
-      if (h.rank < 0 || h.rank >= nRanks) {
-        logDropped("sender rank " + std::to_string(h.rank) + " out of range");
-        return false;
-      }
-      if (h.size > opts.maxMessageBytes) {
-        logDropped("message of " + std::to_string(h.size) + " bytes is over the limit");
+      std::string why = checkHeader(h, magic, nRanks, opts.maxMessageBytes);
+      if (!why.empty()) {
+        logDropped(why);
         return false;
       }
       out->rank = h.rank;

@@ -1,0 +1,161 @@
+#include "topocoll/runtime/communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "bootstrap/wire.h"
+#include "test_util.h"
+#include "topocoll/plan.h"
+#include "topocoll/status.h"
+
+namespace topocoll::runtime {
+namespace {
+
+Env env(std::map<std::string, std::string> m) { return Env(std::move(m)); }
+
+TEST(Launcher, Torchrun) {
+  auto li = launchInfoFromEnv(env({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"},
+                                   {"MASTER_PORT", "29500"}}));
+  EXPECT_EQ(li.rank, 3);
+  EXPECT_EQ(li.size, 8);
+  EXPECT_EQ(li.localRank, 1);
+  EXPECT_EQ(li.rootAddress, "10.0.0.1:29500");
+  EXPECT_EQ(li.launcher, "torchrun");
+}
+
+TEST(Launcher, NcclCommIdWins) {
+  auto li = launchInfoFromEnv(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"NCCL_COMM_ID", "192.168.1.2:4000"},
+                                   {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}}));
+  EXPECT_EQ(li.rootAddress, "192.168.1.2:4000");
+}
+
+TEST(Launcher, MpirunOnOneHostDerivesAPortFromTheJob) {
+  std::map<std::string, std::string> m = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                          {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                                          {"OMPI_MCA_orte_ess_jobid", "12345"}};
+  auto a = launchInfoFromEnv(env(m));
+  m["OMPI_COMM_WORLD_RANK"] = "2";
+  auto b = launchInfoFromEnv(env(m));
+  EXPECT_EQ(a.launcher, "mpirun");
+  EXPECT_EQ(a.rootAddress, b.rootAddress);
+  EXPECT_EQ(a.jobKey, b.jobKey);
+  EXPECT_EQ(a.rootAddress.rfind("127.0.0.1:", 0), 0u);
+  m["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";  // several hosts: no address can be derived
+  try {
+    launchInfoFromEnv(env(m));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidUsage);
+    EXPECT_NE(std::string(e.what()).find("NCCL_COMM_ID"), std::string::npos);
+  }
+}
+
+TEST(Launcher, SrunUsesTheFirstHostOfTheNodeList) {
+  auto li = launchInfoFromEnv(env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"},
+                                   {"SLURM_JOB_NODELIST", "127.0.0.[1-4]"}, {"SLURM_JOB_ID", "777"}}));
+  EXPECT_EQ(li.launcher, "srun");
+  EXPECT_EQ(li.rootAddress.rfind("127.0.0.1:", 0), 0u);
+  EXPECT_EQ(firstSlurmHost("gpu[07-12,20],cpu1"), "gpu07");
+  EXPECT_EQ(firstSlurmHost("node3,node4"), "node3");
+}
+
+TEST(Launcher, NothingFoundIsInvalidUsage) {
+  EXPECT_THROW(launchInfoFromEnv(env({})), Error);
+  EXPECT_THROW(launchInfoFromEnv(env({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"NCCL_COMM_ID", "1.2.3.4:5"}})), Error);
+  EXPECT_THROW(launchInfoFromEnv(env({{"RANK", "x"}, {"WORLD_SIZE", "4"}})), Error);
+}
+
+TEST(InitOptions, TimeoutAndSimulationKnobs) {
+  auto o = InitOptions::fromEnv(env({{"TOPOCOLL_TIMEOUT", "2.5"}, {"TOPOCOLL_SIMULATE_GPUS", "1"}}));
+  EXPECT_EQ(o.bootstrap.timeout.count(), 2500);
+  EXPECT_TRUE(o.simulateGpus);
+  EXPECT_THROW(InitOptions::fromEnv(env({{"TOPOCOLL_TIMEOUT", "-1"}})), Error);
+  EXPECT_THROW(InitOptions::fromEnv(env({{"TOPOCOLL_SIMULATE_GPUS", "yes"}})), Error);
+}
+
+// Ranks as threads over the in-memory bootstrap, each on its own "host" (NCCL_HOSTID).
+std::vector<std::unique_ptr<Communicator>> initGroup(int n, int perHost, bool simulate) {
+  auto group = bootstrap::makeInMemoryGroup(n);
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        InitOptions o;
+        o.hostId = "host" + std::to_string(r / perHost);
+        o.simulateGpus = simulate;
+        o.topoFile = testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml");
+        comms[r] = Communicator::initWithBootstrap(std::move(group[r]), o);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return comms;
+}
+
+TEST(Communicator, SimulatedGpuRanksAgreeWithThePlanner) {
+  auto comms = initGroup(8, 4, true);
+  ASSERT_TRUE(comms[0]);
+  Plan p = makePlan(topology::loadXmlFile(testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml")), JobSpec{2, 4, {}}, {});
+  for (auto& c : comms) {
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->nNodes(), 2);
+    EXPECT_EQ(c->localRanks(), 4);
+    EXPECT_EQ(c->connect().rings, p.connect.rings);
+    for (int r = 0; r < 8; ++r)
+      for (int ch = 0; ch < p.connect.nChannels; ++ch) {
+        EXPECT_EQ(c->connect().trees[r][ch].up, p.connect.trees[r][ch].up);
+        EXPECT_EQ(c->connect().trees[r][ch].down, p.connect.trees[r][ch].down);
+      }
+    EXPECT_EQ(c->model().bandwidths[tuning::kAllReduce][tuning::kRing][tuning::kSimple],
+              p.model.bandwidths[tuning::kAllReduce][tuning::kRing][tuning::kSimple]);
+  }
+  EXPECT_EQ(comms[5]->localRank(), 1);
+  EXPECT_EQ(comms[5]->peers()[5].dev, 1);
+}
+
+TEST(Communicator, HostMemoryRanksGetRingsAndTrees) {
+  auto comms = initGroup(5, 2, false);  // hosts of 2, 2 and 1 ranks
+  ASSERT_TRUE(comms[0]);
+  const auto& c = comms[0]->connect();
+  EXPECT_EQ(c.nNodes, 3);
+  EXPECT_TRUE(comms[0]->hostMemory());
+  ASSERT_FALSE(c.rings.empty());
+  for (auto& ring : c.rings) {
+    std::vector<int> seen(5, 0);
+    for (int r : ring) seen[r]++;
+    for (int v : seen) EXPECT_EQ(v, 1);
+  }
+  for (int ch = 0; ch < c.nChannels; ++ch) {
+    int roots = 0;
+    for (int r = 0; r < 5; ++r) roots += c.trees[r][ch].up < 0;
+    EXPECT_EQ(roots, 1);
+  }
+}
+
+TEST(Wire, DecodeRejectsInconsistentMessages) {
+  using namespace bootstrap;
+  Header h{42, 1, 7, 3};
+  std::string msg(reinterpret_cast<const char*>(&h), sizeof(h));
+  msg += "abc";
+  DecodedMessage m;
+  std::string why;
+  EXPECT_TRUE(decodeMessage(msg, 42, 2, 100, &m, &why)) << why;
+  EXPECT_EQ(m.rank, 1);
+  EXPECT_EQ(m.tag, 7);
+  EXPECT_FALSE(decodeMessage(msg, 43, 2, 100, &m, &why));  // wrong magic
+  EXPECT_EQ(why, "wrong magic");
+  EXPECT_FALSE(decodeMessage(msg, 42, 1, 100, &m, &why));  // rank out of range
+  EXPECT_FALSE(decodeMessage(msg, 42, 2, 2, &m, &why));    // over the size limit
+  EXPECT_FALSE(decodeMessage(msg.substr(0, 10), 42, 2, 100, &m, &why));  // truncated header
+  EXPECT_FALSE(decodeMessage(msg.substr(0, msg.size() - 1), 42, 2, 100, &m, &why));  // truncated body
+}
+
+}  // namespace
+}  // namespace topocoll::runtime
