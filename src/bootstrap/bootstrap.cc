@@ -306,7 +306,7 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank
   std::memcpy(&I.magic, id.bytes.data(), sizeof(I.magic));
   std::memcpy(&rootW, id.bytes.data() + sizeof(I.magic), sizeof(rootW));
   Address root = fromWire(rootW);
-  Address mine = isLoopback(root) ? root : defaultAddress();
+  Address mine = isLoopback(root) && opts.socketIfname.empty() ? root : chooseAddress(opts.socketIfname, opts.socketFamily);
   if (mine.storage.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&mine.storage)->sin_port = 0;
   else reinterpret_cast<sockaddr_in6*>(&mine.storage)->sin6_port = 0;
   I.listener = Socket::listen(mine, &I.listenAddr);

@@ -58,21 +58,62 @@ std::string Address::toString() const {
   return "?";
 }
 
-Address defaultAddress() {
-  Address out;
+bool matchInterface(const std::string& name, const std::string& specIn) {
+  std::string spec = specIn;
+  bool exclude = false, exact = false;
+  if (!spec.empty() && spec[0] == '^') {
+    exclude = true;
+    spec.erase(0, 1);
+  }
+  if (!spec.empty() && spec[0] == '=') {
+    exact = true;
+    spec.erase(0, 1);
+  }
+  bool found = false;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    std::string tok = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+    if (tok.empty()) continue;
+    auto colon = tok.find(':');  // "eth0:1" style port suffixes are ignored for sockets
+    if (colon != std::string::npos) tok.resize(colon);
+    if (exact ? name == tok : name.rfind(tok, 0) == 0) found = true;
+  }
+  return exclude ? !found : found;
+}
+
+Address chooseAddress(const std::string& ifname, const std::string& family) {
+  int fam = family.empty() ? AF_UNSPEC : family == "AF_INET" ? AF_INET : family == "AF_INET6" ? AF_INET6 : -1;
+  if (fam < 0) fail(StatusCode::kInvalidArgument, "NCCL_SOCKET_FAMILY={}: expected AF_INET or AF_INET6", family);
   ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
+  if (getifaddrs(&list) != 0) fail(StatusCode::kSystemError, "getifaddrs: {}", std::strerror(errno));
+  auto pick = [&](const std::string& spec) -> Address {
+    Address out;
     for (ifaddrs* i = list; i; i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
-        continue;
-      std::string name = i->ifa_name;
-      if (name.rfind("docker", 0) == 0) continue;
-      std::memcpy(&out.storage, i->ifa_addr, sizeof(sockaddr_in));
-      out.len = sizeof(sockaddr_in);
+      if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
+      int f = i->ifa_addr->sa_family;
+      if (f != AF_INET && f != AF_INET6) continue;
+      if (fam != AF_UNSPEC && f != fam) continue;
+      if (f == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr)) continue;
+      if (!matchInterface(i->ifa_name, spec)) continue;
+      out.len = f == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      std::memcpy(&out.storage, i->ifa_addr, out.len);
       break;
     }
+    return out;
+  };
+  Address out;
+  if (!ifname.empty()) {
+    out = pick(ifname);
     freeifaddrs(list);
+    if (out.len == 0) fail(StatusCode::kInvalidArgument, "NCCL_SOCKET_IFNAME={}: no up interface matches", ifname);
+    return out;
   }
+  out = pick("ib");
+  if (out.len == 0) out = pick("^docker,lo,virbr");
+  if (out.len == 0) out = pick("lo");
+  freeifaddrs(list);
   if (out.len == 0) {
     auto* a = reinterpret_cast<sockaddr_in*>(&out.storage);
     a->sin_family = AF_INET;
@@ -81,6 +122,8 @@ Address defaultAddress() {
   }
   return out;
 }
+
+Address defaultAddress() { return chooseAddress(); }
 
 Address parseHostPort(const std::string& hp) {
   Address out;

@@ -18,8 +18,14 @@ struct Address {
   std::string toString() const;
 };
 
-/// First non-loopback IPv4 address of an up interface (NCCL's default choice), loopback when none.
+/// NCCL's interface choice. `ifname` follows NCCL_SOCKET_IFNAME: comma-separated name prefixes, `^` to exclude
+/// them, `=` for exact names; empty means: InfiniBand IP interfaces (`ib*`) first, then any but docker*/lo, then
+/// loopback. `family` is NCCL_SOCKET_FAMILY ("AF_INET", "AF_INET6" or empty for either). Throws when nothing
+/// matches an explicit `ifname`.
+Address chooseAddress(const std::string& ifname = "", const std::string& family = "");
 Address defaultAddress();
+/// Whether interface `name` matches an NCCL_SOCKET_IFNAME value.
+bool matchInterface(const std::string& name, const std::string& spec);
 /// "host:port" or "[v6]:port" (NCCL_COMM_ID syntax); throws naming the value on error.
 Address parseHostPort(const std::string& hostPort);
 

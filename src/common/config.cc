@@ -46,6 +46,8 @@ const std::vector<KnobInfo>& knobRegistry() {
       {"NCCL_THREAD_THRESHOLDS", "", "Per-thread work thresholds: 'treeLL treeLL128 treeSimple ringLL ...'"},
       {"TOPOCOLL_SEARCH_TIMEOUT_SCALE", "1", "Multiply the search step budgets (tests use 1)"},
       {"NCCL_COMM_ID", "", "host:port of the bootstrap root (comm-check / initFromEnv)"},
+      {"NCCL_SOCKET_IFNAME", "", "Bootstrap interfaces: prefixes, ^exclude, =exact (default ib*, then not docker/lo)"},
+      {"NCCL_SOCKET_FAMILY", "", "AF_INET or AF_INET6 for the bootstrap"},
       {"NCCL_HOSTID", "", "Host identity override (several 'hosts' on one machine in tests)"},
       {"TOPOCOLL_TIMEOUT", "300", "Seconds every bootstrap operation may block"},
       {"TOPOCOLL_SIMULATE_GPUS", "0", "1: each rank takes the NCCL_TOPO_FILE GPU whose dev is its local rank"},

@@ -85,6 +85,10 @@ InitOptions InitOptions::fromEnv(const Env& env) {
     o.bootstrap.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
   }
   o.dieAfter = env.get("TOPOCOLL_TEST_DIE_AFTER").value_or("");
+  o.bootstrap.socketIfname = env.get("NCCL_SOCKET_IFNAME").value_or("");
+  o.bootstrap.socketFamily = env.get("NCCL_SOCKET_FAMILY").value_or("");
+  if (!o.bootstrap.socketFamily.empty() && o.bootstrap.socketFamily != "AF_INET" && o.bootstrap.socketFamily != "AF_INET6")
+    fail(StatusCode::kInvalidArgument, "NCCL_SOCKET_FAMILY={}: expected AF_INET or AF_INET6", o.bootstrap.socketFamily);
   return o;
 }
 

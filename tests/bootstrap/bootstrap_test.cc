@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "bootstrap/socket.h"
 #include "topocoll/status.h"
 
 namespace topocoll::bootstrap {
@@ -163,6 +164,26 @@ TEST(Bootstrap, SizeMismatchAndBadRanksAreErrors) {
   EXPECT_THROW(group[0]->send(5, 0, &x, sizeof(x)), Error);
   UniqueId id{};
   EXPECT_THROW(TcpBootstrap::connect(id, 3, 2), Error);
+}
+
+TEST(Interfaces, NcclSocketIfnameSyntax) {
+  EXPECT_TRUE(matchInterface("eth0", "eth"));
+  EXPECT_TRUE(matchInterface("ens1f0", "eth,ens"));
+  EXPECT_FALSE(matchInterface("lo", "eth,ens"));
+  EXPECT_TRUE(matchInterface("lo", "^docker,eth"));
+  EXPECT_FALSE(matchInterface("docker0", "^docker,eth"));
+  EXPECT_TRUE(matchInterface("eth0", "=eth0"));
+  EXPECT_FALSE(matchInterface("eth01", "=eth0"));
+  EXPECT_FALSE(matchInterface("eth0", "^=eth0"));
+  Address lo = chooseAddress("lo");
+  EXPECT_NE(lo.toString().find("127.0.0.1"), std::string::npos);
+  EXPECT_THROW(chooseAddress("nosuchif"), Error);
+  EXPECT_THROW(chooseAddress("", "AF_UNIX"), Error);
+  runTcp(2, exercise, [] {
+    Options o;
+    o.socketIfname = "lo";
+    return o;
+  }());
 }
 
 }  // namespace

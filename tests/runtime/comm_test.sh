@@ -115,7 +115,7 @@ if ip netns add tcns1 2> /dev/null && ip netns add tcns2 2> /dev/null &&
   p=$(port)
   for r in 0 1 2 3; do
     ns=tcns$((r / 2 + 1))
-    ip netns exec $ns env RANK=$r WORLD_SIZE=4 NCCL_COMM_ID=10.77.0.1:$p NCCL_HOSTID=ns$((r / 2)) \
+    ip netns exec $ns env RANK=$r WORLD_SIZE=4 NCCL_COMM_ID=10.77.0.1:$p NCCL_HOSTID=ns$((r / 2)) NCCL_SOCKET_IFNAME=tcv \
       NCCL_TOPO_FILE="$SEED" TOPOCOLL_SIMULATE_GPUS=1 TOPOCOLL_TIMEOUT=30 "$T" comm-check > "$tmp/ns.$r" 2>&1 &
   done
   wait

@@ -37,6 +37,8 @@ struct Options {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // TOPOCOLL_TIMEOUT, seconds
   const std::atomic<bool>* abortFlag = nullptr;
   size_t maxMessageBytes = 64u << 20;
+  std::string socketIfname;  // NCCL_SOCKET_IFNAME
+  std::string socketFamily;  // NCCL_SOCKET_FAMILY
 };
 
 /// Opaque, fixed-size rendezvous id: the root's address and a random magic (as ncclUniqueId, 128 bytes).
