@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cstring>
 #include <thread>
 
@@ -104,6 +106,28 @@ TEST(Bootstrap, MissingRankIsNamedWithinTheTimeout) {
   auto took = std::chrono::steady_clock::now() - start;
   EXPECT_LT(took, 5s);
   for (auto& e : errors) EXPECT_NE(e.find("rank(s) 2 of 3 never registered"), std::string::npos) << e;
+}
+
+int openFds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+TEST(Bootstrap, FailedInitLeaksNothingAndCanBeRetriedWithANewId) {
+  int before = openFds();
+  {
+    RootHandle root;
+    UniqueId id = createUniqueId(&root, "127.0.0.1:0");
+    Options opts;
+    opts.timeout = 300ms;
+    EXPECT_THROW(TcpBootstrap::connect(id, 0, 2, opts), Error);  // rank 1 never comes
+  }
+  EXPECT_EQ(openFds(), before);  // root thread joined, every socket closed
+  runTcp(2, exercise);           // a new id works
 }
 
 TEST(Bootstrap, StrangersWithGarbageOrWrongMagicAreDropped) {
