@@ -50,6 +50,7 @@ const std::vector<KnobInfo>& knobRegistry() {
       {"NCCL_SOCKET_FAMILY", "", "AF_INET or AF_INET6 for the bootstrap"},
       {"NCCL_HOSTID", "", "Host identity override (several 'hosts' on one machine in tests)"},
       {"TOPOCOLL_TIMEOUT", "300", "Seconds every bootstrap operation may block"},
+      {"TOPOCOLL_SIMULATE_GPU_DEV", "", "With TOPOCOLL_SIMULATE_GPUS: this rank's GPU dev (default: its local rank)"},
       {"TOPOCOLL_SIMULATE_GPUS", "0", "1: each rank takes the NCCL_TOPO_FILE GPU whose dev is its local rank"},
   };
   return knobs;

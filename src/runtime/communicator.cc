@@ -85,6 +85,13 @@ InitOptions InitOptions::fromEnv(const Env& env) {
     o.bootstrap.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
   }
   o.dieAfter = env.get("TOPOCOLL_TEST_DIE_AFTER").value_or("");
+  if (auto d = env.get("TOPOCOLL_SIMULATE_GPU_DEV")) {
+    char* end = nullptr;
+    long v = std::strtol(d->c_str(), &end, 10);
+    if (d->empty() || *end || v < 0 || v > 1 << 16)
+      fail(StatusCode::kInvalidArgument, "TOPOCOLL_SIMULATE_GPU_DEV={}: expected a GPU dev", *d);
+    o.simulateDev = static_cast<int>(v);
+  }
   o.bootstrap.socketIfname = env.get("NCCL_SOCKET_IFNAME").value_or("");
   o.bootstrap.socketFamily = env.get("NCCL_SOCKET_FAMILY").value_or("");
   if (!o.bootstrap.socketFamily.empty() && o.bootstrap.socketFamily != "AF_INET" && o.bootstrap.socketFamily != "AF_INET6")
@@ -139,6 +146,7 @@ void Communicator::initialise(const InitOptions& opts) {
   if (stat("/dev/shm", &st) == 0) me.shmDev = static_cast<uint64_t>(st.st_dev);
   me.numaNode = currentNumaNode();
   me.cudaCompCap = opts.simulateGpus ? 1 : 0;  // marks simulated-GPU ranks until the device is known
+  me.dev = opts.simulateGpus ? opts.simulateDev : -1;
   bs_->allGather(peers_.data(), sizeof(PeerInfo));
   for (int r = 0; r < nRanks_; ++r) {
     if (peers_[r].rank != r) fail(StatusCode::kRemoteError, "peer info of rank {} is corrupt", r);
@@ -172,11 +180,16 @@ void Communicator::initialise(const InitOptions& opts) {
     doc = topology::loadXmlFile(opts.topoFile);
     auto devs = topology::gpuDevs(doc);
     for (int r = 0; r < nRanks_; ++r) {
-      if (localRankOf[r] >= static_cast<int>(devs.size()))
-        fail(StatusCode::kInvalidUsage, "rank {} is local rank {} of its host but {} has only {} GPUs", r,
-             localRankOf[r], opts.topoFile, devs.size());
       PeerInfo& p = peers_[r];
-      p.dev = devs[localRankOf[r]];
+      if (p.dev >= 0) {
+        if (std::find(devs.begin(), devs.end(), p.dev) == devs.end())
+          fail(StatusCode::kInvalidUsage, "rank {} asks for GPU dev {}, which {} does not have", r, p.dev, opts.topoFile);
+      } else {
+        if (localRankOf[r] >= static_cast<int>(devs.size()))
+          fail(StatusCode::kInvalidUsage, "rank {} is local rank {} of its host but {} has only {} GPUs", r,
+               localRankOf[r], opts.topoFile, devs.size());
+        p.dev = devs[localRankOf[r]];
+      }
       topology::XmlNode* gpu = nullptr;
       doc.root->visit([&](topology::XmlNode& n) {
         if (!gpu && n.name == "gpu" && n.attr("dev") && std::atoi(n.attr("dev")->c_str()) == p.dev) gpu = &n;

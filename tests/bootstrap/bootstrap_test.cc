@@ -75,6 +75,32 @@ TEST_P(BootstrapSizes, TcpRanksAgree) { runTcp(GetParam(), exercise); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, BootstrapSizes, ::testing::Values(1, 2, 3, 8, 11));
 
+TEST(Bootstrap, Ipv6Loopback) {
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) GTEST_SKIP() << "no IPv6";
+  close(fd);
+  RootHandle root;
+  UniqueId id;
+  try {
+    id = createUniqueId(&root, "[::1]:0");
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto bs = TcpBootstrap::connect(id, r, 3);
+        exercise(*bs);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) EXPECT_EQ(e, "");
+}
+
 TEST(Bootstrap, LargeAllGatherDoesNotDeadlock) {
   runTcp(4, [](Bootstrap& bs) {
     const size_t slice = 1 << 20;

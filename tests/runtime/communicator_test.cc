@@ -139,6 +139,28 @@ TEST(Communicator, HostMemoryRanksGetRingsAndTrees) {
   }
 }
 
+TEST(Communicator, DuplicateGpuDetected) {
+  auto group = bootstrap::makeInMemoryGroup(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        InitOptions o;
+        o.hostId = "same-host";
+        o.simulateGpus = true;
+        o.simulateDev = 3;  // both ranks on GPU 3
+        o.topoFile = testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml");
+        Communicator::initWithBootstrap(std::move(group[r]), o);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) EXPECT_NE(e.find("Duplicate GPU detected : rank 0 and rank 1"), std::string::npos) << e;
+}
+
 TEST(Wire, DecodeRejectsInconsistentMessages) {
   using namespace bootstrap;
   Header h{42, 1, 7, 3};

@@ -43,6 +43,7 @@ struct InitOptions {
   std::string hostId;         // NCCL_HOSTID
   std::string topoFile;       // NCCL_TOPO_FILE
   bool simulateGpus = false;  // TOPOCOLL_SIMULATE_GPUS: rank takes the topology GPU whose dev is its local rank
+  int simulateDev = -1;       // TOPOCOLL_SIMULATE_GPU_DEV: this rank's GPU dev instead (like cudaSetDevice)
   std::string dieAfter;       // TOPOCOLL_TEST_DIE_AFTER (tests only): "bootstrap" exits the process there
   /// Reads NCCL_HOSTID, NCCL_TOPO_FILE, TOPOCOLL_SIMULATE_GPUS, TOPOCOLL_TIMEOUT (seconds) and every planner knob.
   static InitOptions fromEnv(const Env& env);
