@@ -145,13 +145,33 @@ void Communicator::initialise(const InitOptions& opts) {
   struct stat st {};
   if (stat("/dev/shm", &st) == 0) me.shmDev = static_cast<uint64_t>(st.st_dev);
   me.numaNode = currentNumaNode();
-  me.cudaCompCap = opts.simulateGpus ? 1 : 0;  // marks simulated-GPU ranks until the device is known
+  // GPU ranks: simulated from NCCL_TOPO_FILE, or real GPUs that discovery (NVML) finds on this machine.
+  topology::XmlDoc doc;
+  bool gpuMode = opts.simulateGpus;
+  if (!gpuMode) {
+    topology::DiscoveryOptions dopts;
+    dopts.hostId = opts.hostId;
+    topology::XmlDoc local = topology::discoverLocalTopology(dopts);
+    if (!topology::gpuDevs(local).empty()) {
+      gpuMode = true;
+      doc = opts.topoFile.empty() ? std::move(local) : topology::loadXmlFile(opts.topoFile);
+    }
+  } else {
+    if (opts.topoFile.empty())
+      fail(StatusCode::kInvalidUsage, "TOPOCOLL_SIMULATE_GPUS=1 needs NCCL_TOPO_FILE naming the machine's topology");
+    doc = topology::loadXmlFile(opts.topoFile);
+  }
+  me.cudaCompCap = gpuMode ? 1 : 0;  // marks GPU ranks until the device is known
   me.dev = opts.simulateGpus ? opts.simulateDev : -1;
+  timings_.topology += msSince(t);
+  t = Clock::now();
   bs_->allGather(peers_.data(), sizeof(PeerInfo));
   for (int r = 0; r < nRanks_; ++r) {
     if (peers_[r].rank != r) fail(StatusCode::kRemoteError, "peer info of rank {} is corrupt", r);
-    if ((peers_[r].cudaCompCap != 0) != opts.simulateGpus)
-      fail(StatusCode::kInvalidUsage, "rank {} and rank {} disagree on TOPOCOLL_SIMULATE_GPUS", rank_, r);
+    if ((peers_[r].cudaCompCap != 0) != gpuMode)
+      fail(StatusCode::kInvalidUsage,
+           "rank {} {} a GPU but rank {} {}: every rank must use a GPU (or TOPOCOLL_SIMULATE_GPUS) or none", rank_,
+           gpuMode ? "has" : "has no", r, gpuMode ? "has none" : "has one");
   }
   timings_.allgathers += msSince(t);
 
@@ -173,11 +193,7 @@ void Communicator::initialise(const InitOptions& opts) {
   // Devices: with TOPOCOLL_SIMULATE_GPUS every rank takes the topology GPU whose dev is its local rank, which every
   // rank can work out for every other rank.
   t = Clock::now();
-  topology::XmlDoc doc;
-  if (opts.simulateGpus) {
-    if (opts.topoFile.empty())
-      fail(StatusCode::kInvalidUsage, "TOPOCOLL_SIMULATE_GPUS=1 needs NCCL_TOPO_FILE naming the machine's topology");
-    doc = topology::loadXmlFile(opts.topoFile);
+  if (gpuMode) {
     auto devs = topology::gpuDevs(doc);
     for (int r = 0; r < nRanks_; ++r) {
       PeerInfo& p = peers_[r];
@@ -208,7 +224,7 @@ void Communicator::initialise(const InitOptions& opts) {
   // This rank's node: system, paths, searches (GPU ranks), or the host-memory layout.
   search::NodeGraphs node;
   int nvsCount = 0;
-  if (opts.simulateGpus) {
+  if (gpuMode) {
     std::vector<topology::LocalGpu> locals;
     std::vector<int> shm(nRanks_, 0);
     std::map<uint64_t, int> shmIds;
@@ -221,14 +237,14 @@ void Communicator::initialise(const InitOptions& opts) {
       fail(StatusCode::kInvalidArgument, "{}: a job on {} hosts needs a network device (<net>) in the topology",
            opts.topoFile, hosts.size());
     paths::prepareForSearch(sys, opts.cfg, rank_, nRanks_, shm);
-    timings_.topology = msSince(t);
+    timings_.topology += msSince(t);
     t = Clock::now();
     node = search::searchNode(sys, opts.cfg, nRanks_);
     nvsCount = sys.count(NodeType::NVS);
     timings_.search = msSince(t);
   } else {
     node = hostMemoryNode(peers_, me.hostHash);
-    timings_.topology = msSince(t);
+    timings_.topology += msSince(t);
   }
 
   // AllGather 3: every rank's graph info and preset, then the job-wide rings and trees.
@@ -239,7 +255,7 @@ void Communicator::initialise(const InitOptions& opts) {
   timings_.allgathers += msSince(t);
   t = Clock::now();
   connect_ = search::connectRanks(all, opts.cfg);
-  if (opts.simulateGpus) model_ = tuning::tuneModel(tuning::jobInfo(connect_, nvsCount), connect_.aligned, opts.cfg);
+  if (gpuMode) model_ = tuning::tuneModel(tuning::jobInfo(connect_, nvsCount), connect_.aligned, opts.cfg);
   timings_.connect = msSince(t);
   timings_.total = msSince(tStart);
 }
