@@ -19,9 +19,7 @@ namespace {
 using namespace std::chrono_literals;
 
 // Runs fn(bootstrap) on every rank, each in its own thread; rethrows the first failure.
-void runTcp(int n, const std::function<void(Bootstrap&)>& fn, Options opts = {}) {
-  RootHandle root;
-  UniqueId id = createUniqueId(&root, "127.0.0.1:0");
+void runRanks(const UniqueId& id, int n, const std::function<void(Bootstrap&)>& fn, Options opts = {}) {
   std::vector<std::thread> threads;
   std::vector<std::string> errors(n);
   for (int r = 0; r < n; ++r) {
@@ -36,6 +34,12 @@ void runTcp(int n, const std::function<void(Bootstrap&)>& fn, Options opts = {})
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+void runTcp(int n, const std::function<void(Bootstrap&)>& fn, Options opts = {}) {
+  RootHandle root;
+  UniqueId id = createUniqueId(&root, "127.0.0.1:0");
+  runRanks(id, n, fn, opts);
 }
 
 void exercise(Bootstrap& bs) {
@@ -86,19 +90,7 @@ TEST(Bootstrap, Ipv6Loopback) {
   } catch (const Error& e) {
     GTEST_SKIP() << e.what();
   }
-  std::vector<std::string> errors(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto bs = TcpBootstrap::connect(id, r, 3);
-        exercise(*bs);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) EXPECT_EQ(e, "");
+  runRanks(id, 3, exercise);
 }
 
 TEST(Bootstrap, LargeAllGatherDoesNotDeadlock) {
@@ -169,21 +161,7 @@ TEST(Bootstrap, StrangersWithGarbageOrWrongMagicAreDropped) {
   const char junk[64] = "GET / HTTP/1.0\r\n\r\n not a topocoll registration at all.....";
   ASSERT_GT(write(fd, junk, sizeof(junk)), 0);
   close(fd);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto bs = TcpBootstrap::connect(id, r, 2);
-        exercise(*bs);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(errors[0], "");
-  EXPECT_EQ(errors[1], "");
+  runRanks(id, 2, exercise);
 }
 
 TEST(Bootstrap, AbortFlagStopsAWaitingRank) {
