@@ -267,6 +267,15 @@ int main(int argc, char** argv) {
   CLI::App app{"topocoll: what NCCL 2.30.7 would build on a machine, from its topology XML.\n"
                "Reads NCCL's environment knobs (NCCL_TOPO_FILE, NCCL_P2P_LEVEL, NCCL_ALGO, ...): `topocoll params`."};
   app.require_subcommand(1);
+  app.footer(
+      "Examples:\n"
+      "  topocoll topo show --topo dgx-h100.xml\n"
+      "  topocoll topo matrix --topo dgx-h100.xml\n"
+      "  topocoll plan --topo dgx-h100.xml --nodes 4 --explain\n"
+      "  NCCL_ALGO=ring topocoll tune --topo dgx-h100.xml --nodes 2 --coll allreduce --plot busbw.svg\n"
+      "  mpirun -np 8 -x NCCL_TOPO_FILE=dgx-h100.xml -x TOPOCOLL_SIMULATE_GPUS=1 topocoll comm-check\n"
+      "Exit status: 0 ok, 1 bad input or failure (the message names the file:line, attribute, knob or rank), 2 invalid\n"
+      "usage (e.g. an NCCL_ALGO naming no algorithm), 3 internal error.");
   app.set_version_flag("--version", "topocoll 0.1.0 (NCCL 2.30.7 rules)");
 
   Common topoOpts;
