@@ -201,17 +201,28 @@ class Searcher {
     return true;
   }
 
+  // The GPU's PCI uplink in both directions (the search consumes their bandwidth), found once per GPU.
+  std::vector<std::pair<const Link*, const Link*>> pciLinks_;
   int gpuPciBw(int gpu) {
+    if (pciLinks_.empty()) {
+      pciLinks_.assign(ngpus(), {nullptr, nullptr});
+      for (int g = 0; g < ngpus(); ++g) pciLinks_[g] = findPciLinks(g);
+    }
+    auto [up, down] = pciLinks_[gpu];
+    if (!up) return -1;
+    return static_cast<int>(std::min(up->bw, down->bw));
+  }
+  std::pair<const Link*, const Link*> findPciLinks(int gpu) {
     int dev = sys_.of(NodeType::GPU)[gpu].parent;
     NodeRef devRef{NodeType::DEV, dev};
     for (auto& gl : sys_.at(devRef).links) {
       if (gl.type != LinkType::PCI) continue;
       for (auto& pl : sys_.at(gl.rem).links) {
         if (!(pl.rem == devRef)) continue;
-        return static_cast<int>(std::min(gl.bw, pl.bw));
+        return {&gl, &pl};
       }
     }
-    return -1;
+    return {nullptr, nullptr};
   }
 
   int netIndex(int64_t id) {
@@ -256,12 +267,16 @@ class Searcher {
     // order is sorted once and filtered by the `used` flags afterwards: filtering a sorted list gives the sorted
     // filtered list. Sorting by NET uses the GPUs' remaining PCI bandwidth, which the search changes: sort anew.
     int netIdx = sortNet ? netIndex(g.inter[g.nChannels * 2]) : -1;
-    std::vector<Score> fresh;
-    if (netIdx >= 0) fresh = scoreCandidates(gpu, netIdx);
-    const std::vector<Score>& sorted = netIdx >= 0 ? fresh : sortedCandidates(gpu);
+    SmallVec<Score, 32> fresh;
     SmallVec<const Score*, 32> scores;
-    for (const Score& sc : sorted)
-      if (!(sys_.of(NodeType::GPU)[sc.g].used & flag)) scores.push_back(&sc);
+    if (netIdx >= 0) {
+      scoreCandidates(gpu, netIdx, fresh);
+      for (Score& sc : fresh)
+        if (!(sys_.of(NodeType::GPU)[sc.g].used & flag)) scores.push_back(&sc);
+    } else {
+      for (const Score& sc : sortedCandidates(gpu))
+        if (!(sys_.of(NodeType::GPU)[sc.g].used & flag)) scores.push_back(&sc);
+    }
     int count = static_cast<int>(scores.size());
     next.resize(count);
     bool sameIntra = true;
@@ -278,17 +293,18 @@ class Searcher {
       sortCached_.assign(sortCache_.size(), 0);
     }
     if (!sortCached_[gpu]) {
-      sortCache_[gpu] = scoreCandidates(gpu, -1);
+      SmallVec<Score, 32> tmp;
+      scoreCandidates(gpu, -1, tmp);
+      sortCache_[gpu].assign(tmp.begin(), tmp.end());
       sortCached_[gpu] = 1;
     }
     return sortCache_[gpu];
   }
 
-  std::vector<Score> scoreCandidates(int gpu, int netIdx) {
+  void scoreCandidates(int gpu, int netIdx, SmallVec<Score, 32>& scores) {
     int n = ngpus();
     const auto& paths = sys_.of(NodeType::GPU)[gpu].paths[T(NodeType::GPU)];
     const std::vector<Path>* netPaths = netIdx >= 0 ? &sys_.of(NodeType::NET)[netIdx].paths[T(NodeType::GPU)] : nullptr;
-    std::vector<Score> scores;
     for (int i = 1; i < n; ++i) {
       int p = (gpu + i) % n;
       if (paths[p].count() == 0) continue;
@@ -308,7 +324,6 @@ class Searcher {
       if (a.intraNhops != b.intraNhops) return a.intraNhops < b.intraNhops;
       return a.startIndex < b.startIndex;
     });
-    return scores;
   }
 
   int replayGetGpu(const Graph& g, int step) {
