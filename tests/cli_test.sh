@@ -69,5 +69,9 @@ check bad-algo 2 "NCCL_ALGO" -- env NCCL_ALGO=ring,warp "$T" tune --topo "$SEED"
 check bad-coll 1 "unknown collective" -- "$T" tune --topo "$SEED" --coll alltoall
 check bad-flag nonzero "" -- "$T" plan --topo "$SEED" --frobnicate
 check paths-unknown-node 1 "no NET with dev 99" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET99
+# Inputs the fuzzer once crashed on: clear errors now.
+for f in "$G"/../../fuzz/regressions/*.xml; do
+  check "fuzz-regression $(basename "$f")" 1 "error" -- "$T" plan --topo "$f" --nodes 2
+done
 echo "$fails failure(s)"
 [ $fails -eq 0 ]

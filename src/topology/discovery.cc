@@ -268,7 +268,7 @@ class Discoverer {
         }
       }
       for (auto& s : gpu->subs) {
-        if (s->name != "nvlink" || s->has("tclass")) continue;
+        if (s->name != "nvlink" || s->has("tclass") || !s->has("target")) continue;
         std::string cls = readTrim(o_.sysfsRoot + "/bus/pci/devices/" + *s->attr("target") + "/class");
         s->set("tclass", cls.empty() ? "0x068000" : cls);
       }

@@ -145,7 +145,7 @@ XmlNode* placeVnic(XmlNode& root, const std::vector<XmlNode*>& phys, const std::
     }
     if (makeParent) {
       XmlNode* pci = phys[0]->parent ? phys[0]->parent->parent : nullptr;
-      if (!pci || pci->name != "pci")
+      if (!pci || pci->name != "pci" || !pci->has("busid"))
         fail(StatusCode::kInvalidArgument, "NIC fusion of {}: cannot find the PCI device of the first port", name);
       int64_t rb = busIdToInt64(*pci->attr("busid"));
       XmlNode* np = nullptr;
@@ -357,6 +357,14 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
     for (auto& r : ranks)
       if (!seen.insert(r.dev).second)
         fail(StatusCode::kInvalidArgument, "Duplicate GPU detected: ranks use GPU dev {} twice on one host", r.dev);
+  }
+  // Every PCI device needs its bus id before NIC fusion looks at them.
+  {
+    std::vector<XmlNode*> pcis;
+    collect(*file.root, "pci", pcis);
+    for (XmlNode* p : pcis)
+      if (!p->has("busid"))
+        fail(StatusCode::kInvalidArgument, "{}: <pci> is missing required attribute 'busid'", file.where(*p));
   }
   // GPU-to-GPU NVLinks must point at a GPU of the file (NCCL silently drops them).
   {
