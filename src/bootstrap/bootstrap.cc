@@ -20,7 +20,7 @@ namespace topocoll::bootstrap {
 
 namespace {
 
-constexpr int32_t kTagRegister = -1, kTagRing = -2, kTagError = -3, kTagBarrier = -4, kTagBcast = -5;
+constexpr int32_t kTagRegister = -1, kTagRing = -2, kTagError = -3, kTagBcast = -5;
 
 #pragma pack(push, 1)
 struct WireAddr {
