@@ -234,40 +234,37 @@ Socket Socket::accept(Clock::time_point deadline, const std::atomic<bool>* abort
   }
 }
 
-void Socket::sendAll(const void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abort,
-                     const std::string& what) {
-  const char* p = static_cast<const char*>(data);
+namespace {
+// Moves `size` bytes with `io` (a send or a recv on a non-blocking socket), waiting for `events` when it would block.
+template <typename Io>
+void transferAll(int fd, char* p, size_t size, short events, Io io, Clock::time_point deadline,
+                 const std::atomic<bool>* abort, const std::string& what) {
   while (size > 0) {
-    ssize_t n = ::send(fd_, p, size, MSG_NOSIGNAL);
+    ssize_t n = io(fd, p, size);
     if (n > 0) {
       p += n;
       size -= static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      waitFor(fd_, POLLOUT, deadline, abort, what);
+      waitFor(fd, events, deadline, abort, what);
       continue;
     }
-    fail(StatusCode::kRemoteError, "connection lost while {}: {}", what, n < 0 ? std::strerror(errno) : "closed");
+    fail(StatusCode::kRemoteError, "connection lost while {}: {}", what, n < 0 ? std::strerror(errno) : "closed by the peer");
   }
+}
+}  // namespace
+
+void Socket::sendAll(const void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abort,
+                     const std::string& what) {
+  transferAll(fd_, const_cast<char*>(static_cast<const char*>(data)), size, POLLOUT,
+              [](int fd, char* p, size_t n) { return ::send(fd, p, n, MSG_NOSIGNAL); }, deadline, abort, what);
 }
 
 void Socket::recvAll(void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abort,
                      const std::string& what) {
-  char* p = static_cast<char*>(data);
-  while (size > 0) {
-    ssize_t n = ::recv(fd_, p, size, 0);
-    if (n > 0) {
-      p += n;
-      size -= static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      waitFor(fd_, POLLIN, deadline, abort, what);
-      continue;
-    }
-    fail(StatusCode::kRemoteError, "connection closed by the peer while {}", what);
-  }
+  transferAll(fd_, static_cast<char*>(data), size, POLLIN,
+              [](int fd, char* p, size_t n) { return ::recv(fd, p, n, 0); }, deadline, abort, what);
 }
 
 }  // namespace topocoll::bootstrap
