@@ -10,6 +10,7 @@
 
 #include "matrix.h"
 #include "topocoll/config.h"
+#include "topocoll/log.h"
 #include "topocoll/paths/paths.h"
 #include "topocoll/plan.h"
 #include "topocoll/status.h"
@@ -41,6 +42,39 @@ topology::XmlDoc loadTopology(const std::string& flag, const Config& cfg, std::s
   *name = "<discovered>";
   topology::DiscoveryOptions opts;
   return topology::discoverLocalTopology(opts);
+}
+
+// `topocoll params`: the knob registry, grouped by layer, with where each value came from.
+std::string paramsText(const Env& env, const Config& cfg, bool json) {
+  if (json) {
+    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+    for (const Knob& k : knobs()) {
+      nlohmann::ordered_json j;
+      j["name"] = k.name;
+      if (!k.aliases.empty()) j["aliases"] = k.aliases;
+      j["group"] = k.group;
+      j["type"] = k.type;
+      j["range"] = k.range;
+      j["default"] = k.defaultText();
+      j["value"] = k.get(cfg);
+      j["set"] = env.get(k.name).has_value();
+      j["doc"] = k.doc;
+      arr.push_back(j);
+    }
+    return arr.dump(1) + "\n";
+  }
+  std::string out, group;
+  for (const Knob& k : knobs()) {
+    if (k.group != group) {
+      group = k.group;
+      out += fmt::format("{}# {}\n", out.empty() ? "" : "\n", group);
+    }
+    std::string def = k.defaultText(), cur = k.get(cfg);
+    out += fmt::format("{:<30} default={:<8}{} {}{}\n", k.name, def.empty() ? "\"\"" : def,
+                       env.get(k.name) ? fmt::format(" [set: {}]", cur.empty() ? "\"\"" : cur) : "", k.doc,
+                       k.range.empty() ? "" : fmt::format(" ({})", k.range));
+  }
+  return out;
 }
 
 void writeOut(const std::string& path, const std::string& content) {
@@ -325,7 +359,9 @@ int main(int argc, char** argv) {
   tune->add_option("--coll", collName, "Only this collective (allreduce, allgather, reducescatter, broadcast, reduce)");
   tune->add_option("--type", typeName, "Data type (float32, float16, bfloat16, int8, float64, ...)");
   tune->add_option("--plot", plotOut, "Draw predicted busbw vs size as SVG");
-  auto* params = app.add_subcommand("params", "List every knob topocoll reads, with defaults and current values");
+  auto* params = app.add_subcommand("params", "List every knob topocoll reads: default, current value, range, meaning");
+  bool paramsJson = false;
+  params->add_flag("--json", paramsJson, "Machine-readable output");
   bool ccJson = false;
   auto* commCheckCmd = app.add_subcommand(
       "comm-check",
@@ -333,6 +369,7 @@ int main(int argc, char** argv) {
       "NCCL_COMM_ID) and print, from rank 0, the peers, rings, trees and init timings");
   commCheckCmd->add_flag("--json", ccJson, "Machine-readable output");
 
+  log::setDefaultStream(stderr);  // stdout carries the command's output (JSON, XML)
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -347,11 +384,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (params->parsed()) {
-      for (auto& k : knobRegistry()) {
-        auto v = env.get(k.name);
-        std::cout << fmt::format("{:<30} default={:<6} {}{}\n", k.name, k.defaultValue[0] ? k.defaultValue : "\"\"",
-                                 k.description, v ? fmt::format(" [set: {}]", *v) : "");
-      }
+      std::cout << paramsText(env, cfg, paramsJson);
       return 0;
     }
     std::string name;
@@ -359,7 +392,7 @@ int main(int argc, char** argv) {
       auto doc = loadTopology(topoOpts.topo, cfg, &name);
       if (dump->parsed()) {
         std::string out = outFile;
-        if (out.empty()) out = env.get("NCCL_TOPO_DUMP_FILE").value_or("");
+        if (out.empty()) out = cfg.topoDumpFile;
         writeOut(out, topoOpts.json ? xmlJson(*doc.root).dump(1) + "\n" : topology::toString(*doc.root));
         return 0;
       }

@@ -1,43 +1,42 @@
-// Every knob the planner reads, parsed and validated once. NCCL's knobs keep their NCCL names so a plan
-// predicts a real job; topocoll's own start with TOPOCOLL_.
+// Every knob topocoll reads, declared once in a typed registry (src/common/config.cc): name, legacy aliases, type,
+// range or choices, the validating parser, the documentation and the Config field it sets. The field's initialiser
+// below is the knob's default (NCCL 2.30.7's, for NCCL's knobs). `Config::fromEnv`, `InitOptions::fromEnv` and
+// `topocoll params` are all driven by the registry; nothing else reads a knob.
+//
+//   topocoll::Config cfg = topocoll::Config::fromEnv(topocoll::Env::fromProcess());  // throws naming a bad knob
+//   for (const topocoll::Knob& k : topocoll::knobs()) fmt::print("{} = {}\n", k.name, k.get(cfg));
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "topocoll/env.h"
 
 namespace topocoll {
 
-/// One entry of the knob registry (`topocoll params` prints them).
-struct KnobInfo {
-  const char* name;
-  const char* defaultValue;
-  const char* description;
-};
-const std::vector<KnobInfo>& knobRegistry();
-
-/// Parsed configuration. Field defaults are NCCL 2.30.7's defaults.
+/// Parsed configuration. Field initialisers are the defaults.
 struct Config {
   // Topology
   std::string topoFile;          // NCCL_TOPO_FILE
+  std::string topoDumpFile;      // NCCL_TOPO_DUMP_FILE
   std::string netMergeLevel;     // NCCL_NET_MERGE_LEVEL (path type name), empty = PORT
-  int netMergeLevelValue = 1;    // PATH_PORT
+  int netMergeLevelValue = 1;    //   its path type value (PATH_PORT)
   std::string netForceMerge;     // NCCL_NET_FORCE_MERGE
   int ibMergeNics = 1;           // NCCL_IB_MERGE_NICS
   int netDevsPolicy = 0;         // NCCL_NETDEVS_POLICY: 0 AUTO, 1 ALL, 2 MAX
-  int netDevsPolicyMax = -1;
+  int netDevsPolicyMax = -1;     //   n of MAX:n
   // Paths
-  std::optional<int> p2pLevel;     // NCCL_P2P_LEVEL / NCCL_P2P_DISABLE (path type value)
+  std::optional<int> p2pLevel;     // NCCL_P2P_LEVEL, or LOC when NCCL_P2P_DISABLE=1 (path type value)
+  int p2pDisable = 0;              // NCCL_P2P_DISABLE
   std::optional<int> netGdrLevel;  // NCCL_NET_GDR_LEVEL
   int netGdrRead = -2;             // NCCL_NET_GDR_READ
   int netGdrC2c = 1;               // NCCL_NET_GDR_C2C
   int pxnDisable = 0;              // NCCL_PXN_DISABLE
-  int p2pPxnLevel = 2;             // NCCL_P2P_PXN_LEVEL
   int pxnC2c = 1;                  // NCCL_PXN_C2C
   int nvbDisable = 0;              // NCCL_NVB_DISABLE
-  int ignoreDisabledP2p = 0;       // NCCL_IGNORE_DISABLED_P2P
   // Search
   int crossNic = 2;                // NCCL_CROSS_NIC
   int nvlsEnable = 2;              // NCCL_NVLS_ENABLE
@@ -49,6 +48,7 @@ struct Config {
   int p2pPerChannelNetBw = 14;     // NCCL_P2P_PER_CHANNEL_NET_BW
   std::string graphFile;           // NCCL_GRAPH_FILE
   std::string graphDumpFile;       // NCCL_GRAPH_DUMP_FILE
+  int searchTimeoutScale = 1;      // TOPOCOLL_SEARCH_TIMEOUT_SCALE
   // Tuning
   std::string algo;                // NCCL_ALGO
   std::string proto;               // NCCL_PROTO
@@ -58,12 +58,46 @@ struct Config {
   int ll128C2c = 1;                // NCCL_LL128_C2C
   int patEnable = 2;               // NCCL_PAT_ENABLE
   std::string threadThresholds;    // NCCL_THREAD_THRESHOLDS
-  // topocoll's own
-  int searchTimeoutScale = 1;      // TOPOCOLL_SEARCH_TIMEOUT_SCALE
+  // Bootstrap and communicator init
+  std::string commId;              // NCCL_COMM_ID
+  std::string hostId;              // NCCL_HOSTID
+  std::string socketIfname;        // NCCL_SOCKET_IFNAME
+  std::string socketFamily;        // NCCL_SOCKET_FAMILY
+  double timeoutSec = 300;         // TOPOCOLL_TIMEOUT
+  int simulateGpus = 0;            // TOPOCOLL_SIMULATE_GPUS
+  int simulateGpuDev = -1;         // TOPOCOLL_SIMULATE_GPU_DEV
+  std::string testDieAfter;        // TOPOCOLL_TEST_DIE_AFTER (tests only)
+  // Debug (the logger reads these itself; they are here so that bad values fail at the API edge)
+  std::string debug;               // NCCL_DEBUG
+  std::string debugSubsys;         // NCCL_DEBUG_SUBSYS
+  std::string debugFile;           // NCCL_DEBUG_FILE
 
   /// Parses and validates every knob of `env`; throws Error(kInvalidArgument) naming the knob on bad values.
+  /// Variables named like a known knob but misspelt get a WARN line (see knobTypos).
   static Config fromEnv(const Env& env);
 };
+
+/// One entry of the knob registry.
+struct Knob {
+  std::string name;
+  std::vector<std::string> aliases;  // legacy names, read when `name` is not set (NCCL_MIN_NRINGS)
+  std::string type;                  // int, bool, seconds, string, level, choice, list
+  std::string range;                 // "[0, 2]", "LOC..SYS", "AUTO | ALL | MAX:<n>" (empty: any)
+  std::string group;                 // topology, paths, search, tuning, bootstrap, runtime, debug
+  std::string doc;
+  std::function<void(Config&, const std::string&)> set;  // validates `value` and sets the field; throws naming the knob
+  std::function<std::string(const Config&)> get;         // the field as text
+  /// The default as text (get() of a default-constructed Config).
+  std::string defaultText() const { return get(Config{}); }
+};
+
+/// Every knob, grouped by layer, in a stable order.
+const std::vector<Knob>& knobs();
+/// The knob named `name` (or one of its aliases), nullptr when there is none.
+const Knob* findKnob(std::string_view name);
+/// One message per NCCL_* / TOPOCOLL_* variable of `env` that is not a knob but is within two edits of one:
+/// "NCCL_CROS_NIC=1 is not a knob topocoll knows; did you mean NCCL_CROSS_NIC?".
+std::vector<std::string> knobTypos(const Env& env);
 
 /// Parses a path level the way NCCL does (LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS, or an old-style
 /// integer 0..5). Throws naming `knob` when the value is not one of those.

@@ -12,8 +12,9 @@
 #include <random>
 #include <thread>
 
-#include "bootstrap/socket.h"
-#include "bootstrap/wire.h"
+#include "socket.h"
+#include "wire.h"
+#include "topocoll/log.h"
 #include "topocoll/status.h"
 
 namespace topocoll::bootstrap {
@@ -77,7 +78,8 @@ bool isLoopback(const Address& a) {
          IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr);
 }
 
-void logDropped(const std::string& why) { std::fprintf(stderr, "topocoll bootstrap: dropped a connection: %s\n", why.c_str()); }
+// A stranger or a broken peer: the job goes on without it, and NCCL_DEBUG=WARN says why.
+void logDropped(const std::string& why) { TC_WARN("Bootstrap : dropped a connection: {}", why); }
 
 }  // namespace
 
@@ -198,7 +200,7 @@ class Root {
         g.sock.sendAll(&byRank[(g.rank + 1) % nRanks], sizeof(WireAddr), d, &stop_, "answering a registration");
       }
     } catch (const Error& e) {
-      std::fprintf(stderr, "topocoll bootstrap root: %s\n", e.what());
+      TC_WARN("Bootstrap : root: {}", e.what());
     }
   }
 
@@ -310,6 +312,7 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank
   if (mine.storage.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&mine.storage)->sin_port = 0;
   else reinterpret_cast<sockaddr_in6*>(&mine.storage)->sin6_port = 0;
   I.listener = Socket::listen(mine, &I.listenAddr);
+  TC_INFO(log::kInit | log::kBootstrap, "Bootstrap : Using {} (root {})", I.listenAddr.toString(), root.toString());
 
   const auto deadline = I.deadline();
   std::string what = fmt::format("rank {} registering with the root at {}", rank, root.toString());

@@ -1,86 +1,322 @@
+// The knob registry: each knob declared once. NCCL's knobs keep NCCL's names, defaults and parsing rules
+// (NCCL 2.30.7 src/misc/param.cc and the ncclParam declarations next to each use).
 #include "topocoll/config.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
-#include <cstring>
+#include <mutex>
+#include <set>
 
+#include "topocoll/log.h"
 #include "topocoll/status.h"
 
 namespace topocoll {
 
-const std::vector<KnobInfo>& knobRegistry() {
-  static const std::vector<KnobInfo> knobs = {
-      {"NCCL_TOPO_FILE", "", "Topology XML to load instead of discovering the machine"},
-      {"NCCL_TOPO_DUMP_FILE", "", "Where `topo dump` writes when --out is not given"},
-      {"NCCL_NET_MERGE_LEVEL", "PORT", "Fuse NET ports at most this far apart into one virtual NIC (LOC disables)"},
-      {"NCCL_NET_FORCE_MERGE", "", "Explicit NIC fusion: 'mlx5_0,mlx5_1;mlx5_2,mlx5_3'"},
-      {"NCCL_IB_MERGE_NICS", "1", "0 disables NIC fusion"},
-      {"NCCL_NETDEVS_POLICY", "AUTO", "NICs per GPU: AUTO, ALL or MAX:<n>"},
-      {"NCCL_P2P_LEVEL", "", "Max path type for GPU peer-to-peer (LOC..SYS or 0..5)"},
-      {"NCCL_P2P_DISABLE", "0", "1 disables GPU peer-to-peer (same as NCCL_P2P_LEVEL=LOC)"},
-      {"NCCL_NET_GDR_LEVEL", "P2C", "Max GPU-NIC path type for GPU Direct RDMA"},
-      {"NCCL_NET_GDR_READ", "-2", "GDR for sends: 0 off, 1 on, -2 auto (on from Ampere or with NVLink)"},
-      {"NCCL_NET_GDR_C2C", "1", "Allow GDR over C2C+PCI (P2C) paths"},
-      {"NCCL_PXN_DISABLE", "0", "1 disables PXN (sending through an NVLink peer's NIC)"},
-      {"NCCL_P2P_PXN_LEVEL", "2", "PXN for send/recv: 0 never, 1 when needed, 2 always"},
-      {"NCCL_PXN_C2C", "1", "Allow PXN relays reaching their NIC over P2C"},
-      {"NCCL_NVB_DISABLE", "0", "1 disables NVLink paths through an intermediate GPU (NVB)"},
-      {"NCCL_IGNORE_DISABLED_P2P", "0", "Ignore NVML's P2P status"},
-      {"NCCL_CROSS_NIC", "2", "Rings/trees may use different NICs in and out: 0 no, 1 yes, 2 if better"},
-      {"NCCL_NVLS_ENABLE", "2", "NVLink SHARP: 0 off, 1 forced on, 2 auto (sm>=90 with an NVSwitch)"},
-      {"NCCL_COLLNET_ENABLE", "0", "1 enables CollNet (network SHARP) when NICs carry coll=\"1\""},
-      {"NCCL_MIN_NCHANNELS", "0", "Minimum number of channels (NCCL_MIN_NRINGS is the legacy name)"},
-      {"NCCL_MAX_NCHANNELS", "64", "Maximum number of channels (NCCL_MAX_NRINGS is the legacy name)"},
-      {"NCCL_MIN_P2P_NCHANNELS", "1", "Minimum channels for send/recv"},
-      {"NCCL_MAX_P2P_NCHANNELS", "64", "Maximum channels for send/recv"},
-      {"NCCL_P2P_PER_CHANNEL_NET_BW", "14", "GB/s per send/recv channel through the network"},
-      {"NCCL_GRAPH_FILE", "", "Graph XML to use instead of searching"},
-      {"NCCL_GRAPH_DUMP_FILE", "", "Where to write the searched graphs (graph XML)"},
-      {"NCCL_ALGO", "", "Algorithms allowed: 'ring,tree', '^nvls', 'allreduce:tree;allgather:ring'"},
-      {"NCCL_PROTO", "", "Protocols allowed: 'LL,Simple', '^LL128', per collective like NCCL_ALGO"},
-      {"NCCL_NTHREADS", "-2", "Threads per block for Simple/LL (multiple of 32, 64..512)"},
-      {"NCCL_LL128_NTHREADS", "-2", "Threads per block for LL128 (multiple of 32, 160..640)"},
-      {"NCCL_NET_OVERHEAD", "-2", "Per network step overhead in ns (default by CPU vendor)"},
-      {"NCCL_LL128_C2C", "1", "Enable LL128 over P2C/PXN paths on Hopper and later"},
-      {"NCCL_PAT_ENABLE", "2", "PAT algorithm: 0 off, 1 on, 2 auto (one GPU per node)"},
-      {"NCCL_THREAD_THRESHOLDS", "", "Per-thread work thresholds: 'treeLL treeLL128 treeSimple ringLL ...'"},
-      {"TOPOCOLL_SEARCH_TIMEOUT_SCALE", "1", "Multiply the search step budgets (tests use 1)"},
-      {"NCCL_COMM_ID", "", "host:port of the bootstrap root (comm-check / initFromEnv)"},
-      {"NCCL_SOCKET_IFNAME", "", "Bootstrap interfaces: prefixes, ^exclude, =exact (default ib*, then not docker/lo)"},
-      {"NCCL_SOCKET_FAMILY", "", "AF_INET or AF_INET6 for the bootstrap"},
-      {"NCCL_HOSTID", "", "Host identity override (several 'hosts' on one machine in tests)"},
-      {"TOPOCOLL_TIMEOUT", "300", "Seconds every bootstrap operation may block"},
-      {"TOPOCOLL_SIMULATE_GPU_DEV", "", "With TOPOCOLL_SIMULATE_GPUS: this rank's GPU dev (default: its local rank)"},
-      {"TOPOCOLL_SIMULATE_GPUS", "0", "1: each rank takes the NCCL_TOPO_FILE GPU whose dev is its local rank"},
-  };
-  return knobs;
-}
-
 namespace {
 
-int parseInt(const Env& env, const char* name, int def, long lo, long hi) {
-  auto v = env.get(name);
-  if (!v) return def;
-  const std::string& s = *v;
-  if (s.empty()) return def;
+long long parseInteger(const std::string& name, const std::string& s, long long lo, long long hi) {
   errno = 0;
   char* end = nullptr;
   long long x = std::strtoll(s.c_str(), &end, 0);
   while (end && *end == ' ') ++end;
-  if (errno != 0 || end == s.c_str() || *end != '\0')
-    fail(StatusCode::kInvalidArgument, "{}={}: not an integer", name, s);
+  if (errno == ERANGE) fail(StatusCode::kInvalidArgument, "{}={}: out of range [{}, {}]", name, s, lo, hi);
+  if (errno != 0 || end == s.c_str() || *end != '\0') fail(StatusCode::kInvalidArgument, "{}={}: not an integer", name, s);
   if (x < lo || x > hi) fail(StatusCode::kInvalidArgument, "{}={}: out of range [{}, {}]", name, s, lo, hi);
-  return static_cast<int>(x);
+  return x;
 }
 
-std::string getStr(const Env& env, const char* name) { return env.get(name).value_or(""); }
+const char* kLevelNames[] = {"LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"};
+
+// An integer knob stored in `M`, validated against [lo, hi].
+template <auto M>
+Knob intKnob(std::string name, std::string group, long long lo, long long hi, std::string doc,
+             std::vector<std::string> aliases = {}) {
+  Knob k;
+  k.name = std::move(name);
+  k.aliases = std::move(aliases);
+  k.type = lo == 0 && hi == 1 ? "bool" : "int";
+  k.range = lo == 0 && hi == 1 ? "0 | 1" : fmt::format("[{}, {}]", lo, hi);
+  k.group = std::move(group);
+  k.doc = std::move(doc);
+  k.set = [n = k.name, lo, hi](Config& c, const std::string& v) { c.*M = static_cast<int>(parseInteger(n, v, lo, hi)); };
+  k.get = [](const Config& c) { return std::to_string(c.*M); };
+  return k;
+}
+
+// A free-form string knob stored in `M` (its consumer validates it: NCCL_ALGO, NCCL_SOCKET_IFNAME, ...).
+template <auto M>
+Knob stringKnob(std::string name, std::string group, std::string doc, std::string range = "") {
+  Knob k;
+  k.name = std::move(name);
+  k.type = "string";
+  k.range = std::move(range);
+  k.group = std::move(group);
+  k.doc = std::move(doc);
+  k.set = [](Config& c, const std::string& v) { c.*M = v; };
+  k.get = [](const Config& c) { return c.*M; };
+  return k;
+}
+
+// A path-level knob (LOC..SYS or NCCL's old integers) stored in an optional int.
+template <auto M>
+Knob levelKnob(std::string name, std::string group, std::string doc) {
+  Knob k;
+  k.name = std::move(name);
+  k.type = "level";
+  k.range = "LOC | NVL | NVB | C2C | PIX | PXB | P2C | PXN | PHB | SYS | 0..5";
+  k.group = std::move(group);
+  k.doc = std::move(doc);
+  k.set = [n = k.name](Config& c, const std::string& v) { c.*M = parsePathLevel(n, v); };
+  k.get = [](const Config& c) { return (c.*M) ? std::string(kLevelNames[*(c.*M)]) : std::string(); };
+  return k;
+}
+
+// A string knob restricted to `choices` (validated with `check`, which throws naming the knob).
+template <auto M>
+Knob choiceKnob(std::string name, std::string group, std::string range, std::string doc,
+                std::function<void(const std::string&)> check) {
+  Knob k = stringKnob<M>(std::move(name), std::move(group), std::move(doc), std::move(range));
+  k.type = "choice";
+  k.set = [check](Config& c, const std::string& v) {
+    check(v);
+    c.*M = v;
+  };
+  return k;
+}
+
+std::vector<Knob> buildRegistry() {
+  std::vector<Knob> r;
+  // --- topology
+  r.push_back(stringKnob<&Config::topoFile>("NCCL_TOPO_FILE", "topology",
+                                            "Topology XML to load instead of discovering the machine"));
+  r.push_back(stringKnob<&Config::topoDumpFile>("NCCL_TOPO_DUMP_FILE", "topology",
+                                                "Where `topo dump` writes when --out is not given"));
+  {
+    Knob k = stringKnob<&Config::netMergeLevel>("NCCL_NET_MERGE_LEVEL", "topology",
+                                                "Fuse NET ports at most this far apart into one virtual NIC (LOC disables)",
+                                                "PORT | LOC..SYS");
+    k.type = "level";
+    k.set = [](Config& c, const std::string& v) {
+      c.netMergeLevel = v;
+      c.netMergeLevelValue = v == "PORT" ? 1 : parsePathLevel("NCCL_NET_MERGE_LEVEL", v);
+    };
+    k.get = [](const Config& c) { return c.netMergeLevel.empty() ? std::string("PORT") : c.netMergeLevel; };
+    r.push_back(std::move(k));
+  }
+  r.push_back(stringKnob<&Config::netForceMerge>("NCCL_NET_FORCE_MERGE", "topology",
+                                                 "Explicit NIC fusion: 'mlx5_0,mlx5_1;mlx5_2,mlx5_3'"));
+  r.push_back(intKnob<&Config::ibMergeNics>("NCCL_IB_MERGE_NICS", "topology", 0, 1, "0 disables NIC fusion"));
+  {
+    Knob k;
+    k.name = "NCCL_NETDEVS_POLICY";
+    k.type = "choice";
+    k.range = "AUTO | ALL | MAX:<n>";
+    k.group = "topology";
+    k.doc = "NICs each GPU may use: AUTO (by bandwidth), ALL, or at most n";
+    k.set = [](Config& c, const std::string& v) {
+      std::string s = v;
+      for (auto& ch : s) ch = static_cast<char>(toupper(static_cast<unsigned char>(ch)));
+      if (s == "AUTO") c.netDevsPolicy = 0;
+      else if (s == "ALL") c.netDevsPolicy = 1;
+      else if (s.rfind("MAX:", 0) == 0) {
+        c.netDevsPolicy = 2;
+        c.netDevsPolicyMax = static_cast<int>(parseInteger("NCCL_NETDEVS_POLICY", s.substr(4), 1, 1 << 16));
+      } else {
+        fail(StatusCode::kInvalidArgument, "NCCL_NETDEVS_POLICY={}: expected AUTO, ALL or MAX:<n>", v);
+      }
+    };
+    k.get = [](const Config& c) {
+      return c.netDevsPolicy == 0 ? std::string("AUTO")
+             : c.netDevsPolicy == 1 ? std::string("ALL")
+                                    : "MAX:" + std::to_string(c.netDevsPolicyMax);
+    };
+    r.push_back(std::move(k));
+  }
+  // --- paths
+  r.push_back(levelKnob<&Config::p2pLevel>("NCCL_P2P_LEVEL", "paths",
+                                           "Max path type for GPU peer-to-peer (default: PXB, or SYS on some CPUs)"));
+  r.push_back(intKnob<&Config::p2pDisable>("NCCL_P2P_DISABLE", "paths", 0, 1,
+                                           "1 disables peer-to-peer (same as NCCL_P2P_LEVEL=LOC)"));
+  r.push_back(levelKnob<&Config::netGdrLevel>("NCCL_NET_GDR_LEVEL", "paths",
+                                              "Max GPU-NIC path type for GPU Direct RDMA (default P2C)"));
+  r.push_back(intKnob<&Config::netGdrRead>("NCCL_NET_GDR_READ", "paths", -2, 1,
+                                           "GDR for sends: 0 off, 1 on, -2 auto (on from Ampere or with NVLink)"));
+  r.push_back(intKnob<&Config::netGdrC2c>("NCCL_NET_GDR_C2C", "paths", 0, 1, "Allow GDR over C2C+PCI (P2C) paths"));
+  r.push_back(intKnob<&Config::pxnDisable>("NCCL_PXN_DISABLE", "paths", 0, 1,
+                                           "1 disables PXN (sending through an NVLink peer's NIC)"));
+  r.push_back(intKnob<&Config::pxnC2c>("NCCL_PXN_C2C", "paths", 0, 1, "Allow PXN relays reaching their NIC over P2C"));
+  r.push_back(intKnob<&Config::nvbDisable>("NCCL_NVB_DISABLE", "paths", 0, 1,
+                                           "1 disables NVLink paths through an intermediate GPU (NVB)"));
+  // --- search
+  r.push_back(intKnob<&Config::crossNic>("NCCL_CROSS_NIC", "search", 0, 2,
+                                         "Rings/trees may use different NICs in and out: 0 no, 1 yes, 2 if better"));
+  r.push_back(intKnob<&Config::nvlsEnable>("NCCL_NVLS_ENABLE", "search", 0, 2,
+                                           "NVLink SHARP: 0 off, 1 forced on, 2 auto (sm>=90 with an NVSwitch)"));
+  r.push_back(intKnob<&Config::collnetEnable>("NCCL_COLLNET_ENABLE", "search", 0, 1,
+                                              "1 enables CollNet (network SHARP) when NICs carry coll=\"1\""));
+  {
+    // NCCL clamps the channel counts to [0, MAXCHANNELS] / [1, MAXCHANNELS] rather than refusing.
+    Knob k = intKnob<&Config::minNchannels>("NCCL_MIN_NCHANNELS", "search", 0, 1 << 20,
+                                            "Minimum number of channels (values above 64 mean 64)", {"NCCL_MIN_NRINGS"});
+    k.set = [](Config& c, const std::string& v) {
+      c.minNchannels = static_cast<int>(std::min<long long>(parseInteger("NCCL_MIN_NCHANNELS", v, -2, 1 << 20), 64));
+      c.minNchannels = std::max(c.minNchannels, 0);
+    };
+    r.push_back(std::move(k));
+    Knob m = intKnob<&Config::maxNchannels>("NCCL_MAX_NCHANNELS", "search", 0, 1 << 20,
+                                            "Maximum number of channels (clamped to [1, 64])", {"NCCL_MAX_NRINGS"});
+    m.set = [](Config& c, const std::string& v) {
+      c.maxNchannels = static_cast<int>(std::clamp<long long>(parseInteger("NCCL_MAX_NCHANNELS", v, -2, 1 << 20), 1, 64));
+    };
+    r.push_back(std::move(m));
+  }
+  r.push_back(intKnob<&Config::minP2pNchannels>("NCCL_MIN_P2P_NCHANNELS", "search", 1, 64,
+                                                "Minimum channels for send/recv"));
+  r.push_back(intKnob<&Config::maxP2pNchannels>("NCCL_MAX_P2P_NCHANNELS", "search", 1, 64,
+                                                "Maximum channels for send/recv"));
+  r.push_back(intKnob<&Config::p2pPerChannelNetBw>("NCCL_P2P_PER_CHANNEL_NET_BW", "search", 1, 1 << 20,
+                                                   "GB/s per send/recv channel through the network"));
+  r.push_back(stringKnob<&Config::graphFile>("NCCL_GRAPH_FILE", "search", "Graph XML to use instead of searching"));
+  r.push_back(stringKnob<&Config::graphDumpFile>("NCCL_GRAPH_DUMP_FILE", "search",
+                                                 "Where to write the searched graphs (graph XML)"));
+  r.push_back(intKnob<&Config::searchTimeoutScale>("TOPOCOLL_SEARCH_TIMEOUT_SCALE", "search", 1, 1 << 10,
+                                                   "Multiply NCCL's search step budgets (1 = NCCL's)"));
+  // --- tuning
+  r.push_back(stringKnob<&Config::algo>("NCCL_ALGO", "tuning",
+                                        "Algorithms allowed: 'ring,tree', '^nvls', 'allreduce:tree;allgather:ring'",
+                                        "Ring Tree CollnetDirect CollnetChain NVLS NVLSTree PAT"));
+  r.push_back(stringKnob<&Config::proto>("NCCL_PROTO", "tuning",
+                                         "Protocols allowed: 'LL,Simple', '^LL128', per collective like NCCL_ALGO",
+                                         "LL LL128 Simple"));
+  r.push_back(intKnob<&Config::nthreads>("NCCL_NTHREADS", "tuning", -2, 1 << 16,
+                                         "Threads per block for Simple/LL (multiple of 32, 64..512; -2 auto)"));
+  r.push_back(intKnob<&Config::ll128Nthreads>("NCCL_LL128_NTHREADS", "tuning", -2, 1 << 16,
+                                              "Threads per block for LL128 (multiple of 32, 160..640; -2 auto)"));
+  r.push_back(intKnob<&Config::netOverhead>("NCCL_NET_OVERHEAD", "tuning", -2, 1 << 30,
+                                            "Per network step overhead in ns (-2: by CPU vendor)"));
+  r.push_back(intKnob<&Config::ll128C2c>("NCCL_LL128_C2C", "tuning", 0, 1,
+                                         "Enable LL128 over P2C/PXN paths on Hopper and later"));
+  r.push_back(intKnob<&Config::patEnable>("NCCL_PAT_ENABLE", "tuning", 0, 2,
+                                          "PAT algorithm: 0 off, 1 on, 2 auto (one GPU per node)"));
+  r.push_back(stringKnob<&Config::threadThresholds>("NCCL_THREAD_THRESHOLDS", "tuning",
+                                                    "Per-thread work thresholds: 'treeLL treeLL128 treeSimple ringLL ...'"));
+  // --- bootstrap and communicator init
+  r.push_back(stringKnob<&Config::commId>("NCCL_COMM_ID", "bootstrap",
+                                          "host:port of the bootstrap root (rank 0 listens there)"));
+  r.push_back(stringKnob<&Config::hostId>("NCCL_HOSTID", "bootstrap",
+                                          "Host identity override (several 'hosts' on one machine in tests)"));
+  r.push_back(stringKnob<&Config::socketIfname>("NCCL_SOCKET_IFNAME", "bootstrap",
+                                                "Interfaces: prefixes, ^exclude, =exact (default ib*, then not docker/lo)"));
+  r.push_back(choiceKnob<&Config::socketFamily>(
+      "NCCL_SOCKET_FAMILY", "bootstrap", "AF_INET | AF_INET6", "Address family of the bootstrap and socket transport",
+      [](const std::string& v) {
+        if (v != "AF_INET" && v != "AF_INET6")
+          fail(StatusCode::kInvalidArgument, "NCCL_SOCKET_FAMILY={}: expected AF_INET or AF_INET6", v);
+      }));
+  {
+    Knob k;
+    k.name = "TOPOCOLL_TIMEOUT";
+    k.type = "seconds";
+    k.range = "(0, 86400]";
+    k.group = "bootstrap";
+    k.doc = "Seconds any wait on a peer may block before failing with an error naming the peer";
+    k.set = [](Config& c, const std::string& v) {
+      char* end = nullptr;
+      errno = 0;
+      double s = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end || errno || !(s > 0) || s > 86400)
+        fail(StatusCode::kInvalidArgument, "TOPOCOLL_TIMEOUT={}: expected seconds in (0, 86400]", v);
+      c.timeoutSec = s;
+    };
+    k.get = [](const Config& c) { return fmt::format("{:g}", c.timeoutSec); };
+    r.push_back(std::move(k));
+  }
+  r.push_back(intKnob<&Config::simulateGpus>("TOPOCOLL_SIMULATE_GPUS", "bootstrap", 0, 1,
+                                             "1: each rank takes the NCCL_TOPO_FILE GPU whose dev is its local rank"));
+  r.push_back(intKnob<&Config::simulateGpuDev>("TOPOCOLL_SIMULATE_GPU_DEV", "bootstrap", -1, 1 << 16,
+                                               "With TOPOCOLL_SIMULATE_GPUS: this rank's GPU dev (-1: its local rank)"));
+  r.push_back(choiceKnob<&Config::testDieAfter>("TOPOCOLL_TEST_DIE_AFTER", "bootstrap", "bootstrap",
+                                                "Tests only: the process exits at this init phase",
+                                                [](const std::string&) {}));
+  // --- debug
+  r.push_back(choiceKnob<&Config::debug>("NCCL_DEBUG", "debug", "VERSION | WARN | INFO | ABORT | TRACE",
+                                         "Log level (each includes the less verbose ones)",
+                                         [](const std::string& v) { log::parseLevel(v); }));
+  r.push_back(choiceKnob<&Config::debugSubsys>(
+      "NCCL_DEBUG_SUBSYS", "debug", "[^]INIT,COLL,P2P,SHM,NET,GRAPH,TUNING,ENV,ALLOC,CALL,PROXY,NVLS,BOOTSTRAP,...,ALL",
+      "Subsystems logged at INFO (default INIT,BOOTSTRAP,ENV); ^ excludes the listed ones",
+      [](const std::string& v) { log::parseSubsys(v); }));
+  r.push_back(stringKnob<&Config::debugFile>("NCCL_DEBUG_FILE", "debug",
+                                             "Log to this file instead of stdout; %h = hostname, %p = pid"));
+  return r;
+}
+
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// NCCL logs each knob taken from the environment once per process ("NCCL_X set by environment to Y.").
+void logSetOnce(const std::string& name, const std::string& value) {
+  if (!log::enabled(log::Level::kInfo, log::kEnv)) return;
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lk(mu);
+  if (seen.insert(name + "=" + value).second) TC_INFO(log::kEnv, "{} set by environment to {}.", name, value);
+}
+
+void warnOnce(const std::string& msg) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lk(mu);
+  if (seen.insert(msg).second) TC_WARN("{}", msg);
+}
 
 }  // namespace
 
+const std::vector<Knob>& knobs() {
+  static const std::vector<Knob> registry = buildRegistry();
+  return registry;
+}
+
+const Knob* findKnob(std::string_view name) {
+  for (const Knob& k : knobs()) {
+    if (k.name == name) return &k;
+    for (auto& a : k.aliases)
+      if (a == name) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> knobTypos(const Env& env) {
+  std::vector<std::string> out;
+  for (auto& [name, value] : env.vars()) {
+    if (name.rfind("NCCL_", 0) != 0 && name.rfind("TOPOCOLL_", 0) != 0) continue;
+    if (findKnob(name)) continue;
+    const Knob* best = nullptr;
+    size_t bestD = 3;
+    for (const Knob& k : knobs()) {
+      size_t d = editDistance(name, k.name);
+      if (d < bestD) bestD = d, best = &k;
+    }
+    if (best)
+      out.push_back(fmt::format("{}={} is not a knob topocoll knows; did you mean {}?", name, value, best->name));
+  }
+  return out;
+}
+
 int parsePathLevel(const std::string& knob, const std::string& value) {
-  static const char* names[] = {"LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"};
   for (int i = 0; i < 10; ++i)
-    if (value == names[i]) return i;
+    if (value == kLevelNames[i]) return i;
   if (!value.empty() && value[0] >= '0' && value[0] <= '9') {
     char* end = nullptr;
     long old = std::strtol(value.c_str(), &end, 0);
@@ -96,74 +332,26 @@ int parsePathLevel(const std::string& knob, const std::string& value) {
 
 Config Config::fromEnv(const Env& env) {
   Config c;
-  c.topoFile = getStr(env, "NCCL_TOPO_FILE");
-  c.netForceMerge = getStr(env, "NCCL_NET_FORCE_MERGE");
-  c.netMergeLevel = getStr(env, "NCCL_NET_MERGE_LEVEL");
-  if (!c.netMergeLevel.empty()) {
-    if (c.netMergeLevel == "PORT") c.netMergeLevelValue = 1;
-    else c.netMergeLevelValue = parsePathLevel("NCCL_NET_MERGE_LEVEL", c.netMergeLevel);
-  }
-  c.ibMergeNics = parseInt(env, "NCCL_IB_MERGE_NICS", 1, 0, 1);
-  if (auto p = env.get("NCCL_NETDEVS_POLICY")) {
-    std::string s = *p;
-    for (auto& ch : s) ch = static_cast<char>(toupper(ch));
-    if (s == "AUTO") c.netDevsPolicy = 0;
-    else if (s == "ALL") c.netDevsPolicy = 1;
-    else if (s.rfind("MAX:", 0) == 0 && atoi(s.c_str() + 4) > 0) {
-      c.netDevsPolicy = 2;
-      c.netDevsPolicyMax = atoi(s.c_str() + 4);
-    } else {
-      fail(StatusCode::kInvalidArgument, "NCCL_NETDEVS_POLICY={}: expected AUTO, ALL or MAX:<n>", *p);
+  for (const Knob& k : knobs()) {
+    // The knob's own name wins over its legacy aliases; an empty value means "not set", as NCCL's getenv checks.
+    std::optional<std::string> v = env.get(k.name);
+    std::string from = k.name;
+    for (auto it = k.aliases.begin(); (!v || v->empty()) && it != k.aliases.end(); ++it) {
+      v = env.get(*it);
+      from = *it;
     }
+    if (!v || v->empty()) continue;
+    k.set(c, *v);
+    logSetOnce(from, *v);
   }
-  int p2pDisable = parseInt(env, "NCCL_P2P_DISABLE", 0, 0, 1);
-  auto p2pLevel = env.get("NCCL_P2P_LEVEL");
-  if (p2pDisable == 1) {
-    if (p2pLevel && !p2pLevel->empty() && parsePathLevel("NCCL_P2P_LEVEL", *p2pLevel) != 0)
+  if (c.p2pDisable == 1) {
+    if (c.p2pLevel && *c.p2pLevel != 0)
       fail(StatusCode::kInvalidArgument,
            "NCCL_P2P_DISABLE=1 contradicts NCCL_P2P_LEVEL={} (NCCL would ignore the level); unset one of them",
-           *p2pLevel);
+           env.get("NCCL_P2P_LEVEL").value_or(""));
     c.p2pLevel = 0;
-  } else if (p2pLevel && !p2pLevel->empty()) {
-    c.p2pLevel = parsePathLevel("NCCL_P2P_LEVEL", *p2pLevel);
   }
-  if (auto g = env.get("NCCL_NET_GDR_LEVEL"); g && !g->empty()) c.netGdrLevel = parsePathLevel("NCCL_NET_GDR_LEVEL", *g);
-  c.netGdrRead = parseInt(env, "NCCL_NET_GDR_READ", -2, -2, 1);
-  c.netGdrC2c = parseInt(env, "NCCL_NET_GDR_C2C", 1, 0, 1);
-  c.pxnDisable = parseInt(env, "NCCL_PXN_DISABLE", 0, 0, 1);
-  c.p2pPxnLevel = parseInt(env, "NCCL_P2P_PXN_LEVEL", 2, 0, 2);
-  c.pxnC2c = parseInt(env, "NCCL_PXN_C2C", 1, 0, 1);
-  c.nvbDisable = parseInt(env, "NCCL_NVB_DISABLE", 0, 0, 1);
-  c.ignoreDisabledP2p = parseInt(env, "NCCL_IGNORE_DISABLED_P2P", 0, 0, 2);
-  c.crossNic = parseInt(env, "NCCL_CROSS_NIC", 2, 0, 2);
-  c.nvlsEnable = parseInt(env, "NCCL_NVLS_ENABLE", 2, 0, 2);
-  c.collnetEnable = parseInt(env, "NCCL_COLLNET_ENABLE", 0, 0, 1);
-  int minRings = parseInt(env, "NCCL_MIN_NRINGS", -2, -2, 1 << 20);
-  int minCh = parseInt(env, "NCCL_MIN_NCHANNELS", -2, -2, 1 << 20);
-  int maxRings = parseInt(env, "NCCL_MAX_NRINGS", -2, -2, 1 << 20);
-  int maxCh = parseInt(env, "NCCL_MAX_NCHANNELS", -2, -2, 1 << 20);
-  c.minNchannels = 0;
-  if (minRings != -2) c.minNchannels = minRings;
-  if (minCh != -2) c.minNchannels = minCh;
-  c.minNchannels = std::max(0, std::min(c.minNchannels, 64));
-  c.maxNchannels = 64;
-  if (maxRings != -2) c.maxNchannels = maxRings;
-  if (maxCh != -2) c.maxNchannels = maxCh;
-  c.maxNchannels = std::max(1, std::min(c.maxNchannels, 64));
-  c.minP2pNchannels = parseInt(env, "NCCL_MIN_P2P_NCHANNELS", 1, 1, 64);
-  c.maxP2pNchannels = parseInt(env, "NCCL_MAX_P2P_NCHANNELS", 64, 1, 64);
-  c.p2pPerChannelNetBw = parseInt(env, "NCCL_P2P_PER_CHANNEL_NET_BW", 14, 1, 1 << 20);
-  c.graphFile = getStr(env, "NCCL_GRAPH_FILE");
-  c.graphDumpFile = getStr(env, "NCCL_GRAPH_DUMP_FILE");
-  c.algo = getStr(env, "NCCL_ALGO");
-  c.proto = getStr(env, "NCCL_PROTO");
-  c.nthreads = parseInt(env, "NCCL_NTHREADS", -2, -2, 1 << 16);
-  c.ll128Nthreads = parseInt(env, "NCCL_LL128_NTHREADS", -2, -2, 1 << 16);
-  c.netOverhead = parseInt(env, "NCCL_NET_OVERHEAD", -2, -2, 1 << 30);
-  c.ll128C2c = parseInt(env, "NCCL_LL128_C2C", 1, 0, 1);
-  c.patEnable = parseInt(env, "NCCL_PAT_ENABLE", 2, 0, 2);
-  c.threadThresholds = getStr(env, "NCCL_THREAD_THRESHOLDS");
-  c.searchTimeoutScale = parseInt(env, "TOPOCOLL_SEARCH_TIMEOUT_SCALE", 1, 1, 1 << 10);
+  for (const std::string& typo : knobTypos(env)) warnOnce(typo);
   return c;
 }
 

@@ -9,12 +9,15 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <string>
 
+#include "topocoll/log.h"
 #include "topocoll/paths/paths.h"
 #include "topocoll/status.h"
 #include "topocoll/topology/discovery.h"
 #include "topocoll/topology/node_xml.h"
+#include "topocoll/version.h"
 
 namespace topocoll::runtime {
 
@@ -67,47 +70,39 @@ search::NodeGraphs hostMemoryNode(const std::vector<PeerInfo>& peers, uint64_t h
   return ng;
 }
 
+// NCCL's GRAPH lines: each searched graph's pattern, bandwidths and channels.
+void logGraphs(const topology::System& sys, const search::NodeGraphs& node) {
+  if (!log::enabled(log::Level::kInfo, log::kGraph)) return;
+  for (int gi = 0; gi < search::kNumGraphs; ++gi) {
+    if (!node.available[gi]) continue;
+    std::string text = search::describe(sys, node.graphs[gi]);
+    for (size_t pos = 0, nl; pos < text.size(); pos = nl + 1) {
+      nl = text.find('\n', pos);
+      if (nl == std::string::npos) nl = text.size();
+      TC_INFO(log::kGraph, "{}", std::string_view(text).substr(pos, nl - pos));
+    }
+  }
+}
+
 }  // namespace
 
-InitOptions InitOptions::fromEnv(const Env& env) {
+InitOptions InitOptions::fromConfig(const Config& cfg) {
   InitOptions o;
-  o.cfg = Config::fromEnv(env);
-  o.hostId = env.get("NCCL_HOSTID").value_or("");
-  o.topoFile = o.cfg.topoFile;
-  auto sim = env.get("TOPOCOLL_SIMULATE_GPUS").value_or("0");
-  if (sim != "0" && sim != "1") fail(StatusCode::kInvalidArgument, "TOPOCOLL_SIMULATE_GPUS={}: expected 0 or 1", sim);
-  o.simulateGpus = sim == "1";
-  if (auto t = env.get("TOPOCOLL_TIMEOUT")) {
-    char* end = nullptr;
-    double s = std::strtod(t->c_str(), &end);
-    if (t->empty() || *end || !(s > 0) || s > 86400)
-      fail(StatusCode::kInvalidArgument, "TOPOCOLL_TIMEOUT={}: expected seconds in (0, 86400]", *t);
-    o.bootstrap.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
-  }
-  o.dieAfter = env.get("TOPOCOLL_TEST_DIE_AFTER").value_or("");
-  if (auto d = env.get("TOPOCOLL_SIMULATE_GPU_DEV")) {
-    char* end = nullptr;
-    long v = std::strtol(d->c_str(), &end, 10);
-    if (d->empty() || *end || v < 0 || v > 1 << 16)
-      fail(StatusCode::kInvalidArgument, "TOPOCOLL_SIMULATE_GPU_DEV={}: expected a GPU dev", *d);
-    o.simulateDev = static_cast<int>(v);
-  }
-  o.bootstrap.socketIfname = env.get("NCCL_SOCKET_IFNAME").value_or("");
-  o.bootstrap.socketFamily = env.get("NCCL_SOCKET_FAMILY").value_or("");
-  if (!o.bootstrap.socketFamily.empty() && o.bootstrap.socketFamily != "AF_INET" && o.bootstrap.socketFamily != "AF_INET6")
-    fail(StatusCode::kInvalidArgument, "NCCL_SOCKET_FAMILY={}: expected AF_INET or AF_INET6", o.bootstrap.socketFamily);
+  o.cfg = cfg;
+  o.bootstrap.timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeoutSec * 1000));
+  o.bootstrap.socketIfname = cfg.socketIfname;
+  o.bootstrap.socketFamily = cfg.socketFamily;
   return o;
 }
+
+InitOptions InitOptions::fromEnv(const Env& env) { return fromConfig(Config::fromEnv(env)); }
 
 std::unique_ptr<Communicator> Communicator::init(const bootstrap::UniqueId& id, int nRanks, int rank,
                                                  const InitOptions& opts) {
   auto t0 = Clock::now();
   auto bs = bootstrap::TcpBootstrap::connect(id, rank, nRanks, opts.bootstrap);
   double bsMs = msSince(t0);
-  auto comm = initWithBootstrap(std::move(bs), opts);
-  comm->timings_.bootstrap = bsMs;
-  comm->timings_.total += bsMs;
-  return comm;
+  return create(std::move(bs), opts, bsMs);
 }
 
 std::unique_ptr<Communicator> Communicator::initFromEnv(const Env& env) {
@@ -124,45 +119,58 @@ std::unique_ptr<Communicator> Communicator::initFromEnv(const Env& env) {
 
 std::unique_ptr<Communicator> Communicator::initWithBootstrap(std::unique_ptr<bootstrap::Bootstrap> bs,
                                                               const InitOptions& opts) {
+  return create(std::move(bs), opts, 0);
+}
+
+std::unique_ptr<Communicator> Communicator::create(std::unique_ptr<bootstrap::Bootstrap> bs, const InitOptions& opts,
+                                                   double bootstrapMs) {
   std::unique_ptr<Communicator> c(new Communicator());
   c->bs_ = std::move(bs);
   c->rank_ = c->bs_->rank();
   c->nRanks_ = c->bs_->nRanks();
   c->initialise(opts);
+  c->timings_.bootstrap = bootstrapMs;
+  c->timings_.total += bootstrapMs;
+  c->logInit();
   return c;
 }
 
 void Communicator::initialise(const InitOptions& opts) {
   auto tStart = Clock::now();
-  if (opts.dieAfter == "bootstrap") std::_Exit(3);
+  log::setThreadRank(rank_);
+  static std::once_flag versionOnce;
+  std::call_once(versionOnce, [] {
+    TC_LOG_(log::Level::kVersion, log::kInit, "topocoll version {} (NCCL 2.30.7 rules)", TOPOCOLL_VERSION_STRING);
+  });
+  if (opts.cfg.testDieAfter == "bootstrap") std::_Exit(3);
   // AllGather 1: peer info.
   auto t = Clock::now();
   peers_.assign(nRanks_, PeerInfo{});
   PeerInfo& me = peers_[rank_];
   me.rank = rank_;
-  me.hostHash = topology::hostHash(opts.hostId);
+  me.hostHash = topology::hostHash(opts.cfg.hostId);
   me.pidHash = mix(me.hostHash, static_cast<uint64_t>(getpid()));
   struct stat st {};
   if (stat("/dev/shm", &st) == 0) me.shmDev = static_cast<uint64_t>(st.st_dev);
   me.numaNode = currentNumaNode();
   // GPU ranks: simulated from NCCL_TOPO_FILE, or real GPUs that discovery (NVML) finds on this machine.
   topology::XmlDoc doc;
-  bool gpuMode = opts.simulateGpus;
+  bool gpuMode = opts.cfg.simulateGpus != 0;
   if (!gpuMode) {
     topology::DiscoveryOptions dopts;
-    dopts.hostId = opts.hostId;
+    dopts.hostId = opts.cfg.hostId;
     topology::XmlDoc local = topology::discoverLocalTopology(dopts);
     if (!topology::gpuDevs(local).empty()) {
       gpuMode = true;
-      doc = opts.topoFile.empty() ? std::move(local) : topology::loadXmlFile(opts.topoFile);
+      doc = opts.cfg.topoFile.empty() ? std::move(local) : topology::loadXmlFile(opts.cfg.topoFile);
     }
   } else {
-    if (opts.topoFile.empty())
+    if (opts.cfg.topoFile.empty())
       fail(StatusCode::kInvalidUsage, "TOPOCOLL_SIMULATE_GPUS=1 needs NCCL_TOPO_FILE naming the machine's topology");
-    doc = topology::loadXmlFile(opts.topoFile);
+    doc = topology::loadXmlFile(opts.cfg.topoFile);
   }
   me.cudaCompCap = gpuMode ? 1 : 0;  // marks GPU ranks until the device is known
-  me.dev = opts.simulateGpus ? opts.simulateDev : -1;
+  me.dev = opts.cfg.simulateGpus ? opts.cfg.simulateGpuDev : -1;
   timings_.topology += msSince(t);
   t = Clock::now();
   bs_->allGather(peers_.data(), sizeof(PeerInfo));
@@ -199,11 +207,11 @@ void Communicator::initialise(const InitOptions& opts) {
       PeerInfo& p = peers_[r];
       if (p.dev >= 0) {
         if (std::find(devs.begin(), devs.end(), p.dev) == devs.end())
-          fail(StatusCode::kInvalidUsage, "rank {} asks for GPU dev {}, which {} does not have", r, p.dev, opts.topoFile);
+          fail(StatusCode::kInvalidUsage, "rank {} asks for GPU dev {}, which {} does not have", r, p.dev, opts.cfg.topoFile);
       } else {
         if (localRankOf[r] >= static_cast<int>(devs.size()))
           fail(StatusCode::kInvalidUsage, "rank {} is local rank {} of its host but {} has only {} GPUs", r,
-               localRankOf[r], opts.topoFile, devs.size());
+               localRankOf[r], opts.cfg.topoFile, devs.size());
         p.dev = devs[localRankOf[r]];
       }
       topology::XmlNode* gpu = nullptr;
@@ -235,11 +243,12 @@ void Communicator::initialise(const InitOptions& opts) {
     auto sys = topology::buildSystem(topology::prepareNodeXml(doc, locals, opts.cfg));
     if (hosts.size() > 1 && sys.count(NodeType::NET) == 0)
       fail(StatusCode::kInvalidArgument, "{}: a job on {} hosts needs a network device (<net>) in the topology",
-           opts.topoFile, hosts.size());
+           opts.cfg.topoFile, hosts.size());
     paths::prepareForSearch(sys, opts.cfg, rank_, nRanks_, shm);
     timings_.topology += msSince(t);
     t = Clock::now();
     node = search::searchNode(sys, opts.cfg, nRanks_);
+    logGraphs(sys, node);
     nvsCount = sys.count(NodeType::NVS);
     timings_.search = msSince(t);
   } else {
@@ -258,6 +267,28 @@ void Communicator::initialise(const InitOptions& opts) {
   if (gpuMode) model_ = tuning::tuneModel(tuning::jobInfo(connect_, nvsCount), connect_.aligned, opts.cfg);
   timings_.connect = msSince(t);
   timings_.total = msSince(tStart);
+}
+
+void Communicator::logInit() const {
+  if (!log::enabled(log::Level::kInfo, log::kInit | log::kGraph)) return;
+  TC_INFO(log::kInit, "comm {} rank {} nRanks {} nNodes {} localRanks {} localRank {} MNNVL 0", fmt::ptr(this), rank_,
+          nRanks_, connect_.nNodes, localRanks_, localRank_);
+  for (size_t ch = 0; ch < connect_.rings.size(); ++ch) {
+    std::string line;
+    for (int r : connect_.rings[ch]) line += fmt::format(" {}", r);
+    TC_INFO(log::kInit, "Channel {:02d}/{:02d} :{}", ch, connect_.rings.size(), line);
+  }
+  std::string trees;
+  for (size_t ch = 0; ch < connect_.trees[rank_].size(); ++ch) {
+    const auto& tr = connect_.trees[rank_][ch];
+    trees += fmt::format(" [{}] {}/{}/{}->{}->{}", ch, tr.down[0], tr.down[1], tr.down[2], rank_, tr.up);
+  }
+  TC_INFO(log::kInit, "Trees{}", trees);
+  TC_INFO(log::kInit,
+          "Init timings - topocollCommInitRank: rank {} nranks {} total {:.2f} (bootstrap {:.2f}, allgathers {:.2f}, "
+          "topo {:.2f}, graphs {:.2f}, connections {:.2f})",
+          rank_, nRanks_, timings_.total / 1000, timings_.bootstrap / 1000, timings_.allgathers / 1000,
+          timings_.topology / 1000, timings_.search / 1000, timings_.connect / 1000);
 }
 
 }  // namespace topocoll::runtime

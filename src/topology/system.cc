@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "topocoll/status.h"
-#include "topology/xml_attr.h"
+#include "xml_attr.h"
 
 namespace topocoll::topology {
 

@@ -70,7 +70,7 @@ TEST(Launcher, NothingFoundIsInvalidUsage) {
 TEST(InitOptions, TimeoutAndSimulationKnobs) {
   auto o = InitOptions::fromEnv(env({{"TOPOCOLL_TIMEOUT", "2.5"}, {"TOPOCOLL_SIMULATE_GPUS", "1"}}));
   EXPECT_EQ(o.bootstrap.timeout.count(), 2500);
-  EXPECT_TRUE(o.simulateGpus);
+  EXPECT_EQ(o.cfg.simulateGpus, 1);
   EXPECT_THROW(InitOptions::fromEnv(env({{"TOPOCOLL_TIMEOUT", "-1"}})), Error);
   EXPECT_THROW(InitOptions::fromEnv(env({{"TOPOCOLL_SIMULATE_GPUS", "yes"}})), Error);
 }
@@ -85,9 +85,9 @@ std::vector<std::unique_ptr<Communicator>> initGroup(int n, int perHost, bool si
     threads.emplace_back([&, r] {
       try {
         InitOptions o;
-        o.hostId = "host" + std::to_string(r / perHost);
-        o.simulateGpus = simulate;
-        o.topoFile = testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml");
+        o.cfg.hostId = "host" + std::to_string(r / perHost);
+        o.cfg.simulateGpus = simulate ? 1 : 0;
+        o.cfg.topoFile = testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml");
         comms[r] = Communicator::initWithBootstrap(std::move(group[r]), o);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -147,10 +147,10 @@ TEST(Communicator, DuplicateGpuDetected) {
     threads.emplace_back([&, r] {
       try {
         InitOptions o;
-        o.hostId = "same-host";
-        o.simulateGpus = true;
-        o.simulateDev = 3;  // both ranks on GPU 3
-        o.topoFile = testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml");
+        o.cfg.hostId = "same-host";
+        o.cfg.simulateGpus = 1;
+        o.cfg.simulateGpuDev = 3;  // both ranks on GPU 3
+        o.cfg.topoFile = testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml");
         Communicator::initWithBootstrap(std::move(group[r]), o);
       } catch (const Error& e) {
         errors[r] = e.what();

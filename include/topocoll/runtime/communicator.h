@@ -38,14 +38,11 @@ struct InitTimings {
 };
 
 struct InitOptions {
-  Config cfg;
-  bootstrap::Options bootstrap;
-  std::string hostId;         // NCCL_HOSTID
-  std::string topoFile;       // NCCL_TOPO_FILE
-  bool simulateGpus = false;  // TOPOCOLL_SIMULATE_GPUS: rank takes the topology GPU whose dev is its local rank
-  int simulateDev = -1;       // TOPOCOLL_SIMULATE_GPU_DEV: this rank's GPU dev instead (like cudaSetDevice)
-  std::string dieAfter;       // TOPOCOLL_TEST_DIE_AFTER (tests only): "bootstrap" exits the process there
-  /// Reads NCCL_HOSTID, NCCL_TOPO_FILE, TOPOCOLL_SIMULATE_GPUS, TOPOCOLL_TIMEOUT (seconds) and every planner knob.
+  Config cfg;                     // every knob (NCCL_HOSTID, NCCL_TOPO_FILE, TOPOCOLL_SIMULATE_GPUS, ...)
+  bootstrap::Options bootstrap;   // derived from cfg (TOPOCOLL_TIMEOUT, NCCL_SOCKET_IFNAME/FAMILY); tests adjust it
+  /// The options of `cfg`.
+  static InitOptions fromConfig(const Config& cfg);
+  /// fromConfig(Config::fromEnv(env)): throws naming the knob on bad values.
   static InitOptions fromEnv(const Env& env);
 };
 
@@ -78,7 +75,10 @@ class Communicator {
 
  private:
   Communicator() = default;
+  static std::unique_ptr<Communicator> create(std::unique_ptr<bootstrap::Bootstrap> bs, const InitOptions& opts,
+                                              double bootstrapMs);
   void initialise(const InitOptions& opts);
+  void logInit() const;
   std::unique_ptr<bootstrap::Bootstrap> bs_;
   bootstrap::RootHandle root_;
   int rank_ = 0, nRanks_ = 0, node_ = 0, localRank_ = 0, localRanks_ = 0, intraProcRanks_ = 0;
