@@ -1,0 +1,195 @@
+// `topocoll plan` and `topocoll tune`: what NCCL would build and choose for a job.
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli.h"
+#include "plot.h"
+#include "topocoll/plan.h"
+#include "topocoll/search/graph.h"
+#include "topocoll/status.h"
+#include "topocoll/topology/render.h"
+
+namespace topocoll::cli {
+
+namespace {
+
+struct PlanArgs {
+  std::string topo, gpusList, graphOut, graphIn, drawOut, plotOut, collName, typeName = "float32";
+  JobSpec job;
+  bool json = false, pretty = false, explain = false;
+};
+
+std::string channelOverlay(const Plan& plan) {
+  static const char* palette[] = {"#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6",
+                                  "#bfef45", "#fabed4", "#469990", "#dcbeff", "#9a6324", "#800000", "#aaffc3"};
+  const auto& g = plan.graphs[search::kGraphRing];
+  const auto& sys = plan.system;
+  std::string out;
+  int n = plan.localRanks;
+  for (int c = 0; c < g.nChannels; ++c) {
+    for (int i = 0; i < n; ++i) {
+      int a = sys.gpuIndexOfRank(g.intra[c * n + i]);
+      int b = sys.gpuIndexOfRank(g.intra[c * n + (i + 1) % n]);
+      if (i == n - 1 && sys.inter) break;
+      out += fmt::format("  n0_{} -> n0_{} [color=\"{}\", dir=forward, constraint=false, penwidth=1.5, label=\"ch{}\", fontcolor=\"{}\"];\n",
+                         a, b, palette[c % 14], c, palette[c % 14]);
+    }
+    if (sys.inter) {
+      int first = sys.gpuIndexOfRank(g.intra[c * n]), last = sys.gpuIndexOfRank(g.intra[c * n + n - 1]);
+      int nin = sys.indexOf(topology::NodeType::NET, g.inter[2 * c]);
+      int nout = sys.indexOf(topology::NodeType::NET, g.inter[2 * c + 1]);
+      out += fmt::format("  n5_{} -> n0_{} [color=\"{}\", dir=forward, constraint=false, style=dotted];\n", nin, first,
+                         palette[c % 14]);
+      out += fmt::format("  n0_{} -> n5_{} [color=\"{}\", dir=forward, constraint=false, style=dotted];\n", last, nout,
+                         palette[c % 14]);
+    }
+  }
+  return out;
+}
+
+std::string planText(const Plan& plan, bool explain) {
+  std::string out;
+  const auto& sys = plan.system;
+  out += fmt::format("Job: {} node(s) x {} GPU(s) = {} ranks\n", plan.job.nNodes, plan.localRanks, plan.nRanks);
+  for (int gi = 0; gi < search::kNumGraphs; ++gi) {
+    if (!plan.graphAvailable[gi]) continue;
+    const auto& g = plan.graphs[gi];
+    out += fmt::format("\nGraph {} ({}): search {:.2f} ms{}\n", g.id, search::graphName(gi), g.searchMs,
+                       g.timedOut ? " (hit a search time limit)" : "");
+    out += search::describe(sys, g);
+  }
+  const auto& c = plan.connect;
+  out += fmt::format("\n{} coll channels, {} nvls channels, {} p2p channels, {} p2p channels per peer\n",
+                     c.nChannels, c.nvlsChannels, c.p2pnChannels, c.p2pnChannelsPerPeer);
+  out += ringsAndTrees(c, plan.nRanks);
+  if (explain) {
+    out += "\nExplain:\n";
+    for (int gi = 0; gi < search::kNumGraphs; ++gi) {
+      if (!plan.graphAvailable[gi] || plan.graphs[gi].nChannels == 0) continue;
+      const auto& g = plan.graphs[gi];
+      out += fmt::format("- {}: {} channels x {:g} GB/s (intra) / {:g} GB/s (inter), path types {}/{}; system maxBw {:g}, "
+                         "totalBw {:g}.\n",
+                         search::graphName(gi), g.nChannels, g.bwIntra, g.bwInter,
+                         topology::to_string(static_cast<topology::PathType>(g.typeIntra)),
+                         topology::to_string(static_cast<topology::PathType>(g.typeInter)), sys.maxBw, sys.totalBw);
+      auto b = search::findBottleneck(sys, g);
+      if (b.link.link >= 0) {
+        const auto& l = sys.link(b.link);
+        out += fmt::format("  Most loaded link: {} --{}--> {}: {} channel crossings use {:g} of its {:g} GB/s ({:.0f}%).\n",
+                           topology::nodeLabel(sys, b.link.node), topology::to_string(l.type),
+                           topology::nodeLabel(sys, l.rem), b.channels, b.used, b.capacity,
+                           b.capacity > 0 ? 100.0 * b.used / b.capacity : 0.0);
+        if (b.capacity > 0 && b.used * 1.0001f >= b.capacity)
+          out += "  It is saturated: another channel, or a faster speed for these channels, does not fit on it.\n";
+      }
+      if (g.nChannels * g.bwIntra >= sys.totalBw)
+        out += "  The channels already reach the GPUs' total bandwidth (NVLink sum or PCI), the search's stop condition.\n";
+      if (g.timedOut)
+        out += "  The search hit a step budget before it could prove that nothing better exists.\n";
+      if (g.fromFile) out += "  This graph came from a graph XML file, not from the search.\n";
+    }
+  }
+  return out;
+}
+
+std::vector<int> parseDevList(const std::string& list) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    std::string tok = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    long v = std::strtol(tok.c_str(), &end, 10);
+    if (tok.empty() || *end || v < 0) fail(StatusCode::kInvalidArgument, "--ranks-on-gpus: '{}' is not a GPU dev", tok);
+    out.push_back(static_cast<int>(v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// Both commands: load, plan, write the graph XML where asked. Returns the plan and the topology's shown name.
+Plan planFor(PlanArgs& a, Config& cfg, std::string* name, std::string* shownName) {
+  if (!a.gpusList.empty()) a.job.ranksOnGpus = parseDevList(a.gpusList);
+  if (!a.graphIn.empty()) cfg.graphFile = a.graphIn;
+  auto doc = loadTopology(a.topo, cfg, name);
+  Plan p = makePlan(doc, a.job, cfg);
+  *shownName = *name;
+  if (auto pos = name->find("topologies/"); pos != std::string::npos) *shownName = name->substr(pos);
+  if (!a.graphOut.empty() || !cfg.graphDumpFile.empty()) {
+    const search::Graph* order[] = {&p.graphs[search::kGraphRing], &p.graphs[search::kGraphTree],
+                                    &p.graphs[search::kGraphCollnetDirect], &p.graphs[search::kGraphCollnetChain],
+                                    &p.graphs[search::kGraphNvls]};
+    std::string graphXml =
+        search::graphsToXml(p.system, std::vector<const search::Graph*>(std::begin(order), std::end(order)));
+    if (!a.graphOut.empty()) writeOut(a.graphOut, graphXml);
+    if (!cfg.graphDumpFile.empty()) writeOut(cfg.graphDumpFile, graphXml);
+  }
+  return p;
+}
+
+int typeSizeOf(const std::string& typeName) {
+  int typeSize = tuning::dataTypeSize(typeName);
+  if (typeSize < 0) fail(StatusCode::kInvalidArgument, "--type {}: unknown data type", typeName);
+  return typeSize;
+}
+
+}  // namespace
+
+std::vector<Command> addPlanCommands(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  auto addJob = [&](CLI::App* c) {
+    c->add_option("--topo", a->topo, "Topology XML of one node (default: NCCL_TOPO_FILE, then discovery)");
+    c->add_option("--nodes,-n", a->job.nNodes, "Number of nodes, each described by the same topology")
+        ->check(CLI::Range(1, 1 << 20));
+    c->add_option("--gpus-per-node,-g", a->job.gpusPerNode, "Use the first G GPUs (by dev) of each node")
+        ->check(CLI::Range(1, 1 << 16));
+    c->add_option("--ranks-on-gpus", a->gpusList, "Comma-separated GPU dev of each local rank, e.g. 0,1,2,3");
+    c->add_flag("--json", a->json, "One JSON document (field names of shared/conformance/SCHEMA.md)");
+    c->add_flag("--pretty", a->pretty, "Indent the JSON");
+  };
+  auto* plan = app.add_subcommand("plan", "Channels, rings and trees NCCL would build for a job");
+  addJob(plan);
+  plan->add_option("--graph-out", a->graphOut, "Write the searched graphs as graph XML (NCCL_GRAPH_DUMP_FILE format)");
+  plan->add_option("--graph-in", a->graphIn, "Use graphs from a graph XML instead of searching (NCCL_GRAPH_FILE)");
+  plan->add_option("--draw", a->drawOut, "Draw the ring channels over the topology (FILE.svg or FILE.dot)");
+  plan->add_flag("--explain", a->explain, "Say which link limits the channels and why");
+  auto* tune = app.add_subcommand("tune", "Tuning tables and algorithm/protocol choice per size");
+  addJob(tune);
+  tune->add_option("--coll", a->collName, "Only this collective (allreduce, allgather, reducescatter, broadcast, reduce)");
+  tune->add_option("--type", a->typeName, "Data type (float32, float16, bfloat16, int8, float64, ...)");
+  tune->add_option("--plot", a->plotOut, "Draw predicted busbw vs size as SVG");
+
+  std::vector<Command> cmds;
+  cmds.push_back({plan, [a](const Env&, Config& cfg) {
+                    std::string name, shown;
+                    Plan p = planFor(*a, cfg, &name, &shown);
+                    if (!a->drawOut.empty()) {
+                      std::string dot = topology::renderDot(p.system, name + " ring channels", channelOverlay(p));
+                      writeOut(a->drawOut, endsWith(a->drawOut, ".svg") ? dotToSvg(dot) : dot);
+                    }
+                    if (a->json) std::cout << planToJson(p, shown, typeSizeOf(a->typeName), a->pretty) << "\n";
+                    else std::cout << planText(p, a->explain);
+                    return 0;
+                  }});
+  cmds.push_back({tune, [a](const Env&, Config& cfg) {
+                    int typeSize = typeSizeOf(a->typeName);
+                    int onlyColl = -1;
+                    if (!a->collName.empty()) {
+                      onlyColl = tuning::collFromString(a->collName);
+                      if (onlyColl < 0) fail(StatusCode::kInvalidArgument, "--coll {}: unknown collective", a->collName);
+                    }
+                    std::string name, shown;
+                    Plan p = planFor(*a, cfg, &name, &shown);
+                    if (!a->plotOut.empty())
+                      writeOut(a->plotOut, busbwPlot(p, typeSize, onlyColl < 0 ? tuning::kAllReduce : onlyColl, name));
+                    if (a->json) std::cout << planToJson(p, shown, typeSize, a->pretty) << "\n";
+                    else std::cout << tuningTables(p) << "\n" << selectionText(p, typeSize, onlyColl);
+                    return 0;
+                  }});
+  return cmds;
+}
+
+}  // namespace topocoll::cli
