@@ -26,6 +26,10 @@ topology::XmlDoc loadTopology(const std::string& flag, const Config& cfg, std::s
   }
   *name = "<discovered>";
   topology::DiscoveryOptions opts;
+  opts.hostId = cfg.hostId;
+  opts.socketIfname = cfg.socketIfname;
+  opts.socketFamily = cfg.socketFamily;
+  opts.commId = cfg.commId;
   return topology::discoverLocalTopology(opts);
 }
 

@@ -159,6 +159,9 @@ void Communicator::initialise(const InitOptions& opts) {
   if (!gpuMode) {
     topology::DiscoveryOptions dopts;
     dopts.hostId = opts.cfg.hostId;
+    dopts.socketIfname = opts.cfg.socketIfname;
+    dopts.socketFamily = opts.cfg.socketFamily;
+    dopts.commId = opts.cfg.commId;
     topology::XmlDoc local = topology::discoverLocalTopology(dopts);
     if (!topology::gpuDevs(local).empty()) {
       gpuMode = true;
