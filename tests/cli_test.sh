@@ -48,9 +48,14 @@ check explain 0 "Most loaded link" -- "$T" plan --topo "$SEED" --nodes 2 --expla
 check plan-json 0 '"graph_dump_xml"' -- "$T" plan --topo "$SEED" --nodes 2 --json
 check tune-text 0 "NVLSTree" -- "$T" tune --topo "$SEED" --nodes 2 --coll allreduce
 check paths-one 0 "bottleneck" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET3
-check draw-dot 0 "" -- "$T" topo draw --topo "$SEED" --out "$tmp/t.dot"
+"$T" topo draw --topo "$SEED" --out "$tmp/t.dot"
+check draw-dot 0 "n1_0 -> n0_0 \[label=\"PCI 48\"" -- cat "$tmp/t.dot"
 check env-topo-file 0 "System: 2 CPU" -- env NCCL_TOPO_FILE="$SEED" "$T" topo show
-check params 0 "NCCL_P2P_LEVEL" -- "$T" params
+check params 0 "^NCCL_P2P_LEVEL  *default=\"\" " -- "$T" params
+check params-set 0 "^NCCL_CROSS_NIC  *default=2  *\[set: 1\]" -- env NCCL_CROSS_NIC=1 "$T" params
+check params-json 0 '"name": "NCCL_DEBUG_SUBSYS"' -- "$T" params --json
+check knob-typo 0 "NCCL WARN NCCL_CROS_NIC=1 is not a knob topocoll knows; did you mean NCCL_CROSS_NIC?" -- \
+  env NCCL_CROS_NIC=1 NCCL_DEBUG=WARN "$T" params
 check help 0 "plan" -- "$T" --help
 # Bad input: clear messages, non-zero exits, never a crash.
 printf '<system version="1">\n  <cpu numaid="0">\n</system>\n' > "$tmp/bad.xml"
@@ -67,7 +72,7 @@ check ranks-on-gpus 1 "dev 12" -- "$T" plan --topo "$SEED" --ranks-on-gpus 0,12
 check bad-level 1 "NCCL_P2P_LEVEL=FAST" -- env NCCL_P2P_LEVEL=FAST "$T" plan --topo "$SEED"
 check bad-algo 2 "NCCL_ALGO" -- env NCCL_ALGO=ring,warp "$T" tune --topo "$SEED"
 check bad-coll 1 "unknown collective" -- "$T" tune --topo "$SEED" --coll alltoall
-check bad-flag nonzero "" -- "$T" plan --topo "$SEED" --frobnicate
+check bad-flag nonzero "frobnicate" -- "$T" plan --topo "$SEED" --frobnicate
 check paths-unknown-node 1 "no NET with dev 99" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET99
 # Inputs the fuzzer once crashed on: clear errors now.
 for f in "$G"/../../fuzz/regressions/*.xml; do
