@@ -236,7 +236,12 @@ TC_CLONES void reduceF16Portable(int op, void* d, const void* a, const void* b, 
 
 void reduceF16(int op, void* d, const void* a, const void* b, size_t n) {
 #if defined(TC_HAVE_F16C_PATH)
-  static const bool f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool f16c = [] {
+    // CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+    return __builtin_cpu_supports("avx2") && ((c >> 29) & 1);
+  }();
   if (f16c) {
     auto* dd = static_cast<uint16_t*>(d);
     auto* aa = static_cast<const uint16_t*>(a);
