@@ -1,0 +1,133 @@
+/* topocoll's C API, with NCCL's shapes: the same argument order, enum values and result codes as nccl.h (NCCL
+ * 2.30.7), under the prefix tccl, so that code written for NCCL reads the same. Buffers are host memory; `stream`
+ * is reserved for device streams and must be NULL for host buffers, in which case every call returns when its
+ * operation is complete (inside tcclGroupStart/End: when tcclGroupEnd returns).
+ *
+ *   tcclUniqueId id;
+ *   if (rank == 0) tcclGetUniqueId(&id);            // then send `id` to every rank (MPI_Bcast, a file, ...)
+ *   tcclComm_t comm;
+ *   tcclCommInitRank(&comm, nranks, id, rank);      // collective: every rank calls it
+ *   tcclAllReduce(in, out, count, tcclFloat32, tcclSum, comm, NULL);
+ *   tcclGroupStart();                               // several operations issued together (all-to-all, ...)
+ *   tcclSend(a, n, tcclInt32, peer, comm, NULL);
+ *   tcclRecv(b, n, tcclInt32, peer, comm, NULL);
+ *   tcclGroupEnd();
+ *   tcclCommDestroy(comm);
+ *
+ * Ordering: every rank calls the collectives of a communicator in the same order; they complete in that order.
+ * Errors: a call returns a tcclResult_t; tcclGetLastError(comm) says what failed, naming the rank or peer at fault.
+ * A C API call never lets a C++ exception escape. */
+#ifndef TOPOCOLL_TOPOCOLL_H_
+#define TOPOCOLL_TOPOCOLL_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TCCL_MAJOR 0
+#define TCCL_MINOR 1
+#define TCCL_PATCH 0
+#define TCCL_VERSION_CODE (TCCL_MAJOR * 10000 + TCCL_MINOR * 100 + TCCL_PATCH)
+
+#define TCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[TCCL_UNIQUE_ID_BYTES];
+} tcclUniqueId;
+
+typedef struct tcclComm* tcclComm_t;
+/* A device stream (cudaStream_t) for device buffers; NULL for host buffers. */
+typedef void* tcclStream_t;
+
+typedef enum {
+  tcclSuccess = 0,
+  tcclUnhandledCudaError = 1,
+  tcclSystemError = 2,
+  tcclInternalError = 3,
+  tcclInvalidArgument = 4,
+  tcclInvalidUsage = 5,
+  tcclRemoteError = 6,
+  tcclInProgress = 7,
+  tcclTimeout = 8,
+  tcclNumResults = 9
+} tcclResult_t;
+
+typedef enum {
+  tcclInt8 = 0, tcclChar = 0,
+  tcclUint8 = 1,
+  tcclInt32 = 2, tcclInt = 2,
+  tcclUint32 = 3,
+  tcclInt64 = 4,
+  tcclUint64 = 5,
+  tcclFloat16 = 6, tcclHalf = 6,
+  tcclFloat32 = 7, tcclFloat = 7,
+  tcclFloat64 = 8, tcclDouble = 8,
+  tcclBfloat16 = 9,
+  tcclFloat8e4m3 = 10,
+  tcclFloat8e5m2 = 11,
+  tcclNumTypes = 12
+} tcclDataType_t;
+
+typedef enum { tcclSum = 0, tcclProd = 1, tcclMax = 2, tcclMin = 3, tcclAvg = 4, tcclNumOps = 5 } tcclRedOp_t;
+
+/* TCCL_VERSION_CODE of the library. */
+tcclResult_t tcclGetVersion(int* version);
+/* Starts the rendezvous root in this process (kept alive until every rank has joined) and returns its id. */
+tcclResult_t tcclGetUniqueId(tcclUniqueId* uniqueId);
+/* Joins communicator `commId` as `rank` of `nranks`. Collective. */
+tcclResult_t tcclCommInitRank(tcclComm_t* comm, int nranks, tcclUniqueId commId, int rank);
+/* `ndev` ranks in this process, one communicator each (devlist: GPU of each rank, or NULL for host ranks). */
+tcclResult_t tcclCommInitAll(tcclComm_t* comms, int ndev, const int* devlist);
+/* Waits for the communicator's operations, then frees it. */
+tcclResult_t tcclCommFinalize(tcclComm_t comm);
+tcclResult_t tcclCommDestroy(tcclComm_t comm);
+/* Stops every pending operation (they fail with tcclInvalidUsage / the abort message) and frees the communicator. */
+tcclResult_t tcclCommAbort(tcclComm_t comm);
+tcclResult_t tcclCommCount(const tcclComm_t comm, int* count);
+tcclResult_t tcclCommUserRank(const tcclComm_t comm, int* rank);
+/* The GPU of this rank, -1 for a host-memory rank. */
+tcclResult_t tcclCommCuDevice(const tcclComm_t comm, int* device);
+/* The first error a background thread met (tcclSuccess if none). */
+tcclResult_t tcclCommGetAsyncError(tcclComm_t comm, tcclResult_t* asyncError);
+const char* tcclGetErrorString(tcclResult_t result);
+/* The message of the last failure on `comm` (or of this thread's last failed call when comm is NULL). */
+const char* tcclGetLastError(tcclComm_t comm);
+
+/* Collectives (counts in elements). In place when sendbuff == recvbuff (AllGather: sendbuff == recvbuff +
+ * rank * sendcount; ReduceScatter: sendbuff + rank * recvcount == recvbuff). */
+tcclResult_t tcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclRedOp_t op,
+                           tcclComm_t comm, tcclStream_t stream);
+tcclResult_t tcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
+                           tcclComm_t comm, tcclStream_t stream);
+tcclResult_t tcclReduce(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclRedOp_t op,
+                        int root, tcclComm_t comm, tcclStream_t stream);
+tcclResult_t tcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tcclDataType_t datatype,
+                           tcclComm_t comm, tcclStream_t stream);
+tcclResult_t tcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tcclDataType_t datatype,
+                               tcclRedOp_t op, tcclComm_t comm, tcclStream_t stream);
+/* Data for rank j is sendbuff + j*count; data from rank i lands at recvbuff + i*count. */
+tcclResult_t tcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclComm_t comm,
+                          tcclStream_t stream);
+tcclResult_t tcclGather(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
+                        tcclComm_t comm, tcclStream_t stream);
+tcclResult_t tcclScatter(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
+                         tcclComm_t comm, tcclStream_t stream);
+/* Returns when every rank has entered it (not in NCCL: its users allreduce one element). */
+tcclResult_t tcclBarrier(tcclComm_t comm, tcclStream_t stream);
+
+/* Point to point; a send and its receive must agree on count and datatype (a mismatch fails on both sides). */
+tcclResult_t tcclSend(const void* sendbuff, size_t count, tcclDataType_t datatype, int peer, tcclComm_t comm,
+                      tcclStream_t stream);
+tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int peer, tcclComm_t comm,
+                      tcclStream_t stream);
+
+/* Operations between GroupStart and GroupEnd are issued together: any order of sends and receives completes. */
+tcclResult_t tcclGroupStart(void);
+tcclResult_t tcclGroupEnd(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TOPOCOLL_TOPOCOLL_H_ */

@@ -1,0 +1,161 @@
+// The C API with ranks as threads of one process (tcclCommInitAll): every operation, in and out of place, groups,
+// and the errors NCCL's API gives for bad arguments and mismatched calls.
+#include "topocoll/topocoll.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// Runs body(rank, comm) on one thread per rank and returns the per-rank results.
+std::vector<tcclResult_t> onRanks(std::vector<tcclComm_t>& comms, const std::function<tcclResult_t(int, tcclComm_t)>& body) {
+  std::vector<tcclResult_t> rc(comms.size());
+  std::vector<std::thread> ts;
+  for (size_t r = 0; r < comms.size(); ++r) ts.emplace_back([&, r] { rc[r] = body(static_cast<int>(r), comms[r]); });
+  for (auto& t : ts) t.join();
+  return rc;
+}
+
+class CApi : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    n_ = GetParam();
+    comms_.assign(n_, nullptr);
+    ASSERT_EQ(tcclCommInitAll(comms_.data(), n_, nullptr), tcclSuccess) << tcclGetLastError(nullptr);
+  }
+  void TearDown() override {
+    for (auto c : comms_) EXPECT_EQ(tcclCommDestroy(c), tcclSuccess);
+  }
+  void expectAll(const std::vector<tcclResult_t>& rc) {
+    for (size_t r = 0; r < rc.size(); ++r) EXPECT_EQ(rc[r], tcclSuccess) << "rank " << r << ": " << tcclGetLastError(comms_[r]);
+  }
+  int n_ = 0;
+  std::vector<tcclComm_t> comms_;
+};
+
+TEST_P(CApi, QueriesAndVersion) {
+  int v = 0;
+  EXPECT_EQ(tcclGetVersion(&v), tcclSuccess);
+  EXPECT_EQ(v, TCCL_VERSION_CODE);
+  for (int r = 0; r < n_; ++r) {
+    int count = 0, rank = -1, dev = 0;
+    EXPECT_EQ(tcclCommCount(comms_[r], &count), tcclSuccess);
+    EXPECT_EQ(tcclCommUserRank(comms_[r], &rank), tcclSuccess);
+    EXPECT_EQ(tcclCommCuDevice(comms_[r], &dev), tcclSuccess);
+    EXPECT_EQ(count, n_);
+    EXPECT_EQ(rank, r);
+    EXPECT_EQ(dev, -1);  // host-memory rank
+  }
+}
+
+TEST_P(CApi, AllReduceSumInAndOutOfPlace) {
+  const size_t count = 1000003;  // more than one 8 MiB piece of the engine at 8 bytes
+  expectAll(onRanks(comms_, [&](int r, tcclComm_t c) {
+    std::vector<double> in(count), out(count, -1);
+    for (size_t i = 0; i < count; ++i) in[i] = (r + 1) * static_cast<double>(i % 7 + 1);
+    tcclResult_t rc = tcclAllReduce(in.data(), out.data(), count, tcclFloat64, tcclSum, c, nullptr);
+    if (rc != tcclSuccess) return rc;
+    double ranks = n_ * (n_ + 1) / 2.0;
+    for (size_t i = 0; i < count; ++i)
+      if (out[i] != ranks * (i % 7 + 1)) return tcclInternalError;
+    rc = tcclAllReduce(in.data(), in.data(), count, tcclFloat64, tcclMax, c, nullptr);
+    for (size_t i = 0; i < count; ++i)
+      if (in[i] != n_ * static_cast<double>(i % 7 + 1)) return tcclInternalError;
+    return rc;
+  }));
+}
+
+TEST_P(CApi, BroadcastReduceGatherScatterAlltoAll) {
+  const size_t count = 17;
+  const int root = n_ - 1;
+  expectAll(onRanks(comms_, [&](int r, tcclComm_t c) {
+    std::vector<int32_t> in(count * n_), out(count * n_, -1);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(r * 1000 + i);
+    if (tcclBroadcast(in.data(), out.data(), count, tcclInt32, root, c, nullptr) != tcclSuccess) return tcclInternalError;
+    for (size_t i = 0; i < count; ++i)
+      if (out[i] != static_cast<int32_t>(root * 1000 + i)) return tcclInvalidUsage;
+    std::fill(out.begin(), out.end(), -1);
+    if (tcclReduce(in.data(), out.data(), count, tcclInt32, tcclSum, root, c, nullptr) != tcclSuccess) return tcclInternalError;
+    if (r == root)
+      for (size_t i = 0; i < count; ++i)
+        if (out[i] != static_cast<int32_t>(1000 * n_ * (n_ - 1) / 2 + n_ * i)) return tcclInvalidUsage;
+    if (tcclAllGather(in.data(), out.data(), count, tcclInt32, c, nullptr) != tcclSuccess) return tcclInternalError;
+    for (int q = 0; q < n_; ++q)
+      for (size_t i = 0; i < count; ++i)
+        if (out[q * count + i] != static_cast<int32_t>(q * 1000 + i)) return tcclInvalidUsage;
+    if (tcclAlltoAll(in.data(), out.data(), count, tcclInt32, c, nullptr) != tcclSuccess) return tcclInternalError;
+    for (int q = 0; q < n_; ++q)
+      for (size_t i = 0; i < count; ++i)
+        if (out[q * count + i] != static_cast<int32_t>(q * 1000 + r * count + i)) return tcclInvalidUsage;
+    std::vector<int32_t> one(count, -1);
+    if (tcclReduceScatter(in.data(), one.data(), count, tcclInt32, tcclSum, c, nullptr) != tcclSuccess) return tcclInternalError;
+    for (size_t i = 0; i < count; ++i)
+      if (one[i] != static_cast<int32_t>(1000 * n_ * (n_ - 1) / 2 + n_ * (r * count + i))) return tcclInvalidUsage;
+    if (tcclScatter(in.data(), one.data(), count, tcclInt32, root, c, nullptr) != tcclSuccess) return tcclInternalError;
+    for (size_t i = 0; i < count; ++i)
+      if (one[i] != static_cast<int32_t>(root * 1000 + r * count + i)) return tcclInvalidUsage;
+    return tcclBarrier(c, nullptr);
+  }));
+}
+
+TEST_P(CApi, GroupedSendRecvInAnyOrder) {
+  const size_t count = 3 << 20;  // 12 MiB of int32 per pair: larger than any socket buffer
+  expectAll(onRanks(comms_, [&](int r, tcclComm_t c) {
+    std::vector<std::vector<int32_t>> in(n_), out(n_);
+    tcclGroupStart();
+    for (int q = n_ - 1; q >= 0; --q) {  // receives first, in reverse order: the group must still complete
+      out[q].assign(count, -1);
+      tcclRecv(out[q].data(), count, tcclInt32, q, c, nullptr);
+    }
+    for (int q = 0; q < n_; ++q) {
+      in[q].assign(count, r * 100 + q);
+      tcclSend(in[q].data(), count, tcclInt32, q, c, nullptr);
+    }
+    tcclResult_t rc = tcclGroupEnd();
+    for (int q = 0; q < n_ && rc == tcclSuccess; ++q)
+      if (out[q][0] != q * 100 + r || out[q][count - 1] != q * 100 + r) rc = tcclInvalidUsage;
+    return rc;
+  }));
+}
+
+TEST_P(CApi, BadArgumentsGiveNcclsResultCodes) {
+  tcclComm_t c = comms_[0];
+  int x = 0;
+  EXPECT_EQ(tcclAllReduce(nullptr, &x, 1, tcclInt32, tcclSum, c, nullptr), tcclInvalidArgument);
+  EXPECT_NE(std::string(tcclGetLastError(c)).find("sendbuff is NULL"), std::string::npos) << tcclGetLastError(c);
+  EXPECT_EQ(tcclAllReduce(&x, &x, 1, static_cast<tcclDataType_t>(12), tcclSum, c, nullptr), tcclInvalidArgument);
+  EXPECT_EQ(tcclAllReduce(&x, &x, 1, tcclInt32, static_cast<tcclRedOp_t>(9), c, nullptr), tcclInvalidArgument);
+  EXPECT_EQ(tcclBroadcast(&x, &x, 1, tcclInt32, n_, c, nullptr), tcclInvalidArgument);
+  EXPECT_NE(std::string(tcclGetLastError(c)).find("root " + std::to_string(n_) + " is out of range"), std::string::npos);
+  EXPECT_EQ(tcclSend(&x, 1, tcclInt32, -1, c, nullptr), tcclInvalidArgument);
+  EXPECT_EQ(tcclAllReduce(&x, &x, SIZE_MAX / 2, tcclInt32, tcclSum, c, nullptr), tcclInvalidArgument);
+  int stream = 0;
+  EXPECT_EQ(tcclAllReduce(&x, &x, 1, tcclInt32, tcclSum, c, &stream), tcclInvalidUsage);
+  EXPECT_EQ(tcclAllReduce(&x, &x, 1, tcclInt32, tcclSum, nullptr, nullptr), tcclInvalidArgument);
+  EXPECT_EQ(tcclGroupEnd(), tcclInvalidUsage);
+  EXPECT_STREQ(tcclGetErrorString(tcclInvalidUsage), "invalid usage (run with NCCL_DEBUG=WARN for details)");
+  // Zero elements with NULL buffers are fine, as in NCCL.
+  if (n_ == 1) EXPECT_EQ(tcclAllReduce(nullptr, nullptr, 0, tcclInt32, tcclSum, c, nullptr), tcclSuccess);
+}
+
+TEST_P(CApi, MismatchedCallsAreNamedOnEveryRank) {
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks";
+  auto rc = onRanks(comms_, [&](int r, tcclComm_t c) {
+    std::vector<float> buf(r == 0 ? 8 : 16, 1.0f);
+    return tcclAllReduce(buf.data(), buf.data(), buf.size(), tcclFloat32, tcclSum, c, nullptr);
+  });
+  for (int r = 0; r < n_; ++r) {
+    EXPECT_EQ(rc[r], tcclInvalidUsage);
+    EXPECT_NE(std::string(tcclGetLastError(comms_[r])).find("while rank"), std::string::npos) << tcclGetLastError(comms_[r]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CApi, ::testing::Values(1, 2, 3, 4));
+
+}  // namespace
