@@ -1,0 +1,86 @@
+// topocoll as a torch.distributed backend (PyTorch 1.13's c10d::ProcessGroup) for CPU tensors, on top of topocoll's
+// C API. Operations run on a worker thread per direction (collectives in issue order; sends and receives on threads
+// of their own, so that an isend/irecv exchange never deadlocks); each returns an asynchronous Work.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "topocoll/topocoll.h"
+
+namespace topocoll::torch_backend {
+
+class ProcessGroupTopocoll : public c10d::ProcessGroup {
+ public:
+  /// Exchanges topocoll's unique id through `store` (rank 0 creates it, as ProcessGroupNCCL does with NCCL's) and
+  /// initialises the communicator. Collective over the group.
+  ProcessGroupTopocoll(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout);
+  ~ProcessGroupTopocoll() override;
+
+  /// The function torch.distributed.Backend.register_backend calls: (store, rank, size, timeout).
+  static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                      int size, const std::chrono::duration<float>& timeout);
+
+  const std::string getBackendName() const override { return "topocoll"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits, std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  /// The topocoll communicator (for tests and tools).
+  tcclComm_t comm() const { return comm_; }
+
+ private:
+  class Worker;
+  struct Mailbox;
+
+  // Queues `fn` on `worker` and returns the Work that completes when it has run (fn's outputs become the Work's
+  // result and its future's value).
+  c10::intrusive_ptr<c10d::Work> enqueue(Worker& worker, c10d::OpType type, std::vector<at::Tensor> outputs,
+                                         std::function<void()> fn);
+  void check(tcclResult_t rc, const char* what) const;
+  void recvTagged(at::Tensor& tensor, int src, int tag);
+
+  tcclComm_t comm_ = nullptr;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<Worker> collWorker_, sendWorker_, recvWorker_;
+  std::unique_ptr<Mailbox> mailbox_;
+};
+
+}  // namespace topocoll::torch_backend
