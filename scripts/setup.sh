@@ -8,7 +8,8 @@ shift || true
 PKGS=(build-essential cmake ninja-build pkg-config
       libpugixml-dev libcli11-dev nlohmann-json3-dev libfmt-dev
       libgtest-dev libgmock-dev googletest libbenchmark-dev librapidcheck-dev
-      clang libclang-rt-14-dev python3 graphviz openmpi-bin iproute2)
+      clang libclang-rt-14-dev python3 graphviz openmpi-bin iproute2
+      python3-torch libtorch-dev python3-dev pybind11-dev python3-pytest python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
