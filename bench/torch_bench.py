@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""torch.distributed through "topocoll" and "gloo" in the same run: all_reduce, all_gather, reduce_scatter and
+broadcast from 8 B to 64 MiB (float32), N processes on this host, nccl-tests columns, ratios per size, and an SVG of
+busbw against size. Each backend runs in its own set of processes, one after the other, per collective.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py -n 2 4 --out docs/img/torch-busbw.svg
+
+Definitions (as shared/peers and nccl-tests): size is the buffer of all_reduce/broadcast, the gathered output of
+all_gather, the full input of reduce_scatter; time is the maximum over ranks of the mean of a timed loop of
+back-to-back calls after a warm-up; busbw = size/time x (2(n-1)/n all_reduce, (n-1)/n all_gather and reduce_scatter,
+1 broadcast). Gloo 1.13 has no reduce_scatter: its column is "-".
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+COLLS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
+SIZES = [8 << (2 * i) for i in range(13)]  # 8 B .. 128 MiB in steps of 4x; trimmed to --max
+FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+          "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+
+
+def _op(coll, n, size):
+    count = max(size // 4, n)
+    per = max(count // n, 1)
+    if coll == "all_reduce":
+        t = torch.ones(count)
+        return lambda: dist.all_reduce(t), count * 4
+    if coll == "broadcast":
+        t = torch.ones(count)
+        return lambda: dist.broadcast(t, 0), count * 4
+    if coll == "all_gather":
+        inp, out = torch.ones(per), torch.empty(per * n)
+        return lambda: dist._all_gather_base(out, inp), per * n * 4
+    inp, out = torch.ones(per * n), torch.empty(per)
+    return lambda: dist._reduce_scatter_base(out, inp), per * n * 4
+
+
+def _worker(rank, n, path, backend, coll, sizes, seconds, q):
+    if backend == "topocoll":
+        import topocoll.torch  # noqa: F401
+    dist.init_process_group(backend, init_method="file://" + path, rank=rank, world_size=n)
+    rows = []
+    for size in sizes:
+        if backend == "gloo" and coll == "reduce_scatter":
+            break
+        fn, real = _op(coll, n, size)
+        fn()
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        est = torch.tensor([max(time.perf_counter() - t0, 1e-6)])
+        dist.all_reduce(est, op=dist.ReduceOp.MAX)  # every rank must run the same number of iterations
+        iters = int(min(max(seconds / est.item(), 3), 10000))
+        for _ in range(min(iters // 10 + 1, 20)):
+            fn()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        mine = torch.tensor([(time.perf_counter() - t0) / iters])
+        dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+        rows.append((real, mine.item()))
+    if rank == 0:
+        q.put(rows)
+    dist.destroy_process_group()
+
+
+def run(backend, coll, n, sizes, seconds):
+    ctx = mp.get_context("spawn")
+    q = ctx.SimpleQueue()
+    with tempfile.TemporaryDirectory() as d:
+        mp.start_processes(_worker, args=(n, os.path.join(d, "init"), backend, coll, sizes, seconds, q), nprocs=n,
+                           join=True, start_method="spawn")
+    return q.get() if not q.empty() else []
+
+
+def svg(results, path):
+    """busbw (GB/s) against size, one line per (backend, n, collective), log-log."""
+    import math
+    W, H, L, B = 900, 520, 70, 50
+    pts = [(s, t, bw) for (_, _, _), rows in results.items() for s, t, bw in rows if bw > 0]
+    if not pts:
+        return
+    xs = [math.log2(p[0]) for p in pts]
+    ys = [math.log10(p[2]) for p in pts]
+    x0, x1, y0, y1 = min(xs), max(xs), math.floor(min(ys)), math.ceil(max(ys))
+    X = lambda v: L + (v - x0) / max(x1 - x0, 1) * (W - L - 20)
+    Y = lambda v: H - B - (v - y0) / max(y1 - y0, 1) * (H - B - 30)
+    colors = {"all_reduce": "#e6194b", "all_gather": "#3cb44b", "reduce_scatter": "#4363d8", "broadcast": "#f58231"}
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+           f'<rect width="{W}" height="{H}" fill="white"/>',
+           f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="14">busbw vs size: topocoll (solid) and gloo '
+           f'(dashed), torch.distributed on CPU</text>']
+    for e in range(int(y0), int(y1) + 1):
+        out.append(f'<line x1="{L}" x2="{W - 20}" y1="{Y(e)}" y2="{Y(e)}" stroke="#ddd"/>'
+                   f'<text x="{L - 5}" y="{Y(e) + 4}" text-anchor="end">{10 ** e:g} GB/s</text>')
+    for s in sorted({p[0] for p in pts}):
+        if int(math.log2(s)) % 2 == 1:
+            continue
+        lab = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1024 else f"{s} B"
+        out.append(f'<text x="{X(math.log2(s))}" y="{H - B + 15}" text-anchor="middle">{lab}</text>')
+    legend = 0
+    for (backend, n, coll), rows in sorted(results.items()):
+        rows = [r for r in rows if r[2] > 0]
+        if not rows:
+            continue
+        d = " ".join(f"{'M' if i == 0 else 'L'}{X(math.log2(s)):.1f},{Y(math.log10(bw)):.1f}"
+                     for i, (s, _, bw) in enumerate(rows))
+        dash = ' stroke-dasharray="5,4"' if backend == "gloo" else ""
+        width = 2 if n == 2 else 1
+        out.append(f'<path d="{d}" fill="none" stroke="{colors[coll]}" stroke-width="{width}"{dash}/>')
+        if backend == "topocoll":
+            out.append(f'<text x="{L + 10}" y="{40 + 14 * legend}" fill="{colors[coll]}">{coll} np{n}</text>')
+            legend += 1
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", type=int, nargs="+", default=[2, 4], help="process counts (default 2 4)")
+    ap.add_argument("-c", nargs="+", default=COLLS, choices=COLLS, help="collectives")
+    ap.add_argument("--max", type=int, default=64 << 20, help="largest size in bytes (default 64 MiB)")
+    ap.add_argument("-T", type=float, default=0.2, help="seconds per timed loop (default 0.2)")
+    ap.add_argument("--out", help="write the busbw plot (SVG) here")
+    args = ap.parse_args()
+    sizes = [s for s in SIZES if s <= args.max]
+    results = {}
+    print(f"# torch {torch.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+    for n in args.n:
+        for coll in args.c:
+            for backend in ("topocoll", "gloo"):
+                rows = run(backend, coll, n, sizes, args.T)
+                results[(backend, n, coll)] = [(s, t, s / t / 1e9 * FACTOR[coll](n)) for s, t in rows]
+            print(f"\n# {coll}, {n} processes")
+            print(f"{'size':>12} {'topocoll us':>12} {'busbw GB/s':>10} {'gloo us':>12} {'busbw GB/s':>10} "
+                  f"{'speedup':>8}")
+            gl = {s: (t, bw) for s, t, bw in results[("gloo", n, coll)]}
+            for s, t, bw in results[("topocoll", n, coll)]:
+                g = gl.get(s)
+                print(f"{s:>12} {t * 1e6:>12.2f} {bw:>10.3f} "
+                      + (f"{g[0] * 1e6:>12.2f} {g[1]:>10.3f} {g[0] / t:>8.1f}x" if g else f"{'-':>12} {'-':>10} {'-':>8}"))
+            sys.stdout.flush()
+    if args.out:
+        svg(results, args.out)
+        print(f"\n# plot: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
