@@ -141,7 +141,9 @@ TEST_P(CApi, BadArgumentsGiveNcclsResultCodes) {
   EXPECT_EQ(tcclGroupEnd(), tcclInvalidUsage);
   EXPECT_STREQ(tcclGetErrorString(tcclInvalidUsage), "invalid usage (run with NCCL_DEBUG=WARN for details)");
   // Zero elements with NULL buffers are fine, as in NCCL.
-  if (n_ == 1) EXPECT_EQ(tcclAllReduce(nullptr, nullptr, 0, tcclInt32, tcclSum, c, nullptr), tcclSuccess);
+  if (n_ == 1) {
+    EXPECT_EQ(tcclAllReduce(nullptr, nullptr, 0, tcclInt32, tcclSum, c, nullptr), tcclSuccess);
+  }
 }
 
 TEST_P(CApi, MismatchedCallsAreNamedOnEveryRank) {
