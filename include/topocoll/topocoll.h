@@ -31,6 +31,14 @@ extern "C" {
 #define TCCL_PATCH 0
 #define TCCL_VERSION_CODE (TCCL_MAJOR * 10000 + TCCL_MINOR * 100 + TCCL_PATCH)
 
+/* In C++ the enums below have int as their fixed underlying type (the same size as in C), so that an out-of-range
+ * value a caller passes is a value the library can check and refuse, not undefined behaviour. */
+#ifdef __cplusplus
+#define TCCL_ENUM_INT : int
+#else
+#define TCCL_ENUM_INT
+#endif
+
 #define TCCL_UNIQUE_ID_BYTES 128
 typedef struct {
   char internal[TCCL_UNIQUE_ID_BYTES];
@@ -40,7 +48,7 @@ typedef struct tcclComm* tcclComm_t;
 /* A device stream (cudaStream_t) for device buffers; NULL for host buffers. */
 typedef void* tcclStream_t;
 
-typedef enum {
+typedef enum TCCL_ENUM_INT {
   tcclSuccess = 0,
   tcclUnhandledCudaError = 1,
   tcclSystemError = 2,
@@ -53,7 +61,7 @@ typedef enum {
   tcclNumResults = 9
 } tcclResult_t;
 
-typedef enum {
+typedef enum TCCL_ENUM_INT {
   tcclInt8 = 0, tcclChar = 0,
   tcclUint8 = 1,
   tcclInt32 = 2, tcclInt = 2,
@@ -69,7 +77,7 @@ typedef enum {
   tcclNumTypes = 12
 } tcclDataType_t;
 
-typedef enum { tcclSum = 0, tcclProd = 1, tcclMax = 2, tcclMin = 3, tcclAvg = 4, tcclNumOps = 5 } tcclRedOp_t;
+typedef enum TCCL_ENUM_INT { tcclSum = 0, tcclProd = 1, tcclMax = 2, tcclMin = 3, tcclAvg = 4, tcclNumOps = 5 } tcclRedOp_t;
 
 /* TCCL_VERSION_CODE of the library. */
 tcclResult_t tcclGetVersion(int* version);

@@ -61,17 +61,30 @@ static int run(int rank, ncclUniqueId id) {
 
 int main(void) {
   int version = 0, rank = -1;
-  ncclUniqueId id;
+  int pipes[NRANKS][2];
   CHECK(ncclGetVersion(&version));
   if (version < NCCL_VERSION(2, 19, 0)) {
     fprintf(stderr, "NCCL %d is too old\n", version);
     return 1;
   }
-  CHECK(ncclGetUniqueId(&id));
+  /* As MPI programs do: rank 0 creates the id and sends it to the others (here through pipes). */
+  for (int r = 0; r < NRANKS; r++)
+    if (pipe(pipes[r]) != 0) return 1;
+  fflush(stdout);
   for (int r = 0; r < NRANKS; r++) {
     if (fork() == 0) {
+      ncclUniqueId id;
+      rank = r;
+      if (r == 0) {
+        CHECK(ncclGetUniqueId(&id));
+        for (int q = 1; q < NRANKS; q++)
+          if (write(pipes[q][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) _exit(1);
+      } else if (read(pipes[r][0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+        _exit(1);
+      }
+      int rc = run(r, id);
       fflush(stdout);
-      _exit(run(r, id));
+      _exit(rc);
     }
   }
   int failed = 0;

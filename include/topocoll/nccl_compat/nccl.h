@@ -29,6 +29,13 @@ typedef struct CUstream_st* cudaStream_t;
 extern "C" {
 #endif
 
+/* C++: int as the enums' fixed underlying type (same size as in C), so an out-of-range value is checkable. */
+#ifdef __cplusplus
+#define TOPOCOLL_NCCL_ENUM_INT : int
+#else
+#define TOPOCOLL_NCCL_ENUM_INT
+#endif
+
 typedef struct ncclComm* ncclComm_t;
 #define NCCL_COMM_NULL NULL
 
@@ -37,7 +44,7 @@ typedef struct {
   char internal[NCCL_UNIQUE_ID_BYTES];
 } ncclUniqueId;
 
-typedef enum {
+typedef enum TOPOCOLL_NCCL_ENUM_INT {
   ncclSuccess = 0,
   ncclUnhandledCudaError = 1,
   ncclSystemError = 2,
@@ -50,10 +57,10 @@ typedef enum {
   ncclNumResults = 9
 } ncclResult_t;
 
-typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4, ncclNumOps = 5,
+typedef enum TOPOCOLL_NCCL_ENUM_INT { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4, ncclNumOps = 5,
                ncclMaxRedOp = 0x7fffffff } ncclRedOp_t;
 
-typedef enum {
+typedef enum TOPOCOLL_NCCL_ENUM_INT {
   ncclInt8 = 0, ncclChar = 0,
   ncclUint8 = 1,
   ncclInt32 = 2, ncclInt = 2,
