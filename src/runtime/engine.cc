@@ -1,0 +1,317 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "topocoll/log.h"
+
+namespace topocoll::runtime::detail {
+
+using Clock = std::chrono::steady_clock;
+using transport::Transfer;
+
+Engine::Engine(const Options& opts) : opts_(opts) {
+  worker_ = std::thread([this] { runWorker(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(workerMu_);
+    stop_.store(true);
+  }
+  workerCv_.notify_all();
+  opts_.doorbell->ring();
+  worker_.join();
+  // Ops nobody waited for: fail them so that their handles do not wait forever.
+  std::lock_guard<std::mutex> drive(driveMu_);
+  takeIncoming();
+  for (auto& [op, keep] : live_) {
+    if (op->finished()) continue;
+    op->code = StatusCode::kAborted;
+    op->error = fmt::format("rank {}: the communicator was destroyed with this operation pending", opts_.rank);
+    op->state.store(Op::kFailed, std::memory_order_release);
+  }
+}
+
+void Engine::post(const std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker) {
+  {
+    std::lock_guard<std::mutex> lock(postMu_);
+    for (auto& op : ops) {
+      op->engine = this;
+      op->seq = nextSeq_++;
+      incoming_.push_back(op);
+    }
+    pending_.fetch_add(static_cast<int>(ops.size()), std::memory_order_release);
+    hasIncoming_.store(true, std::memory_order_release);
+  }
+  if (wakeWorker) {
+    {
+      std::lock_guard<std::mutex> lock(workerMu_);
+      workerWanted_ = true;
+    }
+    workerCv_.notify_one();
+  }
+}
+
+void Engine::enqueue(Op* op, Transfer* t) {
+  Queue& q = queues_[&t->connector()];
+  q.conn = &t->connector();
+  // In issue order: a part inserted later (a drain) goes before the parts of later ops.
+  auto it = q.parts.end();
+  while (it != q.parts.begin() && std::prev(it)->first->seq > op->seq) --it;
+  q.parts.insert(it, {op, t});
+  if (q.parts.size() == 1) {
+    q.since = Clock::now();
+    active_.push_back(&q);
+  }
+}
+
+void Engine::takeIncoming() {
+  if (!hasIncoming_.load(std::memory_order_acquire)) return;
+  std::vector<std::shared_ptr<Op>> in;
+  {
+    std::lock_guard<std::mutex> lock(postMu_);
+    in.swap(incoming_);
+    hasIncoming_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& op : in) {
+    live_[op.get()] = op;
+    if (op->peer == opts_.rank) {
+      (op->send ? selfSends_ : selfRecvs_).push_back(op.get());
+      continue;
+    }
+    op->unfinished = static_cast<int>(op->parts.size());
+    for (auto& t : op->parts) enqueue(op.get(), t.get());
+    if (!op->send) {
+      auto& chain = recvChain_[op->peer];
+      chain.push_back(op.get());
+      if (chain.size() == 1) op->parts[0]->open(false);
+    }
+  }
+  matchSelf();
+}
+
+void Engine::matchSelf() {
+  while (!selfSends_.empty() && !selfRecvs_.empty()) {
+    Op* s = selfSends_.front();
+    Op* r = selfRecvs_.front();
+    selfSends_.pop_front();
+    selfRecvs_.pop_front();
+    if (s->bytes != r->bytes || s->dtype != r->dtype) {
+      failOp(*s, StatusCode::kInvalidUsage,
+             fmt::format("size or type mismatch: this send has {} x {}, the receive from itself expects {} x {}",
+                         s->count, to_string(s->dtype), r->count, to_string(r->dtype)));
+      failOp(*r, StatusCode::kInvalidUsage,
+             fmt::format("size or type mismatch: this receive expects {} x {}, the send to itself has {} x {}",
+                         r->count, to_string(r->dtype), s->count, to_string(s->dtype)));
+      complete(*s);
+      complete(*r);
+      continue;
+    }
+    if (s->bytes && s->buf != r->buf) std::memmove(r->buf, s->buf, s->bytes);
+    complete(*s);
+    complete(*r);
+  }
+}
+
+void Engine::failOp(Op& op, StatusCode code, const std::string& why) {
+  if (op.code != StatusCode::kOk) return;  // the first error wins
+  op.code = code;
+  op.error = fmt::format("rank {}: {} of {} x {} {} rank {}: {}", opts_.rank, op.send ? "send" : "recv", op.count,
+                         to_string(op.dtype), op.send ? "to" : "from", op.peer, why);
+}
+
+void Engine::complete(Op& op) {
+  live_.erase(&op);  // the handle keeps it
+  op.state.store(op.code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
+  pending_.fetch_sub(1, std::memory_order_release);
+  opts_.doorbell->ring();
+}
+
+// The first part of a receive has read the sender's header: open the others, to copy or (sizes or types differ) to
+// consume what the sender sent without copying; then the next receive from that peer may start.
+void Engine::validate(Op& op) {
+  op.validated = true;
+  Transfer& first = *op.parts[0];
+  bool drain = first.mismatch();
+  size_t senderParts = drain ? first.senderHeader().nParts : op.parts.size();
+  if (first.failed() && !first.mismatch()) senderParts = 0;  // broken or aborted: nothing to follow
+  if (senderParts > op.partConns.size()) {
+    failOp(op, StatusCode::kRemoteError,
+           fmt::format("the sender split the message in {} parts, at most {} are possible", senderParts,
+                       op.partConns.size()));
+    first.connector().markBroken(op.error);
+    senderParts = 0;
+  }
+  for (size_t i = 1; i < op.parts.size(); ++i) {
+    if (i < senderParts) {
+      op.parts[i]->open(drain);
+    } else {
+      op.parts[i]->cancel();  // the sender did not use this channel
+    }
+  }
+  for (size_t i = op.parts.size(); i < senderParts; ++i) {
+    transport::MessageDesc d = op.partDescs[0];
+    d.part = static_cast<int>(i);
+    d.partBytes = 0;
+    op.parts.push_back(std::make_unique<Transfer>(*op.partConns[i], Transfer::Dir::kRecv, nullptr, d, op.opts, true));
+    op.parts.back()->open(true);
+    ++op.unfinished;
+    enqueue(&op, op.parts.back().get());
+  }
+  auto& chain = recvChain_[op.peer];
+  if (!chain.empty() && chain.front() == &op) chain.pop_front();
+  if (!chain.empty()) chain.front()->parts[0]->open(false);
+  else recvChain_.erase(op.peer);
+}
+
+void Engine::partFinished(Op& op, Transfer& t) {
+  if (t.failed()) {
+    if (t.mismatch()) {
+      failOp(op, StatusCode::kInvalidUsage, t.error());
+    } else if (t.errorCode() != StatusCode::kAborted || op.code == StatusCode::kOk) {
+      failOp(op, t.errorCode(), t.error());
+      // The other parts cannot complete the message: stop them (those that started break their connection).
+      for (auto& p : op.parts)
+        if (!p->finished()) p->fail(t.errorCode(), t.error());
+    }
+  }
+  if (--op.unfinished == 0) complete(op);
+}
+
+bool Engine::progressOnce() {
+  takeIncoming();
+  bool did = false;
+  for (size_t i = 0; i < active_.size();) {
+    Queue& q = *active_[i];
+    while (!q.parts.empty()) {
+      auto [op, t] = q.parts.front();
+      bool moved = t->progress();
+      if (!op->send && !op->validated && t == op->parts[0].get() && (t->pastStart() || t->finished())) validate(*op);
+      if (moved) {
+        did = true;
+        q.since = Clock::now();
+      }
+      if (!t->finished()) break;
+      q.parts.pop_front();
+      partFinished(*op, *t);
+      q.since = Clock::now();
+      did = true;
+    }
+    if (q.parts.empty()) {
+      active_[i] = active_.back();
+      active_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  if (!did && ++idlePasses_ >= 64) {
+    idlePasses_ = 0;
+    checkStalls();
+  }
+  return did;
+}
+
+void Engine::checkStalls() {
+  auto now = Clock::now();
+  bool aborted = opts_.abortFlag && opts_.abortFlag->load();
+  for (Queue* q : active_) {
+    if (q->parts.empty()) continue;
+    int peer = q->conn->peer;
+    StatusCode code = StatusCode::kOk;
+    std::string why;
+    if (aborted) {
+      code = StatusCode::kAborted;
+      why = "the communicator was aborted";
+    } else if (opts_.peerGone && (*opts_.peerGone)[peer].load()) {
+      code = StatusCode::kRemoteError;
+      why = fmt::format("rank {}'s process is gone (it exited or was killed)", peer);
+    } else if (now - q->since > opts_.timeout) {
+      code = StatusCode::kTimeout;
+      why = fmt::format("rank {} did not move for {:g} s on channel {} (TOPOCOLL_TIMEOUT): it is stuck, gone, or never "
+                        "posted the matching operation",
+                        peer, std::chrono::duration<double>(opts_.timeout).count(), q->conn->channel);
+    }
+    if (code == StatusCode::kOk) continue;
+    for (auto& [op, t] : q->parts) t->fail(code, why);
+  }
+  if (aborted) {
+    for (auto* list : {&selfSends_, &selfRecvs_}) {
+      for (Op* op : *list) {
+        failOp(*op, StatusCode::kAborted, "the communicator was aborted");
+        complete(*op);
+      }
+      list->clear();
+    }
+  }
+}
+
+bool Engine::tryProgress() {
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  return progressOnce();
+}
+
+void Engine::waitUntil(const std::function<bool()>& done) {
+  transport::Backoff backoff(opts_.spinUs);
+  while (!done()) {
+    if (tryProgress()) {
+      backoff.reset();
+      continue;
+    }
+    backoff.idle(*opts_.doorbell, [&] { return done() || tryProgress(); });
+  }
+}
+
+void Engine::wait(Op& op) {
+  if (!op.finished()) {
+    callers_.fetch_add(1);
+    waitUntil([&] { return op.finished(); });
+    if (callers_.fetch_sub(1) == 1 && !idle()) {
+      {
+        std::lock_guard<std::mutex> lock(workerMu_);
+        workerWanted_ = true;
+      }
+      workerCv_.notify_one();
+    }
+  }
+  if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
+}
+
+bool Engine::test(Op& op) {
+  if (!op.finished()) tryProgress();
+  if (!op.finished()) return false;
+  if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
+  return true;
+}
+
+void Engine::abortAll() {
+  opts_.doorbell->ring();
+  {
+    std::lock_guard<std::mutex> lock(workerMu_);
+    workerWanted_ = true;
+  }
+  workerCv_.notify_all();
+  // Drive once so that ops fail even if nobody waits; waiters wake within a sleep slice.
+  std::lock_guard<std::mutex> lock(driveMu_);
+  takeIncoming();
+  checkStalls();
+  progressOnce();
+}
+
+void Engine::runWorker() {
+  log::setThreadRank(opts_.rank);
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(workerMu_);
+      workerCv_.wait(lock, [&] { return stop_.load() || (workerWanted_ && !idle()); });
+      if (stop_.load()) return;
+    }
+    waitUntil([&] { return stop_.load() || idle() || callers_.load(std::memory_order_relaxed) > 0; });
+    std::lock_guard<std::mutex> lock(workerMu_);
+    if (idle()) workerWanted_ = false;
+    else if (callers_.load() > 0) workerWanted_ = false;  // a caller drives; it hands back when it leaves
+  }
+}
+
+}  // namespace topocoll::runtime::detail

@@ -1,0 +1,294 @@
+// The NET transport (NCCL 2.30.7 src/transport/net.cc's structure: setup asks the proxy to listen, the records
+// carry the network handles, the proxy connects, accepts and moves every FIFO slot with isend / irecv), Apache-2.0;
+// our own code for host memory. Point-to-point connections also carry the receiver's acknowledgements back (a small
+// second network connection), so that a sender learns that its message was consumed, or refused.
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "fifo.h"
+#include "topocoll/log.h"
+#include "topocoll/status.h"
+#include "topocoll/transport/net.h"
+#include "topocoll/transport/proxy.h"
+#include "transports.h"
+
+namespace topocoll::transport {
+
+namespace {
+
+// What a NET connect record carries: the receiver's data handle, or the sender's acknowledgement handle.
+struct NetInfo {
+  int32_t dev = 0;
+  int32_t hasHandle = 0;
+  NetHandle handle;
+};
+static_assert(sizeof(NetInfo) <= sizeof(ConnectRecord::payload), "connect info too large");
+
+struct SetupReq {
+  int32_t dev = 0, connIndex = 0;
+  uint64_t simpleBytes = 0;
+};
+struct SetupResp {
+  NetInfo info;
+  uint64_t fifo = 0;  // the FIFO block, in this process
+};
+
+// The receiver's acknowledgement of one op, with its verdict.
+struct AckMsg {
+  uint64_t ack = 0, statusStep = 0, bytes = 0, count = 0;
+  uint32_t dtype = 0, code = 0;
+};
+
+// The FIFO of a NET connector lives in this process: [SendMem][RecvMem][Simple slots].
+struct Fifo {
+  void* base = nullptr;
+  size_t size = 0;
+  SendMem* sm() const { return static_cast<SendMem*>(base); }
+  RecvMem* rm() const { return reinterpret_cast<RecvMem*>(sm() + 1); }
+  char* simple() const { return reinterpret_cast<char*>(rm() + 1); }
+  ~Fifo() {
+    if (base) ::munmap(base, size);
+  }
+};
+
+class NetConn : public ProxyConnection {
+ public:
+  NetConn(Net* net, Side side, Connector* conn, std::shared_ptr<Doorbell> bell, int rank)
+      : net_(net), side_(side), conn_(conn), bell_(std::move(bell)), rank_(rank) {}
+
+  void setup(Proxy& proxy, const void* req, size_t reqSize, void* resp, size_t respSize) override {
+    auto& q = *static_cast<const SetupReq*>(req);
+    auto& out = *static_cast<SetupResp*>(resp);
+    dev_ = q.dev;
+    useAck_ = q.connIndex == 1;
+    slotBytes_ = q.simpleBytes / kSteps;
+    fifo_.size = sizeof(SendMem) + sizeof(RecvMem) + q.simpleBytes;
+    fifo_.base = ::mmap(nullptr, fifo_.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (fifo_.base == MAP_FAILED) {
+      fifo_.base = nullptr;
+      fail(StatusCode::kSystemError, "NET : mmap of {} bytes: {}", fifo_.size, std::strerror(errno));
+    }
+    new (fifo_.sm()) SendMem();
+    new (fifo_.rm()) RecvMem();
+    out.fifo = reinterpret_cast<uint64_t>(fifo_.base);
+    out.info.dev = dev_;
+    if (side_ == Side::kRecv) {
+      listen_ = net_->listen(dev_, &out.info.handle);
+      out.info.hasHandle = 1;
+    } else if (useAck_) {
+      listen_ = net_->listen(dev_, &out.info.handle);
+      out.info.hasHandle = 1;
+    }
+  }
+
+  bool connect(Proxy& proxy, const void* req, size_t reqSize, void* resp, size_t respSize) override {
+    auto& peer = *static_cast<const NetInfo*>(req);
+    if (side_ == Side::kSend) {
+      if (!data_) data_ = net_->connect(dev_, peer.handle, &state_);
+      if (useAck_ && !ack_) ack_ = net_->accept(*listen_);
+    } else {
+      if (!data_) data_ = net_->accept(*listen_);
+      if (useAck_ && !ack_) {
+        if (!peer.hasHandle) fail(StatusCode::kRemoteError, "NET : the sender's record has no acknowledgement handle");
+        ack_ = net_->connect(dev_, peer.handle, &state_);
+      }
+    }
+    if (!data_ || (useAck_ && !ack_)) return false;
+    listen_.reset();
+    return true;
+  }
+
+  void free(Proxy& proxy) override {
+    ack_.reset();
+    data_.reset();
+    listen_.reset();
+    state_.reset();
+  }
+
+  bool progress(Proxy& proxy) override { return side_ == Side::kSend ? progressSend() : progressRecv(); }
+
+  void pollFds(std::vector<pollfd>& fds) override {
+    if (data_) net_->pollFds(*data_, fds);
+    if (ack_) net_->pollFds(*ack_, fds);
+  }
+
+  void failed(const std::string& why) override {
+    conn_->markBroken(fmt::format("rank {}: network connection {} rank {} on channel {} lost: {}", rank_,
+                                  side_ == Side::kSend ? "to" : "from", conn_->peer, conn_->channel, why));
+    bell_->ring();
+  }
+
+  const Fifo& fifo() const { return fifo_; }
+  size_t slotBytes() const { return slotBytes_; }
+
+ private:
+  bool progressSend() {
+    bool did = false, moved = false;
+    SendMem* sm = fifo_.sm();
+    uint64_t tail = fifo_.rm()->tail.value.load(std::memory_order_acquire);
+    while (posted_ < tail && posted_ < done_ + kSteps) {
+      char* slot = fifo_.simple() + (posted_ % kSteps) * slotBytes_;
+      size_t size = sizeof(SlotHeader) + reinterpret_cast<SlotHeader*>(slot)->chunkBytes;
+      NetRequest* r = net_->isend(*data_, slot, size, 0, nullptr);
+      if (!r) break;
+      req_[posted_++ % kSteps] = r;
+      did = true;
+    }
+    size_t sz;
+    while (done_ < posted_ && net_->test(req_[done_ % kSteps], &sz)) {
+      sm->head.value.store(++done_, std::memory_order_release);
+      moved = true;
+    }
+    if (ack_) {
+      if (!ackReq_) ackReq_ = net_->irecv(*ack_, &ackMsg_, sizeof(ackMsg_), 0, nullptr);
+      if (ackReq_ && net_->test(ackReq_, &sz)) {
+        ackReq_ = nullptr;
+        if (sz != sizeof(AckMsg)) fail(StatusCode::kRemoteError, "acknowledgement of {} bytes", sz);
+        if (ackMsg_.statusStep) {
+          sm->status.bytes = ackMsg_.bytes;
+          sm->status.count = ackMsg_.count;
+          sm->status.dtype = ackMsg_.dtype;
+          sm->status.code = ackMsg_.code;
+          sm->status.step.store(ackMsg_.statusStep, std::memory_order_release);
+        }
+        sm->ack.value.store(ackMsg_.ack, std::memory_order_release);
+        moved = true;
+      }
+    }
+    if (moved) bell_->ring();
+    return did || moved;
+  }
+
+  bool progressRecv() {
+    bool did = false, moved = false;
+    SendMem* sm = fifo_.sm();
+    uint64_t head = sm->head.value.load(std::memory_order_acquire);
+    while (posted_ < head + kSteps) {
+      char* slot = fifo_.simple() + (posted_ % kSteps) * slotBytes_;
+      NetRequest* r = net_->irecv(*data_, slot, slotBytes_, 0, nullptr);
+      if (!r) break;
+      req_[posted_++ % kSteps] = r;
+      did = true;
+    }
+    size_t sz;
+    while (done_ < posted_ && net_->test(req_[done_ % kSteps], &sz)) {
+      if (sz < sizeof(SlotHeader)) fail(StatusCode::kRemoteError, "a FIFO slot of {} bytes", sz);
+      fifo_.rm()->tail.value.store(++done_, std::memory_order_release);
+      moved = true;
+    }
+    if (ack_) {
+      uint64_t a = sm->ack.value.load(std::memory_order_acquire);
+      if (!ackReq_ && a > ackSent_) {
+        ackMsg_ = AckMsg{};
+        ackMsg_.ack = a;
+        uint64_t st = sm->status.step.load(std::memory_order_acquire);
+        if (st > statusSent_) {
+          ackMsg_.statusStep = st;
+          ackMsg_.bytes = sm->status.bytes;
+          ackMsg_.count = sm->status.count;
+          ackMsg_.dtype = sm->status.dtype;
+          ackMsg_.code = sm->status.code;
+        }
+        ackReq_ = net_->isend(*ack_, &ackMsg_, sizeof(ackMsg_), 0, nullptr);
+        did |= ackReq_ != nullptr;
+      }
+      if (ackReq_ && net_->test(ackReq_, &sz)) {
+        ackReq_ = nullptr;
+        ackSent_ = ackMsg_.ack;
+        if (ackMsg_.statusStep) statusSent_ = ackMsg_.statusStep;
+        did = true;
+      }
+    }
+    if (moved) bell_->ring();
+    return did || moved;
+  }
+
+  Net* net_;
+  Side side_;
+  Connector* conn_;
+  std::shared_ptr<Doorbell> bell_;
+  int rank_;
+  int dev_ = 0;
+  bool useAck_ = false;
+  size_t slotBytes_ = 0;
+  Fifo fifo_;
+  std::unique_ptr<NetComm> listen_, data_, ack_, state_;
+  NetRequest* req_[kSteps] = {};
+  uint64_t posted_ = 0, done_ = 0;
+  NetRequest* ackReq_ = nullptr;
+  AckMsg ackMsg_;
+  uint64_t ackSent_ = 0, statusSent_ = 0;
+};
+
+struct NetResources : Resources {
+  Proxy* proxy = nullptr;
+  std::shared_ptr<NetConn> pc;
+  SetupResp resp;
+  ~NetResources() override {
+    try {
+      if (pc) proxy->callBlocking(*pc, Proxy::Msg::kFree);
+    } catch (const std::exception&) {
+    }
+  }
+};
+
+class NetTransport : public Transport {
+ public:
+  const char* name() const override { return "NET"; }
+
+  bool canConnect(const Context& ctx, const PeerInfo& me, const PeerInfo& peer) const override {
+    return ctx.net != nullptr && ctx.net->devices() > 0;
+  }
+
+  void setup(Context& ctx, Connector& c, ConnectRecord* rec) const override {
+    auto r = std::make_unique<NetResources>();
+    r->proxy = ctx.proxy;
+    r->pc = std::make_shared<NetConn>(ctx.net, c.side, &c, ctx.doorbell, ctx.rank);
+    SetupReq q;
+    q.dev = ctx.netDev ? ctx.netDev(c.channel, c.connIndex) % ctx.net->devices() : 0;
+    q.connIndex = c.connIndex;
+    q.simpleBytes = ctx.buffSizes[kProtoSimple];
+    ctx.proxy->callBlocking(*r->pc, Proxy::Msg::kSetup, &q, sizeof(q), &r->resp, sizeof(r->resp));
+    std::memcpy(rec->payload, &r->resp.info, sizeof(NetInfo));
+    c.via = fmt::format("NET/{}/{}", ctx.net->name(), q.dev);
+    if (c.side == Side::kSend)
+      TC_INFO(log::kInit | log::kNet, "Channel {:02d}/{} : {}[{}] -> {}[{}] [send] via {}", c.channel, c.connIndex,
+              ctx.rank, ctx.devOf(ctx.rank), c.peer, ctx.devOf(c.peer), c.via);
+    else
+      TC_INFO(log::kInit | log::kNet, "Channel {:02d}/{} : {}[{}] -> {}[{}] [receive] via {}", c.channel, c.connIndex,
+              c.peer, ctx.devOf(c.peer), ctx.rank, ctx.devOf(ctx.rank), c.via);
+    c.resources = std::move(r);
+  }
+
+  bool connect(Context& ctx, Connector& c, const ConnectRecord& rec) const override {
+    auto& r = static_cast<NetResources&>(*c.resources);
+    NetInfo peer;
+    std::memcpy(&peer, rec.payload, sizeof(peer));
+    if (c.side == Side::kSend && !peer.hasHandle)
+      fail(StatusCode::kRemoteError, "rank {}: rank {}'s NET record for channel {} has no handle", ctx.rank, c.peer,
+           c.channel);
+    if (!ctx.proxy->callBlocking(*r.pc, Proxy::Msg::kConnect, &peer, sizeof(peer))) return false;
+    const Fifo& f = r.pc->fifo();
+    ConnInfo& ci = c.conn;
+    ci.buffs[kProtoSimple] = f.simple();
+    ci.slotBytes[kProtoSimple] = r.pc->slotBytes();
+    ci.tail = &f.rm()->tail.value;
+    ci.head = &f.sm()->head.value;
+    ci.ack = c.side == Side::kSend && c.connIndex == 0 ? &f.sm()->head.value : &f.sm()->ack.value;
+    ci.status = &f.sm()->status;
+    ci.flags = kConnNet;
+    ci.wake = &ctx.proxy->waker();
+    ctx.proxy->activate(r.pc);
+    return true;
+  }
+};
+
+}  // namespace
+
+const Transport& netTransport() {
+  static const NetTransport t;
+  return t;
+}
+
+}  // namespace topocoll::transport
