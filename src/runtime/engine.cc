@@ -233,6 +233,10 @@ void Engine::checkStalls() {
                         peer, std::chrono::duration<double>(opts_.timeout).count(), q->conn->channel);
     }
     if (code == StatusCode::kOk) continue;
+    if (code != StatusCode::kAborted && q->parts.front().second->progress()) {  // it just moved after all
+      q->since = now;
+      continue;
+    }
     for (auto& [op, t] : q->parts) t->fail(code, why);
   }
   if (aborted) {

@@ -4,6 +4,7 @@
 // second network connection), so that a sender learns that its message was consumed, or refused.
 #include <sys/mman.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "fifo.h"
@@ -100,6 +101,14 @@ class NetConn : public ProxyConnection {
   }
 
   void free(Proxy& proxy) override {
+    // Acknowledgements of receives that completed must still reach the sender (its send waits for them).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    try {
+      while (side_ == Side::kRecv && ack_ && data_ && std::chrono::steady_clock::now() < deadline &&
+             (ackReq_ || fifo_.sm()->ack.value.load(std::memory_order_acquire) > ackSent_))
+        progressRecv();
+    } catch (const std::exception&) {
+    }
     ack_.reset();
     data_.reset();
     listen_.reset();
@@ -114,6 +123,12 @@ class NetConn : public ProxyConnection {
   }
 
   void failed(const std::string& why) override {
+    // A peer that closes an idle connection has destroyed its communicator: worth a line, not a warning.
+    bool idle = side_ == Side::kSend ? posted_ == done_ && (!useAck_ || fifo_.sm()->ack.value.load() >= done_)
+                                     : fifo_.sm()->head.value.load() >= done_ && !ackReq_;
+    if (idle) TC_INFO(log::kNet, "NET : rank {}: rank {} closed its connection for channel {}", rank_, conn_->peer,
+                      conn_->channel);
+    else TC_WARN("NET : rank {}: {}", rank_, why);
     conn_->markBroken(fmt::format("rank {}: network connection {} rank {} on channel {} lost: {}", rank_,
                                   side_ == Side::kSend ? "to" : "from", conn_->peer, conn_->channel, why));
     bell_->ring();

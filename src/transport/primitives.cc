@@ -14,7 +14,8 @@ namespace topocoll::transport {
 namespace {
 
 constexpr size_t kHeaderWords = 4;      // LL: opBytes lo, opBytes hi, partBytes, dtype | nParts | mode
-constexpr size_t kCopyPiece = 4 << 20;  // single copies advance in pieces: abort and other transfers get turns
+constexpr size_t kCopyPiece = 4 << 20;
+constexpr size_t kLLBlockWords = 512;   // LL receivers wait for 4 KiB of lines at a time  // single copies advance in pieces: abort and other transfers get turns
 
 size_t divUp(size_t a, size_t b) { return (a + b - 1) / b; }
 
@@ -104,12 +105,16 @@ void Transfer::fail(StatusCode code, const std::string& why) {
 
 bool Transfer::progress() {
   if (finished() || state_ == State::kGated) return false;
-  if (c_.broken()) {
+  // A broken connection fails what has not started; what is under way gets a last look (its ack may have arrived
+  // just before the network connection closed).
+  bool startBroken = state_ == State::kStart && c_.broken();
+  bool moved = !startBroken && (dir_ == Dir::kSend ? sendProgress() : recvProgress());
+  if (!finished() && c_.broken()) {
     failWith(StatusCode::kRemoteError, fmt::format("{}: the connection is broken ({})", what(), c_.brokenReason()),
              false);
     return true;
   }
-  return dir_ == Dir::kSend ? sendProgress() : recvProgress();
+  return moved;
 }
 
 bool Transfer::copySingle(char* local, const char* remote, size_t n, bool pull) {
@@ -405,7 +410,11 @@ bool Transfer::recvLL() {
   while (done_ < total) {
     uint64_t step = firstStep_ + done_ / perSlot;
     std::atomic<uint64_t>* w = llSlot(ci_, step);
-    size_t end = std::min(total, (done_ / perSlot + 1) * perSlot);
+    size_t stepEnd = std::min(total, (done_ / perSlot + 1) * perSlot);
+    // Look at the last word of the next block first: polling word after word while the sender writes the same
+    // cache lines would bounce every line between the two cores. Each word's flag is still checked.
+    size_t end = std::min(stepEnd, done_ + kLLBlockWords);
+    if (!llValid(w[(end - 1) % perSlot].load(std::memory_order_acquire), step)) return did;
     for (; done_ < end; ++done_) {
       uint64_t v = w[done_ % perSlot].load(std::memory_order_relaxed);
       if (!llValid(v, step)) return did;
@@ -416,7 +425,7 @@ bool Transfer::recvLL() {
         std::memcpy(buf_ + off, &data, std::min<size_t>(4, msg_.partBytes - off));
       }
     }
-    if (done_ < total) publish(ci_.head, step + 1);
+    if (done_ == stepEnd && done_ < total) publish(ci_.head, step + 1);
   }
   finish();
   return true;

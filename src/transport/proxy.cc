@@ -344,8 +344,7 @@ bool Proxy::Impl::progressActive() {
       did |= active[i]->progress(*self);
       ++i;
     } catch (const std::exception& e) {
-      TC_WARN("Proxy : rank {}: {}", self->opts_.rank, e.what());
-      active[i]->failed(e.what());
+      active[i]->failed(e.what());  // it says how bad it is
       active.erase(active.begin() + static_cast<long>(i));
       did = true;
     }
