@@ -179,84 +179,72 @@ void fill(std::vector<uint8_t>& buf, int src, int salt) {
   for (size_t i = 0; i < buf.size(); ++i) buf[i] = pattern(src, i, salt);
 }
 
+// The buffers and sizes every test starts from; `salt` makes each test's pattern its own.
+Case baseCase(const Options& o, size_t bytes, std::vector<uint8_t>& s, std::vector<uint8_t>& r, int me, int salt) {
+  Case k;
+  k.count = bytes / sizeOf(o.type);
+  k.bytes = k.count * sizeOf(o.type);
+  s.resize(k.bytes);
+  r.resize(k.bytes);
+  k.init = [&s, &r, me, salt] {
+    fill(s, me, salt);
+    std::fill(r.begin(), r.end(), 0xee);
+  };
+  return k;
+}
+
 const std::vector<Test> kTests = {
     {"sendrecv_perf", 1,
      [](runtime::Communicator& c, const Options& o, size_t bytes, std::vector<uint8_t>& s, std::vector<uint8_t>& r) {
-       Case k;
-       size_t elem = sizeOf(o.type);
-       k.count = bytes / elem;
-       k.bytes = k.count * elem;
-       s.resize(k.bytes);
-       r.resize(k.bytes);
        int n = c.nRanks(), me = c.rank(), to = (me + 1) % n, from = (me - 1 + n) % n;
-       k.op = [&c, &s, &r, k, to, from, o] {
+       Case k = baseCase(o, bytes, s, r, me, 1);
+       k.op = [&c, &s, &r, count = k.count, to, from, t = o.type] {
          runtime::groupStart();
-         c.send(s.data(), k.count, o.type, to);
-         c.recv(r.data(), k.count, o.type, from);
+         c.send(s.data(), count, t, to);
+         c.recv(r.data(), count, t, from);
          runtime::groupEnd();
        };
-       k.init = [&s, &r, me] {
-         fill(s, me, 1);
-         std::fill(r.begin(), r.end(), 0xee);
-       };
-       k.check = [&r, k, elem, from] { return checkBytes(r, k.count, elem, from, 1); };
+       k.check = [&r, count = k.count, elem = sizeOf(o.type), from] { return checkBytes(r, count, elem, from, 1); };
        return k;
      }},
     {"pingpong_perf", 2,
      [](runtime::Communicator& c, const Options& o, size_t bytes, std::vector<uint8_t>& s, std::vector<uint8_t>& r) {
-       Case k;
-       size_t elem = sizeOf(o.type);
-       k.count = bytes / elem;
-       k.bytes = k.count * elem;
-       k.timeDiv = 2;
-       s.resize(k.bytes);
-       r.resize(k.bytes);
        int me = c.rank();
-       k.op = [&c, &s, &r, k, me, o] {
+       Case k = baseCase(o, bytes, s, r, me, 2);
+       k.timeDiv = 2;
+       k.op = [&c, &s, &r, count = k.count, me, t = o.type] {
          if (me == 0) {
-           c.send(s.data(), k.count, o.type, 1);
-           c.recv(r.data(), k.count, o.type, 1);
+           c.send(s.data(), count, t, 1);
+           c.recv(r.data(), count, t, 1);
          } else if (me == 1) {
-           c.recv(r.data(), k.count, o.type, 0);
-           c.send(s.data(), k.count, o.type, 0);
+           c.recv(r.data(), count, t, 0);
+           c.send(s.data(), count, t, 0);
          }
        };
-       k.init = [&s, &r, me] {
-         fill(s, me, 2);
-         std::fill(r.begin(), r.end(), 0xee);
+       k.check = [&r, count = k.count, elem = sizeOf(o.type), me] {
+         return me > 1 ? 0 : checkBytes(r, count, elem, 1 - me, 2);
        };
-       k.check = [&r, k, elem, me] { return me > 1 ? 0 : checkBytes(r, k.count, elem, 1 - me, 2); };
        return k;
      }},
     {"bw_perf", 2,
      [](runtime::Communicator& c, const Options& o, size_t bytes, std::vector<uint8_t>& s, std::vector<uint8_t>& r) {
-       Case k;
-       size_t elem = sizeOf(o.type);
-       k.count = bytes / elem;
-       k.bytes = k.count * elem;
-       k.timeDiv = o.window;
-       s.resize(k.bytes);
-       r.resize(k.bytes);
        int me = c.rank();
-       k.op = [&c, &s, &r, k, me, o] {
+       Case k = baseCase(o, bytes, s, r, me, 3);
+       k.timeDiv = o.window;
+       k.op = [&c, &s, &r, count = k.count, me, t = o.type, window = o.window] {
          int32_t ack = 0;
-         if (me == 0) {
-           runtime::groupStart();
-           for (int i = 0; i < o.window; ++i) c.send(s.data(), k.count, o.type, 1);
-           runtime::groupEnd();
-           c.recv(&ack, 1, DataType::kInt32, 1);
-         } else if (me == 1) {
-           runtime::groupStart();
-           for (int i = 0; i < o.window; ++i) c.recv(r.data(), k.count, o.type, 0);
-           runtime::groupEnd();
-           c.send(&ack, 1, DataType::kInt32, 0);
+         runtime::groupStart();
+         for (int i = 0; i < window && me < 2; ++i) {
+           if (me == 0) c.send(s.data(), count, t, 1);
+           else c.recv(r.data(), count, t, 0);
          }
+         runtime::groupEnd();
+         if (me == 0) c.recv(&ack, 1, DataType::kInt32, 1);
+         if (me == 1) c.send(&ack, 1, DataType::kInt32, 0);
        };
-       k.init = [&s, &r, me] {
-         fill(s, me, 3);
-         std::fill(r.begin(), r.end(), 0xee);
+       k.check = [&r, count = k.count, elem = sizeOf(o.type), me] {
+         return me != 1 ? 0 : checkBytes(r, count, elem, 0, 3);
        };
-       k.check = [&r, k, elem, me] { return me != 1 ? 0 : checkBytes(r, k.count, elem, 0, 3); };
        return k;
      }},
 };
