@@ -27,8 +27,18 @@ thread_local GroupState tGroup;
 
 }  // namespace
 
+namespace {
+// A finished operation needs no engine (which may be gone with its communicator).
+bool finishedOrThrow(const Op& op) {
+  if (!op.finished()) return false;
+  if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
+  return true;
+}
+}  // namespace
+
 void Request::wait() {
   if (!op_) fail(StatusCode::kInvalidUsage, "wait() on an empty request");
+  if (finishedOrThrow(*op_)) return;
   if (!op_->engine)
     fail(StatusCode::kInvalidUsage, "wait() on a request of an open group: call groupEnd() first (it waits for it)");
   op_->engine->wait(*op_);
@@ -36,6 +46,7 @@ void Request::wait() {
 
 bool Request::test() {
   if (!op_) fail(StatusCode::kInvalidUsage, "test() on an empty request");
+  if (finishedOrThrow(*op_)) return true;
   if (!op_->engine) return false;
   return op_->engine->test(*op_);
 }

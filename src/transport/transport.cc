@@ -210,18 +210,19 @@ void setupConnections(Context& ctx, std::vector<Channel>& channels, const Connec
   }
 
   // Nobody returns (and maybe frees buffers) before its peers have connected to them.
+  char none = 0;  // one byte: empty messages trip some bootstraps (memcpy from an empty buffer)
   for (const Round& r : rounds) {
     int i = (r.sendPeer - me + n) % n;
     const int tag = (i << 8) + (1 << 7) + graphTag;
     bool s = !r.sendConns.empty(), v = !r.recvConns.empty();
     if (r.recvPeer != r.sendPeer) {
-      if (s) bs.send(r.sendPeer, tag, nullptr, 0);
-      if (v) bs.send(r.recvPeer, tag, nullptr, 0);
-      if (s) bs.recv(r.sendPeer, tag, nullptr, 0);
-      if (v) bs.recv(r.recvPeer, tag, nullptr, 0);
+      if (s) bs.send(r.sendPeer, tag, &none, 1);
+      if (v) bs.send(r.recvPeer, tag, &none, 1);
+      if (s) bs.recv(r.sendPeer, tag, &none, 1);
+      if (v) bs.recv(r.recvPeer, tag, &none, 1);
     } else {
-      bs.send(r.sendPeer, tag, nullptr, 0);
-      bs.recv(r.sendPeer, tag, nullptr, 0);
+      bs.send(r.sendPeer, tag, &none, 1);
+      bs.recv(r.sendPeer, tag, &none, 1);
     }
   }
 }

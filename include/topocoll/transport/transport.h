@@ -146,6 +146,10 @@ struct Connector {
   ConnInfo conn;
   std::unique_ptr<Resources> resources;
 
+  Connector() = default;
+  /// Frees the resources first: their proxy side may report a failure (markBroken) until it is stopped.
+  ~Connector() { resources.reset(); }
+
   /// The connection cannot be used any more (an op left it out of step, the network connection broke): every op
   /// on it fails at once with the reason. Any thread.
   void markBroken(const std::string& why);
