@@ -272,6 +272,9 @@ std::vector<Knob> buildRegistry() {
                                                  "Send/recv chunk bytes when the job spans several nodes"));
   r.push_back(sizeKnob<&Config::p2pPciChunkSize>("NCCL_P2P_PCI_CHUNKSIZE", "transport", 1 << 10, 1ll << 24,
                                                  "Send/recv chunk bytes within one node"));
+  r.push_back(sizeKnob<&Config::netChunkSize>(
+      "TOPOCOLL_NET_CHUNKSIZE", "transport", 1 << 12, 1ll << 30,
+      "NET send/recv chunk bytes: the proxies move them between the users' buffers, without FIFO copies"));
   r.push_back(sizeKnob<&Config::p2pSingleCopy>(
       "TOPOCOLL_P2P_SINGLE_COPY", "transport", -1, 1ll << 40,
       "P2P messages from this many bytes go in one copy (same process: memcpy; other process: "

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <thread>
 
+#include <unistd.h>
+
 #include "engine.h"
 #include "topocoll/log.h"
 #include "topocoll/paths/paths.h"
@@ -176,8 +178,13 @@ void Communicator::setupTransports(const InitOptions& opts, const search::NodeGr
   eo.abortFlag = &abort_;
   eo.peerGone = ctx.peerGone;
   eo.doorbell = ctx.doorbell;
+  eo.nRanks = nRanks_;
   // More ranks than cores on this host: never spin, sleep at once (the peers need the cores).
-  eo.spinUs = localRanks_ > transport::allowedCpus() ? 0 : 20;
+  const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  eo.spinUs = localRanks_ > cpus ? 0 : 20;
+  // This host's cores shared by its local ranks (processes); ranks of this process count once per process.
+  int localProcs = std::max(1, localRanks_ / std::max(1, intraProcRanks_));
+  transport::limitSpinners(std::max(1, std::min(transport::allowedCpus(), cpus / localProcs)));
   engine_ = std::make_unique<detail::Engine>(eo);
 
   // Point-to-point: NCCL's schedule, chunk size and channel counts.
@@ -198,7 +205,7 @@ void Communicator::setupTransports(const InitOptions& opts, const search::NodeGr
     p2pChunk_ = static_cast<size_t>(cfg.buffSize) / transport::kSteps;
   p2pMinChannels_ = std::max(1, connect_.p2pnChannelsPerPeer);
   while (p2pMinChannels_ * nRanks_ > p2pn && p2pMinChannels_ > 1) p2pMinChannels_ /= 2;
-  p2pConnected_.assign(nRanks_, 0);
+  p2pConnected_ = std::vector<std::atomic<bool>>(nRanks_);
   TC_INFO(log::kInit, "P2P Chunksize set to {}", p2pChunk_);
 
   // Rings then trees, connection index 0 (ncclTransportRingConnect, ncclTransportTreeConnect).
@@ -236,24 +243,29 @@ int Communicator::p2pChannelBase(int round) const {
   return reverseBits(base, log2Up(std::max(1, connect_.p2pnChannels)));
 }
 
-std::vector<transport::Connector*> Communicator::p2pConnectors(int peer, Side side) {
-  int p2pn = std::max(1, connect_.p2pnChannels);
-  int base = p2pChannelBase(side == Side::kSend ? sendRound_[peer] : recvRound_[peer]);
-  int perPeer = std::max(1, connect_.p2pnChannelsPerPeer);
-  std::vector<transport::Connector*> out;
-  for (int part = 0; part < perPeer; ++part) {
-    int c = (base + part) & (p2pn - 1);
-    out.push_back(&channels_[c].connector(peer, side, 1));
+const std::vector<transport::Connector*>& Communicator::p2pConnectors(int peer, Side side) {
+  auto& cache = p2pConns_[side == Side::kSend ? 1 : 0];
+  if (cache.empty()) {  // every peer's, once: NCCL's channels for the peer's round
+    int p2pn = std::max(1, connect_.p2pnChannels), perPeer = std::max(1, connect_.p2pnChannelsPerPeer);
+    cache.resize(nRanks_);
+    for (int r = 0; r < nRanks_; ++r) {
+      int base = p2pChannelBase(side == Side::kSend ? sendRound_[r] : recvRound_[r]);
+      for (int part = 0; part < perPeer; ++part)
+        cache[r].push_back(&channels_[(base + part) & (p2pn - 1)].connector(r, side, 1));
+    }
   }
-  return out;
+  return cache[peer];
 }
 
 void Communicator::ensureConnected(const std::vector<int>& peers) {
+  bool all = true;  // the common case, without the lock: every peer is connected already
+  for (int p : peers) all = all && (p == rank_ || p2pConnected_[p].load(std::memory_order_acquire));
+  if (all) return;
   std::lock_guard<std::mutex> lock(setupMu_);
   transport::ConnectMasks masks(nRanks_);
   std::vector<int> todo;
   for (int p : peers) {
-    if (p == rank_ || p2pConnected_[p] || std::find(todo.begin(), todo.end(), p) != todo.end()) continue;
+    if (p == rank_ || p2pConnected_[p].load() || std::find(todo.begin(), todo.end(), p) != todo.end()) continue;
     todo.push_back(p);
     // Both directions, whichever the operation: the peer does the same, so the exchanges always match.
     for (Side side : {Side::kSend, Side::kRecv})
@@ -262,7 +274,7 @@ void Communicator::ensureConnected(const std::vector<int>& peers) {
   if (todo.empty()) return;
   if (abort_.load()) fail(StatusCode::kAborted, "rank {}: the communicator was aborted", rank_);
   transport::setupConnections(*ctx_, channels_, masks, 1, 0);
-  for (int p : todo) p2pConnected_[p] = 1;
+  for (int p : todo) p2pConnected_[p].store(true, std::memory_order_release);
 }
 
 void Communicator::connectAll() {

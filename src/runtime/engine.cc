@@ -10,7 +10,7 @@ namespace topocoll::runtime::detail {
 using Clock = std::chrono::steady_clock;
 using transport::Transfer;
 
-Engine::Engine(const Options& opts) : opts_(opts) {
+Engine::Engine(const Options& opts) : opts_(opts), recvChain_(std::max(1, opts.nRanks)) {
   worker_ = std::thread([this] { runWorker(); });
 }
 
@@ -25,11 +25,36 @@ Engine::~Engine() {
   // Ops nobody waited for: fail them so that their handles do not wait forever.
   std::lock_guard<std::mutex> drive(driveMu_);
   takeIncoming();
-  for (auto& [op, keep] : live_) {
+  std::vector<Op*> pending(selfSends_.begin(), selfSends_.end());
+  pending.insert(pending.end(), selfRecvs_.begin(), selfRecvs_.end());
+  for (auto& [conn, q] : queues_)
+    for (auto& [op, t] : q.parts) pending.push_back(op);
+  std::sort(pending.begin(), pending.end());
+  pending.erase(std::unique(pending.begin(), pending.end()), pending.end());
+  for (Op* op : pending) {
     if (op->finished()) continue;
     op->code = StatusCode::kAborted;
     op->error = fmt::format("rank {}: the communicator was destroyed with this operation pending", opts_.rank);
     op->state.store(Op::kFailed, std::memory_order_release);
+    op->keep.reset();  // may free op: last use
+  }
+}
+
+void Engine::post(const std::shared_ptr<Op>& op, bool wakeWorker) {
+  {
+    std::lock_guard<std::mutex> lock(postMu_);
+    op->engine = this;
+    op->seq = nextSeq_++;
+    incoming_.push_back(op);
+    pending_.fetch_add(1, std::memory_order_release);
+    hasIncoming_.store(true, std::memory_order_release);
+  }
+  if (wakeWorker) {
+    {
+      std::lock_guard<std::mutex> lock(workerMu_);
+      workerWanted_ = true;
+    }
+    workerCv_.notify_one();
   }
 }
 
@@ -68,14 +93,14 @@ void Engine::enqueue(Op* op, Transfer* t) {
 
 void Engine::takeIncoming() {
   if (!hasIncoming_.load(std::memory_order_acquire)) return;
-  std::vector<std::shared_ptr<Op>> in;
+  std::vector<std::shared_ptr<Op>>& in = taken_;  // swapped with incoming_: both keep their capacity
   {
     std::lock_guard<std::mutex> lock(postMu_);
     in.swap(incoming_);
     hasIncoming_.store(false, std::memory_order_relaxed);
   }
   for (auto& op : in) {
-    live_[op.get()] = op;
+    op->keep = op;
     if (op->peer == opts_.rank) {
       (op->send ? selfSends_ : selfRecvs_).push_back(op.get());
       continue;
@@ -88,6 +113,7 @@ void Engine::takeIncoming() {
       if (chain.size() == 1) op->parts[0]->open(false);
     }
   }
+  in.clear();
   matchSelf();
 }
 
@@ -122,7 +148,7 @@ void Engine::failOp(Op& op, StatusCode code, const std::string& why) {
 }
 
 void Engine::complete(Op& op) {
-  live_.erase(&op);  // the handle keeps it
+  std::shared_ptr<Op> keep = std::move(op.keep);  // the handle (if any) keeps it from here
   op.state.store(op.code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
   pending_.fetch_sub(1, std::memory_order_release);
   opts_.doorbell->ring();
@@ -162,7 +188,6 @@ void Engine::validate(Op& op) {
   auto& chain = recvChain_[op.peer];
   if (!chain.empty() && chain.front() == &op) chain.pop_front();
   if (!chain.empty()) chain.front()->parts[0]->open(false);
-  else recvChain_.erase(op.peer);
 }
 
 void Engine::partFinished(Op& op, Transfer& t) {
@@ -256,8 +281,9 @@ bool Engine::tryProgress() {
   return progressOnce();
 }
 
-void Engine::waitUntil(const std::function<bool()>& done) {
-  transport::Backoff backoff(opts_.spinUs);
+template <typename Done>
+void Engine::waitUntil(const Done& done, int spinUs) {
+  transport::Backoff backoff(spinUs);
   while (!done()) {
     if (tryProgress()) {
       backoff.reset();
@@ -267,19 +293,57 @@ void Engine::waitUntil(const std::function<bool()>& done) {
   }
 }
 
-void Engine::wait(Op& op) {
-  if (!op.finished()) {
-    callers_.fetch_add(1);
-    waitUntil([&] { return op.finished(); });
-    if (callers_.fetch_sub(1) == 1 && !idle()) {
-      {
-        std::lock_guard<std::mutex> lock(workerMu_);
-        workerWanted_ = true;
-      }
-      workerCv_.notify_one();
+// A caller drives its own operations: the worker stays out of the way until it leaves.
+template <typename Done>
+void Engine::waitAsCaller(const Done& done, bool netOnly) {
+  if (done()) return;
+  callers_.fetch_add(1);
+  // Operations that only the proxy moves (NET) leave the spinning to it.
+  waitUntil(done, netOnly ? 0 : opts_.spinUs);
+  if (callers_.fetch_sub(1) == 1 && !idle()) {
+    {
+      std::lock_guard<std::mutex> lock(workerMu_);
+      workerWanted_ = true;
     }
+    workerCv_.notify_one();
   }
+}
+
+namespace {
+bool onlyNet(const Op& op) {
+  if (op.parts.empty()) return false;
+  for (auto& t : op.parts)
+    if (!(t->connector().conn.flags & transport::kConnNet)) return false;
+  return true;
+}
+}  // namespace
+
+void Engine::wait(Op& op) {
+  waitAsCaller([&] { return op.finished(); }, onlyNet(op));
   if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
+}
+
+void Engine::waitAll(const std::vector<Op*>& ops) {
+  bool net = true;
+  for (Op* op : ops) net = net && onlyNet(*op);
+  waitAsCaller(
+      [&] {
+        for (Op* op : ops)
+          if (!op->finished()) return false;
+        return true;
+      },
+      net);
+  // Every failure is named: a peer that died can make other operations fail too (their peers gave up on us).
+  StatusCode code = StatusCode::kOk;
+  std::string why;
+  int failed = 0;
+  for (Op* op : ops) {
+    if (op->state.load(std::memory_order_acquire) != Op::kFailed) continue;
+    if (failed++ == 0) code = op->code;
+    why += (why.empty() ? "" : "; ") + op->error;
+  }
+  if (failed == 1) throw Error(code, why);
+  if (failed > 1) throw Error(code, fmt::format("{} operations failed: {}", failed, why));
 }
 
 bool Engine::test(Op& op) {
@@ -311,7 +375,7 @@ void Engine::runWorker() {
       workerCv_.wait(lock, [&] { return stop_.load() || (workerWanted_ && !idle()); });
       if (stop_.load()) return;
     }
-    waitUntil([&] { return stop_.load() || idle() || callers_.load(std::memory_order_relaxed) > 0; });
+    waitUntil([&] { return stop_.load() || idle() || callers_.load(std::memory_order_relaxed) > 0; }, opts_.spinUs);
     std::lock_guard<std::mutex> lock(workerMu_);
     if (idle()) workerWanted_ = false;
     else if (callers_.load() > 0) workerWanted_ = false;  // a caller drives; it hands back when it leaves

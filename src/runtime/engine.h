@@ -41,6 +41,7 @@ struct Op {
   transport::TransferOptions opts;
   int unfinished = 0;     // driver only
   bool validated = false; // receive side: the first part checked the sender's header
+  std::shared_ptr<Op> keep;  // itself, while the engine holds it (the caller may drop its handle)
   std::atomic<int> state{kPending};
   StatusCode code = StatusCode::kOk;
   std::string error;      // written before state turns kFailed
@@ -57,6 +58,7 @@ class Engine {
     std::shared_ptr<std::vector<std::atomic<bool>>> peerGone;
     std::shared_ptr<transport::Doorbell> doorbell;
     int spinUs = 20;  // how long waits spin before sleeping (0 on an oversubscribed host)
+    int nRanks = 1;
   };
   explicit Engine(const Options& opts);
   /// Fails what is still pending (aborted) and stops the worker thread.
@@ -65,8 +67,11 @@ class Engine {
   /// Queues ops (their parts are built; self ops have none). `wakeWorker`: somebody other than the caller must drive
   /// them (asynchronous issue); blocking callers drive their own.
   void post(const std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker);
+  void post(const std::shared_ptr<Op>& op, bool wakeWorker);
   /// Drives until `op` finishes; throws its error.
   void wait(Op& op);
+  /// Drives until all of `ops` finished; throws the first error (in their order).
+  void waitAll(const std::vector<Op*>& ops);
   /// Whether `op` finished; throws its error if it failed. Drives once if nobody else does.
   bool test(Op& op);
   /// Fails every pending op with kAborted and wakes every waiter (Communicator::abort).
@@ -91,20 +96,22 @@ class Engine {
   void checkStalls();                  // driver only: timeouts, peers gone, abort
   void enqueue(Op* op, transport::Transfer* t);
   void runWorker();
-  void waitUntil(const std::function<bool()>& done);
+  template <typename Done>
+  void waitUntil(const Done& done, int spinUs);
+  template <typename Done>
+  void waitAsCaller(const Done& done, bool netOnly);
 
   Options opts_;
   std::mutex postMu_;
-  std::vector<std::shared_ptr<Op>> incoming_;
+  std::vector<std::shared_ptr<Op>> incoming_, taken_;
   std::atomic<bool> hasIncoming_{false};
   std::atomic<int> pending_{0};
 
   std::mutex driveMu_;                 // one driver at a time
   std::unordered_map<transport::Connector*, Queue> queues_;
   std::vector<Queue*> active_;
-  std::unordered_map<Op*, std::shared_ptr<Op>> live_;  // keeps ops alive while queued
   std::deque<Op*> selfSends_, selfRecvs_;
-  std::unordered_map<int, std::deque<Op*>> recvChain_;  // per peer: receives not yet validated, in order
+  std::vector<std::deque<Op*>> recvChain_;  // [peer]: receives not yet validated, in order
   std::chrono::steady_clock::time_point lastCheck_{};
   uint64_t nextSeq_ = 0;
 

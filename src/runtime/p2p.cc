@@ -1,6 +1,10 @@
 // Point-to-point operations and groups (NCCL 2.30.7 src/collectives.cc ncclSend/ncclRecv, src/group.cc, the p2p
 // split of src/enqueue.cc addP2pToPlan): our own code.
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <thread>
@@ -76,8 +80,9 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
   const Config& cfg = ctx_->cfg;
   op->opts.llThreshold = static_cast<size_t>(cfg.p2pLlThreshold);
   op->opts.chunkBytes = p2pChunk_;
+  op->opts.netChunkBytes = static_cast<size_t>(cfg.netChunkSize);
   op->opts.singleCopyMin = cfg.p2pSingleCopy;
-  std::vector<transport::Connector*> conns = p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
+  const std::vector<transport::Connector*>& conns = p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
   int nParts = transport::p2pParts(op->bytes, p2pChunk_, static_cast<int>(hosts_.size()), p2pMinChannels_,
                                    static_cast<int>(conns.size()));
   for (int i = 0; i < nParts; ++i) {
@@ -91,11 +96,11 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
     transport::p2pPartBounds(nParts, i, op->bytes, &b, &e);
     d.partOffset = b;
     d.partBytes = e - b;
-    op->partDescs.push_back(d);
+    if (!send) op->partDescs.push_back(d);
     op->parts.push_back(std::make_unique<Transfer>(*conns[i], send ? Transfer::Dir::kSend : Transfer::Dir::kRecv,
                                                    static_cast<char*>(buf) + b, d, op->opts, !send));
   }
-  op->partConns = std::move(conns);
+  if (!send) op->partConns = conns;
   return op;
 }
 
@@ -104,11 +109,11 @@ Request Communicator::issue(std::shared_ptr<Op> op, bool blocking) {
     tGroup.ops.emplace_back(this, op);
     return Request(op);
   }
-  ensureConnected({op->peer});
-  std::vector<std::shared_ptr<Op>> ops{op};
-  postGroup(ops, !blocking);  // a blocking caller drives its own operation
-  if (blocking) waitOp(*op);
-  return Request(op);
+  ensureConnected(op->peer);
+  if (abort_.load()) fail(StatusCode::kAborted, "rank {}: the communicator was aborted", rank_);
+  engine_->post(op, !blocking);  // a blocking caller drives its own operation
+  if (blocking) engine_->wait(*op);
+  return Request(std::move(op));
 }
 
 Request Communicator::isend(const void* buf, size_t count, DataType type, int peer) {
@@ -133,6 +138,22 @@ void Communicator::postGroup(std::vector<std::shared_ptr<Op>>& ops, bool wakeWor
 }
 
 void Communicator::waitOp(Op& op) { engine_->wait(op); }
+
+void Communicator::waitOps(const std::vector<Op*>& ops) { engine_->waitAll(ops); }
+
+void* memAlloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  size_t len = (bytes + (2u << 20) - 1) & ~size_t((2u << 20) - 1);
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) fail(StatusCode::kSystemError, "memAlloc of {} bytes: {}", bytes, std::strerror(errno));
+  ::madvise(p, len, MADV_HUGEPAGE);  // best effort
+  return p;
+}
+
+void memFree(void* ptr, size_t bytes) {
+  if (!ptr) return;
+  ::munmap(ptr, (bytes + (2u << 20) - 1) & ~size_t((2u << 20) - 1));
+}
 
 void groupStart() { ++tGroup.depth; }
 
@@ -180,15 +201,20 @@ void groupEnd() {
       if (cc == c) mine.push_back(op);
     c->postGroup(mine, comms.size() > 1);
   }
-  std::exception_ptr first;
-  for (auto& [c, op] : ops) {
+  StatusCode code = StatusCode::kOk;
+  std::string why;
+  for (Communicator* c : comms) {
+    std::vector<Op*> mine;
+    for (auto& [cc, op] : ops)
+      if (cc == c) mine.push_back(op.get());
     try {
-      c->waitOp(*op);
-    } catch (...) {
-      if (!first) first = std::current_exception();
+      c->waitOps(mine);
+    } catch (const Error& e) {
+      if (code == StatusCode::kOk) code = e.code();
+      why += (why.empty() ? "" : "; ") + std::string(e.what());
     }
   }
-  if (first) std::rethrow_exception(first);
+  if (code != StatusCode::kOk) throw Error(code, why);
 }
 
 }  // namespace topocoll::runtime

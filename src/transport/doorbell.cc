@@ -14,8 +14,9 @@ namespace topocoll::transport {
 
 namespace {
 
-// Threads of this process spinning right now (Backoff), bounded by allowedCpus().
+// Threads of this process spinning right now (Backoff), and how many may.
 std::atomic<int> gSpinners{0};
+std::atomic<int> gSpinLimit{0};  // 0: allowedCpus()
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -35,6 +36,12 @@ int allowedCpus() {
     return std::max(1, CPU_COUNT(&set));
   }();
   return n;
+}
+
+void limitSpinners(int n) {
+  int cur = gSpinLimit.load();
+  while ((cur == 0 || n < cur) && !gSpinLimit.compare_exchange_weak(cur, n)) {
+  }
 }
 
 std::shared_ptr<Doorbell> Doorbell::process() {
@@ -87,6 +94,7 @@ void Backoff::reset() {
   if (spinning_) gSpinners.fetch_sub(1, std::memory_order_relaxed);
   spinning_ = false;
   yields_ = 0;
+  polls_ = 0;
   spinStart_ = {};
 }
 
@@ -94,14 +102,15 @@ void Backoff::idle(Doorbell& bell, const std::function<bool()>& ready) {
   using Clock = std::chrono::steady_clock;
   if (spinStart_ == Clock::time_point{}) {
     spinStart_ = Clock::now();
-    if (spinUs_ > 0 && gSpinners.fetch_add(1, std::memory_order_relaxed) < allowedCpus()) spinning_ = true;
+    int limit = gSpinLimit.load(std::memory_order_relaxed);
+    if (spinUs_ > 0 && gSpinners.fetch_add(1, std::memory_order_relaxed) < (limit > 0 ? limit : allowedCpus()))
+      spinning_ = true;
     else if (spinUs_ > 0) gSpinners.fetch_sub(1, std::memory_order_relaxed);
   }
   if (spinning_) {
-    if (Clock::now() - spinStart_ < std::chrono::microseconds(spinUs_)) {
-      for (int i = 0; i < 32; ++i) cpuRelax();
-      return;
-    }
+    // Poll often (a pause is up to ~40 ns) and read the clock rarely: the wait is what latency is made of.
+    cpuRelax();
+    if ((++polls_ & 63) != 0 || Clock::now() - spinStart_ < std::chrono::microseconds(spinUs_)) return;
     gSpinners.fetch_sub(1, std::memory_order_relaxed);
     spinning_ = false;
   }

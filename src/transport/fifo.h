@@ -13,8 +13,8 @@ namespace topocoll::transport {
 /// Probe for single copies between processes: the active side reads `nonce` at its address in the owner's memory
 /// with process_vm_readv; if it reads the value the connect record announced, single copies work.
 struct alignas(64) Probe {
-  std::atomic<uint32_t> singleCopy{0};  // set by the active side (in the sender's block)
-  uint32_t pad = 0;
+  std::atomic<uint32_t> pull{0};  // in the sender's block: the receiver can copy from the sender's memory
+  std::atomic<uint32_t> push{0};  // in the sender's block: the sender can copy into the receiver's memory
   uint64_t nonce = 0;
 };
 

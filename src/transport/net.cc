@@ -125,7 +125,7 @@ class NetConn : public ProxyConnection {
   void failed(const std::string& why) override {
     // A peer that closes an idle connection has destroyed its communicator: worth a line, not a warning.
     bool idle = side_ == Side::kSend ? posted_ == done_ && (!useAck_ || fifo_.sm()->ack.value.load() >= done_)
-                                     : fifo_.sm()->head.value.load() >= done_ && !ackReq_;
+                                     : fifo_.sm()->head.value.load() >= posted_ && (phase_ == 0 || phase_ == 1) && !ackReq_;
     if (idle) TC_INFO(log::kNet, "NET : rank {}: rank {} closed its connection for channel {}", rank_, conn_->peer,
                       conn_->channel);
     else TC_WARN("NET : rank {}: {}", rank_, why);
@@ -138,20 +138,33 @@ class NetConn : public ProxyConnection {
   size_t slotBytes() const { return slotBytes_; }
 
  private:
+  // Each step is two messages: the slot's 64-byte header, then the chunk's data from the sender's own buffer (the
+  // header's addr): no copy into the FIFO.
   bool progressSend() {
     bool did = false, moved = false;
     SendMem* sm = fifo_.sm();
     uint64_t tail = fifo_.rm()->tail.value.load(std::memory_order_acquire);
     while (posted_ < tail && posted_ < done_ + kSteps) {
-      char* slot = fifo_.simple() + (posted_ % kSteps) * slotBytes_;
-      size_t size = sizeof(SlotHeader) + reinterpret_cast<SlotHeader*>(slot)->chunkBytes;
-      NetRequest* r = net_->isend(*data_, slot, size, 0, nullptr);
-      if (!r) break;
-      req_[posted_++ % kSteps] = r;
+      auto* h = reinterpret_cast<SlotHeader*>(fifo_.simple() + (posted_ % kSteps) * slotBytes_);
+      NetRequest* rh = net_->isend(*data_, h, sizeof(SlotHeader) + (h->inlined ? h->chunkBytes : 0), 0, nullptr);
+      if (!rh) break;
+      NetRequest* rd = nullptr;
+      if (!h->inlined && !(rd = net_->isend(*data_, reinterpret_cast<const void*>(h->addr), h->chunkBytes, 0, nullptr)))
+        fail(StatusCode::kInternal, "NET : no request for a chunk's data");
+      req_[posted_ % kSteps] = rh;
+      dataReq_[posted_ % kSteps] = rd;
+      ++posted_;
       did = true;
     }
     size_t sz;
-    while (done_ < posted_ && net_->test(req_[done_ % kSteps], &sz)) {
+    while (done_ < posted_) {
+      int slot = static_cast<int>(done_ % kSteps);
+      if (req_[slot]) {
+        if (!net_->test(req_[slot], &sz)) break;
+        req_[slot] = nullptr;
+      }
+      if (dataReq_[slot] && !net_->test(dataReq_[slot], &sz)) break;
+      dataReq_[slot] = nullptr;
       sm->head.value.store(++done_, std::memory_order_release);
       moved = true;
     }
@@ -175,21 +188,59 @@ class NetConn : public ProxyConnection {
     return did || moved;
   }
 
+  // One step at a time: the header, then the data where the receiver wants it (its posted buffer when the header
+  // matches what it expects, else after the header in the slot, for the engine to copy or drop).
   bool progressRecv() {
     bool did = false, moved = false;
     SendMem* sm = fifo_.sm();
-    uint64_t head = sm->head.value.load(std::memory_order_acquire);
-    while (posted_ < head + kSteps) {
-      char* slot = fifo_.simple() + (posted_ % kSteps) * slotBytes_;
-      NetRequest* r = net_->irecv(*data_, slot, slotBytes_, 0, nullptr);
-      if (!r) break;
-      req_[posted_++ % kSteps] = r;
-      did = true;
-    }
     size_t sz;
-    while (done_ < posted_ && net_->test(req_[done_ % kSteps], &sz)) {
-      if (sz < sizeof(SlotHeader)) fail(StatusCode::kRemoteError, "a FIFO slot of {} bytes", sz);
-      fifo_.rm()->tail.value.store(++done_, std::memory_order_release);
+    while (true) {
+      char* slot = fifo_.simple() + (posted_ % kSteps) * slotBytes_;
+      auto* h = reinterpret_cast<SlotHeader*>(slot);
+      if (phase_ == 0) {
+        if (posted_ >= sm->head.value.load(std::memory_order_acquire) + kSteps) break;
+        if (!(req_[0] = net_->irecv(*data_, h, slotBytes_, 0, nullptr))) break;  // a header, with a small chunk
+        phase_ = 1;
+        did = true;
+      }
+      if (phase_ == 1) {
+        if (!net_->test(req_[0], &sz)) break;
+        if (sz < sizeof(SlotHeader) || sz != sizeof(SlotHeader) + (h->inlined ? h->chunkBytes : 0))
+          fail(StatusCode::kRemoteError, "a corrupt FIFO slot ({} bytes, chunk {})", sz, h->chunkBytes);
+        if (h->inlined) {
+          h->landed = 0;
+          fifo_.rm()->tail.value.store(++posted_, std::memory_order_release);
+          phase_ = 0;
+          moved = true;
+          continue;
+        }
+        phase_ = 3;
+      }
+      if (phase_ == 3) {
+        const Rendezvous& r = sm->rdv;
+        uint64_t posted = r.step.load(std::memory_order_acquire);
+        h->landed = posted == h->partFirst + 1 && r.addr && r.opBytes == h->opBytes && r.partBytes == h->partBytes &&
+                    r.dtype == h->dtype && r.nParts == h->nParts && h->offset + h->chunkBytes <= r.partBytes;
+        char* dst;
+        if (h->landed) {
+          dst = reinterpret_cast<char*>(r.addr) + h->offset;
+        } else if (h->chunkBytes <= slotBytes_ - sizeof(SlotHeader)) {
+          dst = slot + sizeof(SlotHeader);  // the receiver is not there yet: it copies from the slot later
+        } else if (posted == h->partFirst + 1) {
+          scratch_.resize(h->chunkBytes);  // it is there and will not take it (sizes differ): dropped
+          dst = scratch_.data();
+        } else {
+          break;  // too big for the slot: wait for the receiver's buffer
+        }
+        if (!(req_[0] = net_->irecv(*data_, dst, h->chunkBytes, 0, nullptr)))
+          fail(StatusCode::kInternal, "NET : no request for a chunk's data");
+        phase_ = 2;
+        did = true;
+      }
+      if (!net_->test(req_[0], &sz)) break;
+      if (sz != h->chunkBytes) fail(StatusCode::kRemoteError, "a chunk of {} bytes, its header says {}", sz, h->chunkBytes);
+      fifo_.rm()->tail.value.store(++posted_, std::memory_order_release);
+      phase_ = 0;
       moved = true;
     }
     if (ack_) {
@@ -229,8 +280,11 @@ class NetConn : public ProxyConnection {
   size_t slotBytes_ = 0;
   Fifo fifo_;
   std::unique_ptr<NetComm> listen_, data_, ack_, state_;
-  NetRequest* req_[kSteps] = {};
+  NetRequest* req_[kSteps] = {};      // send: headers; recv: [0] the message being received
+  NetRequest* dataReq_[kSteps] = {};  // send: the chunks' data
   uint64_t posted_ = 0, done_ = 0;
+  int phase_ = 0;                     // recv: 0 post a header, 1 header posted, 3 header in, 2 data posted
+  std::vector<char> scratch_;         // recv: chunks the receiver drops
   NetRequest* ackReq_ = nullptr;
   AckMsg ackMsg_;
   uint64_t ackSent_ = 0, statusSent_ = 0;
@@ -292,6 +346,7 @@ class NetTransport : public Transport {
     ci.head = &f.sm()->head.value;
     ci.ack = c.side == Side::kSend && c.connIndex == 0 ? &f.sm()->head.value : &f.sm()->ack.value;
     ci.status = &f.sm()->status;
+    if (c.side == Side::kRecv) ci.rdv = &f.sm()->rdv;  // our buffer, for the proxy
     ci.flags = kConnNet;
     ci.wake = &ctx.proxy->waker();
     ctx.proxy->activate(r.pc);

@@ -107,9 +107,10 @@ void setNoDelay(int fd) {
 }
 
 // Non-blocking send or receive of what is left of [p, p+size); returns false on EAGAIN, throws when the peer is gone.
-bool ioStep(bool send, int fd, char* p, size_t size, size_t* offset, const char* peer) {
+// `more`: the payload follows at once (MSG_MORE lets the kernel put both in one segment).
+bool ioStep(bool send, int fd, char* p, size_t size, size_t* offset, const char* peer, bool more = false) {
   while (*offset < size) {
-    ssize_t n = send ? ::send(fd, p + *offset, size - *offset, MSG_NOSIGNAL | MSG_DONTWAIT)
+    ssize_t n = send ? ::send(fd, p + *offset, size - *offset, MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0))
                      : ::recv(fd, p + *offset, size - *offset, MSG_DONTWAIT);
     if (n > 0) {
       *offset += static_cast<size_t>(n);
@@ -459,7 +460,9 @@ class SocketNet : public Net {
         size_t msg = 4 + inl;
         if (r.ctrlOff == 0 && inl) std::memcpy(&r.ctrl[1], r.data, inl);
         r.ctrl[0] = static_cast<uint32_t>(r.size);
-        if (!ioStep(true, c.ctrl.get(), reinterpret_cast<char*>(r.ctrl), msg, &r.ctrlOff, c.peer.c_str())) return false;
+        bool payloadFollows = !inl && r.size > 0 && c.socks.empty();
+        if (!ioStep(true, c.ctrl.get(), reinterpret_cast<char*>(r.ctrl), msg, &r.ctrlOff, c.peer.c_str(), payloadFollows))
+          return false;
       } else {
         if (!ioStep(false, c.ctrl.get(), reinterpret_cast<char*>(r.ctrl), 4, &r.ctrlOff, c.peer.c_str())) return false;
         size_t sender = r.ctrl[0];

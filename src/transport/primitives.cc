@@ -15,7 +15,8 @@ namespace {
 
 constexpr size_t kHeaderWords = 4;      // LL: opBytes lo, opBytes hi, partBytes, dtype | nParts | mode
 constexpr size_t kCopyPiece = 4 << 20;
-constexpr size_t kLLBlockWords = 512;   // LL receivers wait for 4 KiB of lines at a time  // single copies advance in pieces: abort and other transfers get turns
+constexpr size_t kLLBlockWords = 512;
+constexpr size_t kNetInline = 8 << 10;    // NET chunks up to this size go in the slot, with their header   // LL receivers wait for 4 KiB of lines at a time  // single copies advance in pieces: abort and other transfers get turns
 
 size_t divUp(size_t a, size_t b) { return (a + b - 1) / b; }
 
@@ -97,6 +98,7 @@ void Transfer::failWith(StatusCode code, std::string why, bool breaks) {
 }
 
 void Transfer::fail(StatusCode code, const std::string& why) {
+  if (posted_ && ci_.rdv) ci_.rdv->step.store(0, std::memory_order_release);  // the proxy must not write here any more
   // A receiver still waiting for its first step, or a gated part, leaves the connector in step; anything later
   // does not (the peer may have published or consumed part of it).
   bool started = !(state_ == State::kGated || (state_ == State::kStart));
@@ -136,17 +138,24 @@ bool Transfer::sendProgress() {
     firstStep_ = ci_.step;
     size_t n = msg_.partBytes;
     bool ll = ci_.buffs[kProtoLL] != nullptr && n <= opts_.llThreshold;
+    const bool direct = ci_.flags & kConnDirect;
+    const bool pull = direct || (ci_.canPull && ci_.canPull->load(std::memory_order_acquire) == 1);
+    const bool push = direct || (ci_.canPush && ci_.canPush->load(std::memory_order_acquire) == 1);
     bool single = n > 0 && opts_.singleCopyMin >= 0 && n >= static_cast<size_t>(opts_.singleCopyMin) &&
-                  !(ci_.flags & kConnNet) &&
-                  ((ci_.flags & kConnDirect) ||
-                   (ci_.singleCopy && ci_.singleCopy->load(std::memory_order_acquire) == 1));
+                  !(ci_.flags & kConnNet) && (pull || push);
     if (ll) {
       mode_ = kModeLL;
       llWords_ = divUp(n, 4);
       size_t perSlot = ci_.slotBytes[kProtoLL] / 8;
       lastStep_ = firstStep_ + std::max<size_t>(1, divUp(kHeaderWords + llWords_, perSlot));
     } else if (single) {
-      mode_ = (ci_.flags & kConnRead) ? kModeRead : kModeWriteAsk;
+      // Read mode pulls, write mode pushes; with both possible, odd parts go the other way, so that the two
+      // processes copy at once.
+      bool wantPull = (ci_.flags & kConnRead) != 0;
+      if (pull && push && msg_.nParts > 1 && (msg_.part & 1)) wantPull = !wantPull;
+      if (wantPull && !pull) wantPull = false;
+      if (!wantPull && !push) wantPull = true;
+      mode_ = wantPull ? kModeRead : kModeWriteAsk;
     } else {
       mode_ = kModeSimple;
     }
@@ -228,7 +237,9 @@ bool Transfer::sendLL() {
 }
 
 bool Transfer::sendSimple() {
-  const size_t chunk = std::min(opts_.chunkBytes, ci_.slotBytes[kProtoSimple] - sizeof(SlotHeader));
+  // NET moves the data between the users' buffers (the proxies), so its chunks need not fit a slot.
+  const size_t chunk = (ci_.flags & kConnNet) ? opts_.netChunkBytes
+                                              : std::min(opts_.chunkBytes, ci_.slotBytes[kProtoSimple] - sizeof(SlotHeader));
   bool did = false;
   uint64_t head = ci_.head->load(std::memory_order_acquire);
   while (true) {
@@ -236,11 +247,18 @@ bool Transfer::sendSimple() {
     if (step >= head + kSteps) return did;
     size_t n = std::min(chunk, msg_.partBytes - done_);
     SlotHeader* h = simpleSlot(ci_, step);
-    if (n) std::memcpy(reinterpret_cast<char*>(h + 1), buf_ + done_, n);
+    // NET: the proxy sends the data from our buffer (it stays ours until the receiver's ack); else it goes in the slot.
+    // Small NET chunks travel in the slot, with their header in one message: fewer system calls than zero copy.
+    const bool net = (ci_.flags & kConnNet) && n > kNetInline;
+    if (n && !net) std::memcpy(reinterpret_cast<char*>(h + 1), buf_ + done_, n);
+    h->inlined = !net;
     h->opBytes = msg_.bytes;
     h->partBytes = msg_.partBytes;
     h->chunkBytes = n;
-    h->addr = 0;
+    h->addr = net ? reinterpret_cast<uint64_t>(buf_ + done_) : 0;
+    h->offset = done_;
+    h->partFirst = firstStep_;
+    h->landed = 0;
     h->dtype = static_cast<uint32_t>(msg_.dtype);
     h->nParts = static_cast<uint16_t>(msg_.nParts);
     h->mode = kModeSimple;
@@ -320,7 +338,8 @@ bool Transfer::recvProgress() {
   bool did = false;
   if (state_ == State::kStart) {
     did = recvStart();
-    if (state_ != State::kRun) return did;
+    // A single copy waits for the next turn: the other parts of the message open first (they may copy the other way).
+    if (state_ != State::kRun || mode_ == kModeRead) return did;
   }
   switch (mode_) {
     case kModeLL: return recvLL() || did;
@@ -331,6 +350,18 @@ bool Transfer::recvProgress() {
 
 bool Transfer::recvStart() {
   firstStep_ = ci_.step;
+  if ((ci_.flags & kConnNet) && ci_.rdv && !posted_) {
+    // Our buffer for the proxy: chunks whose header matches what we expect land there directly.
+    Rendezvous& r = *ci_.rdv;
+    r.addr = drain_ ? 0 : reinterpret_cast<uint64_t>(buf_);
+    r.opBytes = msg_.bytes;
+    r.partBytes = msg_.partBytes;
+    r.dtype = static_cast<uint32_t>(msg_.dtype);
+    r.nParts = static_cast<uint32_t>(msg_.nParts);
+    r.step.store(firstStep_ + 1, std::memory_order_release);
+    ci_.wake->ring();
+    posted_ = true;
+  }
   bool found = false;
   if (ci_.buffs[kProtoLL]) {
     std::atomic<uint64_t>* w = llSlot(ci_, firstStep_);
@@ -379,6 +410,7 @@ void Transfer::finish() {
     st.step.store(firstStep_ + 1, std::memory_order_release);
   }
   ci_.step = lastStep_;
+  if (posted_) ci_.rdv->step.store(0, std::memory_order_release);
   if (ci_.flags & kConnNet) {
     ci_.head->store(lastStep_, std::memory_order_release);
     publish(ci_.ack, lastStep_);
@@ -439,11 +471,11 @@ bool Transfer::recvSimple() {
     if (ci_.tail->load(std::memory_order_acquire) <= step) return did;
     const SlotHeader* h = simpleSlot(ci_, step);
     size_t n = h->chunkBytes;
-    if (h->mode != kModeSimple || n > capacity || (!drain_ && done_ + n > msg_.partBytes)) {
+    if (h->mode != kModeSimple || (n > capacity && !h->landed && !drain_) || (!drain_ && done_ + n > msg_.partBytes)) {
       failWith(StatusCode::kRemoteError, fmt::format("{}: step {} is corrupt", what(), step), true);
       return true;
     }
-    if (!drain_ && n) std::memcpy(buf_ + done_, reinterpret_cast<const char*>(h + 1), n);
+    if (!drain_ && n && !h->landed) std::memcpy(buf_ + done_, reinterpret_cast<const char*>(h + 1), n);
     done_ += n;
     ++stepsDone_;
     did = true;

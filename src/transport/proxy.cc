@@ -136,6 +136,7 @@ struct Proxy::Impl {
   void servePending(size_t i);
   void answer(Pending& p);
   void peerGone(int rank, const char* how);
+  Doorbell* opts_doorbell() { return self->opts_.doorbell.get(); }
 };
 
 Proxy::Proxy(const Options& opts) : opts_(opts), impl_(std::make_unique<Impl>()) {
@@ -424,7 +425,6 @@ void Proxy::Impl::answer(Pending& p) {
 
 void Proxy::Impl::run() {
   log::setThreadRank(self->opts_.rank);
-  Backoff backoff(active.empty() ? 0 : 20);
   std::vector<pollfd> fds;
   while (!stop.load()) {
     bool did = runCalls();
@@ -432,7 +432,17 @@ void Proxy::Impl::run() {
     did |= progressActive();
     if (did) continue;
     if (!active.empty()) {
-      // Something may move soon: a short spin (within the process's spin budget) before sleeping.
+      // Something may move soon: poll the connections for a little while (within the process's spin budget:
+      // Backoff), then sleep in poll() with the engine ringing the eventfd.
+      Backoff spin(20);
+      bool moved = false;
+      while (!moved && opts_doorbell()) {
+        bool sleepNext = false;
+        spin.idle(*opts_doorbell(), [&] { return sleepNext = true; });
+        if (sleepNext) break;
+        moved = progressActive() || runCalls() || takeQueued();
+      }
+      if (moved) continue;
       sleeping.store(true, std::memory_order_seq_cst);
       if (progressActive()) {
         sleeping.store(false);

@@ -173,21 +173,25 @@ class SharedMemoryTransport : public Transport {
     ci.ack = &sm->head.value;
     ci.status = &sm->status;
     ci.rdv = &sm->rdv;
-    ci.singleCopy = &sm->probe.singleCopy;
+    ci.canPull = &sm->probe.pull;
+    ci.canPush = &sm->probe.push;
     ci.peerPid = ctx.peers[c.peer].pid;
     ci.flags = (r.read ? uint32_t{kConnRead} : 0u) | (r.direct ? uint32_t{kConnDirect} : 0u);
     ci.wake = peerDoorbell(ctx, c.peer).get();
     c.via = p2p_ ? fmt::format("P2P/{}{}", r.direct ? "direct pointer" : "IPC", r.read ? "/read" : "") : "SHM/direct";
-    // The side that copies in single-copy transfers checks it can reach the other's memory: the sender in write
-    // mode, the receiver in read mode. The result lives in the sender's block, where the sender decides.
-    if (p2p_ && !r.direct && send != r.read) {
+    // Single copies between processes: each side checks it can reach the other's memory (the sender to push into
+    // the receiver's buffers, the receiver to pull from the sender's); the results live in the sender's block,
+    // where the sender chooses. Large messages use both directions at once (one part each).
+    if (p2p_ && r.direct) {
+      sm->probe.pull.store(1, std::memory_order_release);
+      sm->probe.push.store(1, std::memory_order_release);
+    } else if (p2p_) {
       size_t probeAt = send ? offsetof(RecvMem, probe) : offsetof(SendMem, probe);
       if (probe(ctx, c.peer, info.buf.ownerAddr, probeAt, info.nonce)) {
-        sm->probe.singleCopy.store(1, std::memory_order_release);
+        (send ? sm->probe.push : sm->probe.pull).store(1, std::memory_order_release);
         c.via += "/CMA";
       }
     }
-    if (r.direct) sm->probe.singleCopy.store(1, std::memory_order_release);
     return true;
   }
 

@@ -11,7 +11,8 @@ fails=0
 shm_before=$(ls /dev/shm | wc -l)
 cleanup() { rm -rf "$tmp"; ip netns del tcp2p1 2>/dev/null; ip netns del tcp2p2 2>/dev/null; }
 trap cleanup EXIT
-port() { echo $((20000 + (RANDOM * 7 + $$) % 40000)); }
+# Below the kernel's ephemeral range (32768+), where our own connections could hold the port.
+port() { echo $((20000 + (RANDOM * 7 + $$) % 12000)); }
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
 
@@ -133,7 +134,9 @@ for tr in P2P SHM NET; do
       "$PERF" sendrecv_perf -b 8M -e 8M -n 100000 -w 0 -c 0 > "$tmp/kill-$tr.$r" 2>&1 &
     pids+=($!)
   done
-  sleep 1.5
+  # Once rank 0 printed its column header, the ranks are connected and exchanging 8 MiB messages.
+  for i in $(seq 300); do grep -q "(elements)" "$tmp/kill-$tr.0" 2> /dev/null && break; sleep 0.05; done
+  sleep 0.5
   kill -9 "${pids[1]}"
   wait "${pids[1]}" 2> /dev/null
   wait "${pids[0]}"

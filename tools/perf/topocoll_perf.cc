@@ -9,6 +9,7 @@
 // pingpong_perf (ranks 0 and 1, osu_latency: time = round trip / 2), bw_perf (ranks 0 -> 1, osu_bw: a window of -W
 // messages per op, time per message). The collectives add theirs to kTests.
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +34,26 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+bool gMalloc = false;  // --malloc: plain heap buffers instead of runtime::memAlloc
+
+// Test buffers come from runtime::memAlloc (huge pages, as ncclMemAlloc gives), or from the heap with --malloc.
+template <typename T>
+struct BufAllocator {
+  using value_type = T;
+  BufAllocator() = default;
+  template <typename U>
+  BufAllocator(const BufAllocator<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(gMalloc ? ::operator new(n * sizeof(T)) : runtime::memAlloc(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) {
+    if (gMalloc) ::operator delete(p);
+    else runtime::memFree(p, n * sizeof(T));
+  }
+  bool operator==(const BufAllocator&) const { return true; }
+};
+using Buf = std::vector<uint8_t, BufAllocator<uint8_t>>;
+
 struct Options {
   std::string test;
   size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepFactor = 2, stepBytes = 0;
@@ -42,6 +63,7 @@ struct Options {
   double targetS = 0;  // > 0: the peers' protocol (time-based iteration count, warm-up and probe)
   long maxIters = 1000000;
   int np = 0, hosts = 1;
+  int bind = -1;  // -np: bind rank r to CPU r % CPUs (-1: when there are no more ranks than CPUs, as mpirun)
 };
 
 size_t parseSize(const std::string& s) {
@@ -62,10 +84,12 @@ size_t parseSize(const std::string& s) {
                "usage: topocoll-perf TEST [-b minbytes] [-e maxbytes] [-f factor | -i increment] [-l s1,s2,...]\n"
                "                      [-n iters] [-w warmup iters] [-c 0|1 check] [-a 0|1|2|3 average: rank 0, avg,\n"
                "                      min, max] [-d type] [-T seconds per size] [-m max iters] [-W window]\n"
-               "                      [-np N local ranks] [--hosts K]\n"
+               "                      [-np N local ranks] [--hosts K] [--bind 0|1] [--malloc]\n"
                "TEST: sendrecv_perf, pingpong_perf, bw_perf. Sizes take K/M/G (1024). -T follows shared/peers' timing\n"
                "protocol instead of -n/-w. -np forks N ranks on this machine (--hosts K: as K hosts, NCCL_HOSTID),\n"
-               "otherwise the launcher's environment is used (mpirun, srun, torchrun, RANK/WORLD_SIZE/NCCL_COMM_ID).\n");
+               "otherwise the launcher's environment is used (mpirun, srun, torchrun, RANK/WORLD_SIZE/NCCL_COMM_ID).\n"
+               "-np binds rank r to CPU r when N <= CPUs, as mpirun does at -np 2 (--bind 0: never, 1: always). Buffers\n"
+               "come from runtime::memAlloc (huge pages, like ncclMemAlloc); --malloc uses the heap instead.\n");
   std::exit(code);
 }
 
@@ -105,6 +129,8 @@ Options parse(int argc, char** argv) {
     else if (a == "-W") o.window = std::max(1, std::atoi(next().c_str()));
     else if (a == "-np") o.np = std::atoi(next().c_str());
     else if (a == "--hosts") o.hosts = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--malloc") gMalloc = true;
+    else if (a == "--bind") o.bind = std::atoi(next().c_str());
     else if (a == "-h" || a == "--help") usage(0);
     else fail(StatusCode::kInvalidUsage, "unknown option {}", a);
   }
@@ -160,11 +186,11 @@ struct Case {
 struct Test {
   const char* name;
   int minRanks;
-  std::function<Case(runtime::Communicator&, const Options&, size_t bytes, std::vector<uint8_t>&, std::vector<uint8_t>&)>
+  std::function<Case(runtime::Communicator&, const Options&, size_t bytes, Buf&, Buf&)>
       make;
 };
 
-long checkBytes(const std::vector<uint8_t>& buf, size_t count, size_t elem, int src, int salt) {
+long checkBytes(const Buf& buf, size_t count, size_t elem, int src, int salt) {
   long wrong = 0;
   for (size_t e = 0; e < count; ++e)
     for (size_t b = 0; b < elem; ++b)
@@ -175,12 +201,12 @@ long checkBytes(const std::vector<uint8_t>& buf, size_t count, size_t elem, int 
   return wrong;
 }
 
-void fill(std::vector<uint8_t>& buf, int src, int salt) {
+void fill(Buf& buf, int src, int salt) {
   for (size_t i = 0; i < buf.size(); ++i) buf[i] = pattern(src, i, salt);
 }
 
 // The buffers and sizes every test starts from; `salt` makes each test's pattern its own.
-Case baseCase(const Options& o, size_t bytes, std::vector<uint8_t>& s, std::vector<uint8_t>& r, int me, int salt) {
+Case baseCase(const Options& o, size_t bytes, Buf& s, Buf& r, int me, int salt) {
   Case k;
   k.count = bytes / sizeOf(o.type);
   k.bytes = k.count * sizeOf(o.type);
@@ -195,7 +221,7 @@ Case baseCase(const Options& o, size_t bytes, std::vector<uint8_t>& s, std::vect
 
 const std::vector<Test> kTests = {
     {"sendrecv_perf", 1,
-     [](runtime::Communicator& c, const Options& o, size_t bytes, std::vector<uint8_t>& s, std::vector<uint8_t>& r) {
+     [](runtime::Communicator& c, const Options& o, size_t bytes, Buf& s, Buf& r) {
        int n = c.nRanks(), me = c.rank(), to = (me + 1) % n, from = (me - 1 + n) % n;
        Case k = baseCase(o, bytes, s, r, me, 1);
        k.op = [&c, &s, &r, count = k.count, to, from, t = o.type] {
@@ -208,7 +234,7 @@ const std::vector<Test> kTests = {
        return k;
      }},
     {"pingpong_perf", 2,
-     [](runtime::Communicator& c, const Options& o, size_t bytes, std::vector<uint8_t>& s, std::vector<uint8_t>& r) {
+     [](runtime::Communicator& c, const Options& o, size_t bytes, Buf& s, Buf& r) {
        int me = c.rank();
        Case k = baseCase(o, bytes, s, r, me, 2);
        k.timeDiv = 2;
@@ -227,7 +253,7 @@ const std::vector<Test> kTests = {
        return k;
      }},
     {"bw_perf", 2,
-     [](runtime::Communicator& c, const Options& o, size_t bytes, std::vector<uint8_t>& s, std::vector<uint8_t>& r) {
+     [](runtime::Communicator& c, const Options& o, size_t bytes, Buf& s, Buf& r) {
        int me = c.rank();
        Case k = baseCase(o, bytes, s, r, me, 3);
        k.timeDiv = o.window;
@@ -315,7 +341,7 @@ int runRank(const Options& o) {
                 "(GB/s)", "(GB/s)", "", "");
     std::fflush(stdout);
   }
-  std::vector<uint8_t> sbuf, rbuf;
+  Buf sbuf, rbuf;
   double busSum = 0;
   int rows = 0;
   long wrongTotal = 0;
@@ -365,6 +391,13 @@ int forkRanks(const Options& o) {
   for (int r = 0; r < o.np; ++r) {
     pid_t pid = fork();
     if (pid == 0) {
+      int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+      if (o.bind == 1 || (o.bind == -1 && o.np <= cpus)) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(r % cpus, &set);
+        sched_setaffinity(0, sizeof(set), &set);
+      }
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(o.np).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r % perHost).c_str(), 1);

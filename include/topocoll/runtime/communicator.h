@@ -137,7 +137,11 @@ class Communicator {
   // Internal (groups).
   void postGroup(std::vector<std::shared_ptr<detail::Op>>& ops, bool wakeWorker);
   void ensureConnected(const std::vector<int>& peers);
+  void ensureConnected(int peer) {
+    if (peer != rank_ && !p2pConnected_[peer].load(std::memory_order_acquire)) ensureConnected(std::vector<int>{peer});
+  }
   void waitOp(detail::Op& op);
+  void waitOps(const std::vector<detail::Op*>& ops);
 
  private:
   Communicator();
@@ -155,7 +159,7 @@ class Communicator {
   std::shared_ptr<detail::Op> makeOp(bool send, void* buf, size_t count, DataType type, int peer);
   /// Issues `op` now (blocking: and waits), or adds it to this thread's group.
   Request issue(std::shared_ptr<detail::Op> op, bool blocking);
-  std::vector<transport::Connector*> p2pConnectors(int peer, transport::Side side);
+  const std::vector<transport::Connector*>& p2pConnectors(int peer, transport::Side side);
   int p2pChannelBase(int round) const;
 
   std::atomic<bool> abort_{false};
@@ -177,12 +181,20 @@ class Communicator {
   std::vector<transport::Channel> channels_;
   std::unique_ptr<detail::Engine> engine_;
   std::mutex setupMu_;                 // bootstrap exchanges and connector setup, one at a time
-  std::vector<char> p2pConnected_;     // [peer]
+  std::vector<std::atomic<bool>> p2pConnected_;  // [peer]
+  std::vector<std::vector<transport::Connector*>> p2pConns_[2];  // [recv, send][peer]: the peer's p2p connectors
   std::vector<int> sendRound_, recvRound_;  // NCCL's p2p schedule: the round of each peer
   int p2pMinChannels_ = 1, p2pGroupSize_ = 1;
   size_t p2pChunk_ = 0;
   friend struct GroupAccess;
 };
+
+/// NCCL's ncclMemAlloc / ncclMemFree for host memory: page-aligned, zeroed, backed by transparent huge pages where
+/// the kernel has them (madvise). Buffers from here make single copies between processes (process_vm_readv) much
+/// faster: the kernel pins 2 MiB pages instead of 4 KiB ones. Any buffer works with send/recv; these are the fast
+/// ones. Throws Error(kSystemError) when the memory cannot be mapped.
+void* memAlloc(size_t bytes);
+void memFree(void* ptr, size_t bytes);
 
 /// NCCL's ncclGroupStart / ncclGroupEnd: per thread, nestable, spanning communicators. Sends and receives called in
 /// between are issued together by the outermost groupEnd(), which makes the connections they need, issues them and

@@ -67,10 +67,14 @@ class Backoff {
   int spinUs_;
   bool spinning_ = false;
   int yields_ = 0;
+  unsigned polls_ = 0;
   std::chrono::steady_clock::time_point spinStart_{};
 };
 
 /// CPUs this process may run on (sched_getaffinity).
 int allowedCpus();
+/// At most `n` threads of this process spin at once from now on (the smallest value asked for wins): communicators
+/// share the host's cores with the other local ranks.
+void limitSpinners(int n);
 
 }  // namespace topocoll::transport

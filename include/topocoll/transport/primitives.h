@@ -35,13 +35,17 @@ struct SlotHeader {
   uint64_t opBytes = 0;     // the whole message (all parts)
   uint64_t partBytes = 0;   // this part
   uint64_t chunkBytes = 0;  // data in this slot
-  uint64_t addr = 0;        // single copy: the sender's buffer (read) or 0
+  uint64_t addr = 0;        // single copy: the sender's buffer (read); NET: where the sender's proxy sends from
+  uint64_t offset = 0;      // NET: where this chunk's data goes in the part
+  uint64_t partFirst = 0;   // NET: the part's first step (the receiver's proxy matches its buffer with it)
   uint32_t dtype = 0;
+  uint32_t error = 0;       // write mode, done step: the copy failed (errno)
   uint16_t nParts = 0;
   uint8_t mode = 0;         // Transfer::Mode
   uint8_t last = 0;         // the part's last step
-  uint32_t error = 0;       // write mode, done step: the copy failed (errno)
-  uint8_t pad[20] = {};
+  uint8_t landed = 0;       // NET: the receiver's proxy put the data in the receiver's buffer, not after this header
+  uint8_t inlined = 0;      // NET: small chunk: the data follows this header in the slot and in the same message
+  uint8_t pad[2] = {};
 };
 static_assert(sizeof(SlotHeader) == 64, "one cache line");
 
@@ -68,6 +72,7 @@ struct MessageDesc {
 struct TransferOptions {
   size_t llThreshold = 16384;        // NCCL_P2P_LL_THRESHOLD (per part)
   size_t chunkBytes = 128 << 10;     // NCCL_P2P_PCI_CHUNKSIZE / NCCL_P2P_NET_CHUNKSIZE
+  size_t netChunkBytes = 4 << 20;    // TOPOCOLL_NET_CHUNKSIZE: NET chunks go between the users' buffers
   long long singleCopyMin = 65536;   // TOPOCOLL_P2P_SINGLE_COPY: bytes from which single copies are used, -1 never
 };
 
@@ -136,6 +141,7 @@ class Transfer {
   State state_;
   uint8_t mode_ = 0;
   bool drain_ = false, mismatch_ = false;
+  bool posted_ = false;                    // NET receiver: our buffer is posted for the proxy
   uint64_t firstStep_ = 0, lastStep_ = 0;  // lastStep_: one past the part's last step
   size_t done_ = 0;                        // bytes moved (LL: words)
   uint64_t stepsDone_ = 0;

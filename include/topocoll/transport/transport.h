@@ -101,10 +101,14 @@ struct alignas(64) Counter {
 };
 
 /// The rendezvous slot of single-copy transfers: the passive side's buffer address.
+/// The rendezvous slot of single-copy transfers: the passive side's buffer address. Over NET, the receiver's
+/// buffer for its proxy, with what the receiver expects (data lands there only when the sender's header matches).
 struct alignas(64) Rendezvous {
   std::atomic<uint64_t> step{0};  // step+1 of the op the address is for
   uint64_t addr = 0;
-  char pad[48];
+  uint64_t opBytes = 0, partBytes = 0;
+  uint32_t dtype = 0, nParts = 0;
+  char pad[16];
 };
 
 /// NCCL's ncclConnInfo: what the data movers see of one connector.
@@ -117,7 +121,8 @@ struct ConnInfo {
   StatusLine* status = nullptr;            // the receiver's verdict on each op (primitives.h)
   std::atomic<uint64_t>* forwarded = nullptr;  // NET receiver: the last ack its proxy sent back
   Rendezvous* rdv = nullptr;               // write mode: the receiver's buffer address
-  std::atomic<uint32_t>* singleCopy = nullptr;  // 1 once the active side proved it can reach the peer's memory
+  std::atomic<uint32_t>* canPull = nullptr;  // 1 once the receiver proved it can copy from the sender's memory
+  std::atomic<uint32_t>* canPush = nullptr;  // 1 once the sender proved it can copy into the receiver's memory
   uint64_t step = 0;                       // this side's next step
   uint32_t flags = 0;
   int peerPid = 0;
