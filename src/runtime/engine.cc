@@ -140,11 +140,116 @@ void Engine::matchSelf() {
   }
 }
 
+std::string Engine::describe(bool send, size_t count, DataType dtype, int peer, const std::string& why) const {
+  return fmt::format("rank {}: {} of {} x {} {} rank {}: {}", opts_.rank, send ? "send" : "recv", count,
+                     to_string(dtype), send ? "to" : "from", peer, why);
+}
+
 void Engine::failOp(Op& op, StatusCode code, const std::string& why) {
   if (op.code != StatusCode::kOk) return;  // the first error wins
   op.code = code;
-  op.error = fmt::format("rank {}: {} of {} x {} {} rank {}: {}", opts_.rank, op.send ? "send" : "recv", op.count,
-                         to_string(op.dtype), op.send ? "to" : "from", op.peer, why);
+  op.error = describe(op.send, op.count, op.dtype, op.peer, why);
+}
+
+bool Engine::runInline(const std::vector<transport::Connector*>& conns, bool send, void* buf,
+                       const transport::MessageDesc& msg, const transport::TransferOptions& topts) {
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||
+      hasIncoming_.load(std::memory_order_acquire))
+    return false;
+  transport::Connector& c = *conns[0];
+  Transfer t(c, send ? Transfer::Dir::kSend : Transfer::Dir::kRecv, buf, msg, topts);
+  driveInline(t, {});
+  if (!send && t.mismatch() && t.senderHeader().nParts > 1) {
+    // The sender split its (different) message: consume its other parts too, so every channel stays in step.
+    size_t n = std::min<size_t>(t.senderHeader().nParts, conns.size());
+    for (size_t i = 1; i < n; ++i) {
+      transport::MessageDesc d = msg;
+      d.part = static_cast<int>(i);
+      d.partBytes = 0;
+      Transfer drain(*conns[i], Transfer::Dir::kRecv, nullptr, d, topts, true);
+      drain.open(true);
+      driveInline(drain, {});
+    }
+  }
+  if (t.failed()) throw Error(t.errorCode(), describe(send, msg.count, msg.dtype, c.peer, t.error()));
+  return true;
+}
+
+bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
+  // Single-part operations on distinct connectors only: no order to keep between them, no drains to place.
+  std::vector<Transfer*> ts;
+  for (Op* op : ops) {
+    if (op->peer == opts_.rank || op->parts.size() != 1) return false;
+    for (Transfer* t : ts)
+      if (&t->connector() == &op->parts[0]->connector()) return false;
+    ts.push_back(op->parts[0].get());
+  }
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||
+      hasIncoming_.load(std::memory_order_acquire))
+    return false;
+  for (Op* op : ops) {
+    op->engine = this;
+    op->parts[0]->open(false);
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    driveInline(*ts[i], ts);
+    Op& op = *ops[i];
+    Transfer& t = *ts[i];
+    if (!op.send && t.mismatch() && t.senderHeader().nParts > 1) {
+      for (size_t k = 1; k < std::min<size_t>(t.senderHeader().nParts, op.partConns.size()); ++k) {
+        transport::MessageDesc d = op.partDescs[0];
+        d.part = static_cast<int>(k);
+        d.partBytes = 0;
+        Transfer drain(*op.partConns[k], Transfer::Dir::kRecv, nullptr, d, op.opts, true);
+        drain.open(true);
+        driveInline(drain, {});
+      }
+    }
+    if (t.failed()) failOp(op, t.errorCode(), t.error());
+    op.state.store(op.code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
+  }
+  return true;
+}
+
+void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
+  transport::Connector& c = t.connector();
+  transport::Backoff backoff((c.conn.flags & transport::kConnNet) ? 0 : opts_.spinUs);
+  auto since = Clock::now();
+  unsigned polls = 0;
+  // The other transfers of the group move too: any order of sends and receives completes.
+  auto step = [&] {
+    bool moved = t.progress();
+    for (Transfer* o : others)
+      if (o != &t && !o->finished()) moved |= o->progress();
+    return moved;
+  };
+  while (!t.finished()) {
+    if (step()) {
+      backoff.reset();
+      polls = 0;
+      since = Clock::now();
+      continue;
+    }
+    if (opts_.abortFlag && opts_.abortFlag->load(std::memory_order_relaxed)) {
+      t.fail(StatusCode::kAborted, "the communicator was aborted");
+      break;
+    }
+    // The checks checkStalls makes for queued transfers: often enough once the wait sleeps.
+    if (++polls >= 256) {
+      if (opts_.peerGone && (*opts_.peerGone)[c.peer].load())
+        t.fail(StatusCode::kRemoteError, fmt::format("rank {}'s process is gone (it exited or was killed)", c.peer));
+      else if (Clock::now() - since > opts_.timeout)
+        t.fail(StatusCode::kTimeout,
+               fmt::format("rank {} did not move for {:g} s on channel {} (TOPOCOLL_TIMEOUT): it is stuck, gone, or "
+                           "never posted the matching operation",
+                           c.peer, std::chrono::duration<double>(opts_.timeout).count(), c.channel));
+      if (t.finished()) break;
+      polls = 200;  // from here on every few polls
+    }
+    backoff.idle(*opts_.doorbell, [&] { return step() || t.finished() || (opts_.abortFlag && opts_.abortFlag->load()); });
+  }
 }
 
 void Engine::complete(Op& op) {
@@ -360,8 +465,10 @@ void Engine::abortAll() {
     workerWanted_ = true;
   }
   workerCv_.notify_all();
-  // Drive once so that ops fail even if nobody waits; waiters wake within a sleep slice.
-  std::lock_guard<std::mutex> lock(driveMu_);
+  // Drive once so that ops fail even if nobody waits; waiters (and an inline transfer, which holds the lock) see
+  // the flag themselves within a sleep slice.
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
   takeIncoming();
   checkStalls();
   progressOnce();

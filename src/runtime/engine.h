@@ -68,6 +68,14 @@ class Engine {
   /// them (asynchronous issue); blocking callers drive their own.
   void post(const std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker);
   void post(const std::shared_ptr<Op>& op, bool wakeWorker);
+  /// A blocking single-part operation when nothing else is queued: the caller drives a transfer of its own, no
+  /// queue, no allocation (the latency path). False when the engine is busy (then post and wait as usual); throws
+  /// the transfer's error like wait().
+  bool runInline(const std::vector<transport::Connector*>& conns, bool send, void* buf,
+                 const transport::MessageDesc& msg, const transport::TransferOptions& topts);
+  /// The same for a group of single-part operations on distinct connectors (a sendrecv, an all-to-all of small
+  /// messages): driven together by the caller. False when the engine is busy or the group does not qualify.
+  bool runInlineGroup(const std::vector<Op*>& ops);
   /// Drives until `op` finishes; throws its error.
   void wait(Op& op);
   /// Drives until all of `ops` finished; throws the first error (in their order).
@@ -86,6 +94,7 @@ class Engine {
     std::chrono::steady_clock::time_point since{};  // when the front part last moved
   };
   bool tryProgress();
+  void driveInline(transport::Transfer& t, const std::vector<transport::Transfer*>& others);
   void validate(Op& op);               // driver only
   bool progressOnce();                 // driver only
   void takeIncoming();                 // driver only
@@ -93,6 +102,7 @@ class Engine {
   void matchSelf();
   void complete(Op& op);
   void failOp(Op& op, StatusCode code, const std::string& why);
+  std::string describe(bool send, size_t count, DataType dtype, int peer, const std::string& why) const;
   void checkStalls();                  // driver only: timeouts, peers gone, abort
   void enqueue(Op* op, transport::Transfer* t);
   void runWorker();

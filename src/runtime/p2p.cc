@@ -124,11 +124,35 @@ Request Communicator::irecv(void* buf, size_t count, DataType type, int peer) {
   return issue(makeOp(false, buf, count, type, peer), false);
 }
 
+// The latency path of a blocking send or recv outside a group: one part, nothing else queued.
+bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, int peer) {
+  if (tGroup.depth > 0 || peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || abort_.load() ||
+      count > (size_t{1} << 40) || (!buf && count > 0) || !p2pConnected_[peer].load(std::memory_order_acquire))
+    return false;  // the general path says what is wrong, or connects
+  size_t bytes = count * sizeOf(type);
+  const auto& conns = p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
+  if (transport::p2pParts(bytes, p2pChunk_, static_cast<int>(hosts_.size()), p2pMinChannels_,
+                          static_cast<int>(conns.size())) != 1)
+    return false;
+  transport::MessageDesc d;
+  d.bytes = d.partBytes = bytes;
+  d.count = count;
+  d.dtype = type;
+  transport::TransferOptions o;
+  o.llThreshold = static_cast<size_t>(ctx_->cfg.p2pLlThreshold);
+  o.chunkBytes = p2pChunk_;
+  o.netChunkBytes = static_cast<size_t>(ctx_->cfg.netChunkSize);
+  o.singleCopyMin = ctx_->cfg.p2pSingleCopy;
+  return engine_->runInline(conns, send, buf, d, o);
+}
+
 void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
+  if (tryInline(true, const_cast<void*>(buf), count, type, peer)) return;
   issue(makeOp(true, const_cast<void*>(buf), count, type, peer), true);
 }
 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
+  if (tryInline(false, buf, count, type, peer)) return;
   issue(makeOp(false, buf, count, type, peer), true);
 }
 
@@ -138,6 +162,12 @@ void Communicator::postGroup(std::vector<std::shared_ptr<Op>>& ops, bool wakeWor
 }
 
 void Communicator::waitOp(Op& op) { engine_->wait(op); }
+
+bool Communicator::runGroupInline(const std::vector<Op*>& ops) {
+  for (Op* op : ops)
+    if (op->peer != rank_ && !p2pConnected_[op->peer].load(std::memory_order_acquire)) return false;
+  return !abort_.load() && engine_->runInlineGroup(ops);
+}
 
 void Communicator::waitOps(const std::vector<Op*>& ops) { engine_->waitAll(ops); }
 
@@ -194,6 +224,14 @@ void groupEnd() {
     for (auto& t : threads) t.join();
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
+  }
+  if (comms.size() == 1) {
+    std::vector<Op*> all;
+    for (auto& [c, op] : ops) all.push_back(op.get());
+    if (comms[0]->runGroupInline(all)) {
+      comms[0]->waitOps(all);  // all finished: throws what failed
+      return;
+    }
   }
   for (Communicator* c : comms) {
     std::vector<std::shared_ptr<Op>> mine;

@@ -142,6 +142,7 @@ class Communicator {
   }
   void waitOp(detail::Op& op);
   void waitOps(const std::vector<detail::Op*>& ops);
+  bool runGroupInline(const std::vector<detail::Op*>& ops);
 
  private:
   Communicator();
@@ -157,6 +158,7 @@ class Communicator {
   void setupTransports(const InitOptions& opts, const search::NodeGraphs& node);
   void logInit() const;
   std::shared_ptr<detail::Op> makeOp(bool send, void* buf, size_t count, DataType type, int peer);
+  bool tryInline(bool send, void* buf, size_t count, DataType type, int peer);
   /// Issues `op` now (blocking: and waits), or adds it to this thread's group.
   Request issue(std::shared_ptr<detail::Op> op, bool blocking);
   const std::vector<transport::Connector*>& p2pConnectors(int peer, transport::Side side);
@@ -186,7 +188,6 @@ class Communicator {
   std::vector<int> sendRound_, recvRound_;  // NCCL's p2p schedule: the round of each peer
   int p2pMinChannels_ = 1, p2pGroupSize_ = 1;
   size_t p2pChunk_ = 0;
-  friend struct GroupAccess;
 };
 
 /// NCCL's ncclMemAlloc / ncclMemFree for host memory: page-aligned, zeroed, backed by transparent huge pages where
