@@ -216,7 +216,7 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
 void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
   transport::Connector& c = t.connector();
   transport::Backoff backoff((c.conn.flags & transport::kConnNet) ? 0 : opts_.spinUs);
-  auto since = Clock::now();
+  Clock::time_point since{};  // read lazily: most transfers finish before any check
   unsigned polls = 0;
   // The other transfers of the group move too: any order of sends and receives completes.
   auto step = [&] {
@@ -229,7 +229,7 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
     if (step()) {
       backoff.reset();
       polls = 0;
-      since = Clock::now();
+      since = {};
       continue;
     }
     if (opts_.abortFlag && opts_.abortFlag->load(std::memory_order_relaxed)) {
@@ -238,6 +238,7 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
     }
     // The checks checkStalls makes for queued transfers: often enough once the wait sleeps.
     if (++polls >= 256) {
+      if (since == Clock::time_point{}) since = Clock::now();
       if (opts_.peerGone && (*opts_.peerGone)[c.peer].load())
         t.fail(StatusCode::kRemoteError, fmt::format("rank {}'s process is gone (it exited or was killed)", c.peer));
       else if (Clock::now() - since > opts_.timeout)

@@ -91,6 +91,7 @@ Backoff::Backoff(int spinUs) : spinUs_(spinUs) {}
 Backoff::~Backoff() { reset(); }
 
 void Backoff::reset() {
+  if (polls_ == 0) return;
   if (spinning_) gSpinners.fetch_sub(1, std::memory_order_relaxed);
   spinning_ = false;
   yields_ = 0;
@@ -100,17 +101,23 @@ void Backoff::reset() {
 
 void Backoff::idle(Doorbell& bell, const std::function<bool()>& ready) {
   using Clock = std::chrono::steady_clock;
+  // Short waits (most of them) cost a pause per poll and nothing else: no clock, no shared counter.
+  if (spinUs_ > 0 && ++polls_ <= 64) {
+    cpuRelax();
+    return;
+  }
   if (spinStart_ == Clock::time_point{}) {
     spinStart_ = Clock::now();
     int limit = gSpinLimit.load(std::memory_order_relaxed);
     if (spinUs_ > 0 && gSpinners.fetch_add(1, std::memory_order_relaxed) < (limit > 0 ? limit : allowedCpus()))
       spinning_ = true;
-    else if (spinUs_ > 0) gSpinners.fetch_sub(1, std::memory_order_relaxed);
+    else if (spinUs_ > 0)
+      gSpinners.fetch_sub(1, std::memory_order_relaxed);
   }
   if (spinning_) {
     // Poll often (a pause is up to ~40 ns) and read the clock rarely: the wait is what latency is made of.
     cpuRelax();
-    if ((++polls_ & 63) != 0 || Clock::now() - spinStart_ < std::chrono::microseconds(spinUs_)) return;
+    if ((polls_ & 63) != 0 || Clock::now() - spinStart_ < std::chrono::microseconds(spinUs_)) return;
     gSpinners.fetch_sub(1, std::memory_order_relaxed);
     spinning_ = false;
   }

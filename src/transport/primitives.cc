@@ -200,32 +200,50 @@ bool Transfer::sendProgress() {
   return did;
 }
 
+// Lines are built in a local block and copied into the slot in one go: word-by-word stores into lines the
+// receiver is polling would bounce each cache line between the cores. Each 8-byte word still carries its own flag
+// (8-byte aligned stores are never torn), so the order in which the copy lands does not matter.
 bool Transfer::sendLL() {
   const size_t perSlot = ci_.slotBytes[kProtoLL] / 8;
   const size_t total = kHeaderWords + llWords_;
   bool did = false;
   uint64_t head = ci_.head->load(std::memory_order_acquire);
+  uint64_t block[kLLBlockWords];
   while (true) {
     uint64_t step = firstStep_ + done_ / perSlot;
     if (step >= head + kSteps) return did;
-    std::atomic<uint64_t>* w = llSlot(ci_, step);
+    char* slot = reinterpret_cast<char*>(llSlot(ci_, step));
     size_t end = std::min(total, (done_ / perSlot + 1) * perSlot);
-    for (; done_ < end; ++done_) {
-      uint32_t v;
-      size_t i = done_ % perSlot;
-      switch (done_) {
-        case 0: v = static_cast<uint32_t>(msg_.bytes); break;
-        case 1: v = static_cast<uint32_t>(msg_.bytes >> 32); break;
-        case 2: v = static_cast<uint32_t>(msg_.partBytes); break;
-        case 3: v = static_cast<uint32_t>(msg_.dtype) | static_cast<uint32_t>(msg_.nParts) << 8 | uint32_t{kModeLL} << 24; break;
-        default: {
-          size_t off = (done_ - kHeaderWords) * 4;
-          size_t n = std::min<size_t>(4, msg_.partBytes - off);
-          v = 0;
-          std::memcpy(&v, buf_ + off, n);
-        }
+    while (done_ < end) {
+      size_t first = done_, n = std::min(end - done_, kLLBlockWords);
+      const uint64_t flag = static_cast<uint64_t>(step + 1) << 32;
+      size_t k = 0;
+      for (; k < n && done_ < kHeaderWords; ++k, ++done_) {
+        uint32_t v = done_ == 0   ? static_cast<uint32_t>(msg_.bytes)
+                     : done_ == 1 ? static_cast<uint32_t>(msg_.bytes >> 32)
+                     : done_ == 2 ? static_cast<uint32_t>(msg_.partBytes)
+                                  : static_cast<uint32_t>(msg_.dtype) | static_cast<uint32_t>(msg_.nParts) << 8 |
+                                        uint32_t{kModeLL} << 24;
+        block[k] = flag | v;
       }
-      w[i].store(llWord(step, v), std::memory_order_relaxed);
+      // Whole data words (a loop the compiler vectorises), then the last partial one.
+      const size_t fullWords = msg_.partBytes / 4 + kHeaderWords;
+      const char* src = buf_ + (done_ - kHeaderWords) * 4;
+      size_t full = std::min(n - k, done_ < fullWords ? fullWords - done_ : 0);
+      for (size_t j = 0; j < full; ++j) {
+        uint32_t v;
+        std::memcpy(&v, src + 4 * j, 4);
+        block[k + j] = flag | v;
+      }
+      k += full;
+      done_ += full;
+      for (; k < n; ++k, ++done_) {
+        uint32_t v = 0;
+        size_t off = (done_ - kHeaderWords) * 4;
+        std::memcpy(&v, buf_ + off, msg_.partBytes - off);
+        block[k] = flag | v;
+      }
+      std::memcpy(slot + (first % perSlot) * 8, block, n * 8);
     }
     did = true;
     ci_.wake->ring();
@@ -435,28 +453,41 @@ void Transfer::finish() {
   }
 }
 
+// The receiver copies a block out at once (parallel cache misses) and checks every word's flag in its copy; a
+// block that is not complete yet is copied again later.
 bool Transfer::recvLL() {
   const size_t perSlot = ci_.slotBytes[kProtoLL] / 8;
   const size_t total = kHeaderWords + llWords_;
   bool did = false;
+  uint64_t block[kLLBlockWords];
   while (done_ < total) {
     uint64_t step = firstStep_ + done_ / perSlot;
-    std::atomic<uint64_t>* w = llSlot(ci_, step);
+    const char* slot = reinterpret_cast<const char*>(llSlot(ci_, step));
     size_t stepEnd = std::min(total, (done_ / perSlot + 1) * perSlot);
-    // Look at the last word of the next block first: polling word after word while the sender writes the same
-    // cache lines would bounce every line between the two cores. Each word's flag is still checked.
-    size_t end = std::min(stepEnd, done_ + kLLBlockWords);
-    if (!llValid(w[(end - 1) % perSlot].load(std::memory_order_acquire), step)) return did;
-    for (; done_ < end; ++done_) {
-      uint64_t v = w[done_ % perSlot].load(std::memory_order_relaxed);
-      if (!llValid(v, step)) return did;
-      did = true;
-      if (done_ >= kHeaderWords && !drain_) {
-        size_t off = (done_ - kHeaderWords) * 4;
-        uint32_t data = static_cast<uint32_t>(v);
-        std::memcpy(buf_ + off, &data, std::min<size_t>(4, msg_.partBytes - off));
+    size_t n = std::min(stepEnd - done_, kLLBlockWords);
+    // The last word first (one line polled while the sender writes), then the whole block.
+    if (!llValid(llSlot(ci_, step)[(done_ + n - 1) % perSlot].load(std::memory_order_acquire), step)) return did;
+    std::memcpy(block, slot + (done_ % perSlot) * 8, n * 8);
+    for (size_t k = 0; k < n; ++k)
+      if (!llValid(block[k], step)) return did;
+    if (!drain_) {
+      size_t k = done_ < kHeaderWords ? std::min(n, kHeaderWords - done_) : 0;
+      const size_t fullWords = msg_.partBytes / 4 + kHeaderWords;
+      char* dst = buf_ + (done_ + k - kHeaderWords) * 4;
+      size_t full = std::min(n - k, done_ + k < fullWords ? fullWords - done_ - k : 0);
+      for (size_t j = 0; j < full; ++j) {
+        uint32_t data = static_cast<uint32_t>(block[k + j]);
+        std::memcpy(dst + 4 * j, &data, 4);
+      }
+      k += full;
+      for (; k < n; ++k) {  // the last partial word
+        size_t off = (done_ + k - kHeaderWords) * 4;
+        uint32_t data = static_cast<uint32_t>(block[k]);
+        std::memcpy(buf_ + off, &data, msg_.partBytes - off);
       }
     }
+    done_ += n;
+    did = true;
     if (done_ == stepEnd && done_ < total) publish(ci_.head, step + 1);
   }
   finish();
