@@ -367,6 +367,17 @@ TEST(Leaks, NoDescriptorOrThreadOutlivesTheCommunicators) {
             if (allToAll(c, DataType::kInt32, 5000, 3)) throw Error(StatusCode::kInternal, "wrong data");
           });
       expectNoErrors(errors);
+      // A communicator that failed (a receive aborted while waiting) releases everything too.
+      errors = runRanks(
+          2, [tr](int r, InitOptions& o) { force(tr, r, o.cfg); },
+          [](Communicator& c, int r) {
+            c.connectAll();
+            int x = 0;
+            Request q = c.irecv(&x, 1, DataType::kInt32, 1 - r);
+            c.abort();
+            EXPECT_THROW(q.wait(), Error);
+          });
+      expectNoErrors(errors);
     }
     if (round == 1) {
       EXPECT_EQ(testing::countEntries("/proc/self/fd"), fds);
