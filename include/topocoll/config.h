@@ -37,6 +37,7 @@ struct Config {
   int pxnDisable = 0;              // NCCL_PXN_DISABLE
   int pxnC2c = 1;                  // NCCL_PXN_C2C
   int nvbDisable = 0;              // NCCL_NVB_DISABLE
+  int shmDisable = 0;              // NCCL_SHM_DISABLE
   // Search
   int crossNic = 2;                // NCCL_CROSS_NIC
   int nvlsEnable = 2;              // NCCL_NVLS_ENABLE
@@ -67,6 +68,18 @@ struct Config {
   int simulateGpus = 0;            // TOPOCOLL_SIMULATE_GPUS
   int simulateGpuDev = -1;         // TOPOCOLL_SIMULATE_GPU_DEV
   std::string testDieAfter;        // TOPOCOLL_TEST_DIE_AFTER (tests only)
+  // Transports
+  long long buffSize = 1 << 22;    // NCCL_BUFFSIZE (Simple FIFO bytes per connection)
+  long long llBuffSize = 8 * 512 * 8 * 16;  // NCCL_LL_BUFFSIZE (lines/thread x threads x steps x 16 B)
+  int p2pReadEnable = -2;          // NCCL_P2P_READ_ENABLE (-2: by topology)
+  int p2pDirectDisable = 0;        // NCCL_P2P_DIRECT_DISABLE
+  long long p2pLlThreshold = 16384;      // NCCL_P2P_LL_THRESHOLD
+  long long p2pNetChunkSize = 1 << 17;   // NCCL_P2P_NET_CHUNKSIZE
+  long long p2pPciChunkSize = 1 << 17;   // NCCL_P2P_PCI_CHUNKSIZE
+  long long netChunkSize = 4 << 20;      // TOPOCOLL_NET_CHUNKSIZE (NET point-to-point chunks, user buffer to buffer)
+  long long p2pSingleCopy = 65536;       // TOPOCOLL_P2P_SINGLE_COPY (bytes from which single copies are used; -1 off)
+  int nsocksPerThread = -2;        // NCCL_NSOCKS_PERTHREAD
+  int socketNthreads = -2;         // NCCL_SOCKET_NTHREADS
   // Debug (the logger reads these itself; they are here so that bad values fail at the API edge)
   std::string debug;               // NCCL_DEBUG
   std::string debugSubsys;         // NCCL_DEBUG_SUBSYS

@@ -45,6 +45,20 @@ Knob intKnob(std::string name, std::string group, long long lo, long long hi, st
   return k;
 }
 
+// A 64-bit integer knob stored in `M` (sizes in bytes), validated against [lo, hi].
+template <auto M>
+Knob sizeKnob(std::string name, std::string group, long long lo, long long hi, std::string doc) {
+  Knob k;
+  k.name = std::move(name);
+  k.type = "int";
+  k.range = fmt::format("[{}, {}]", lo, hi);
+  k.group = std::move(group);
+  k.doc = std::move(doc);
+  k.set = [n = k.name, lo, hi](Config& c, const std::string& v) { c.*M = parseInteger(n, v, lo, hi); };
+  k.get = [](const Config& c) { return std::to_string(c.*M); };
+  return k;
+}
+
 // A free-form string knob stored in `M` (its consumer validates it: NCCL_ALGO, NCCL_SOCKET_IFNAME, ...).
 template <auto M>
 Knob stringKnob(std::string name, std::string group, std::string doc, std::string range = "") {
@@ -149,6 +163,8 @@ std::vector<Knob> buildRegistry() {
   r.push_back(intKnob<&Config::pxnC2c>("NCCL_PXN_C2C", "paths", 0, 1, "Allow PXN relays reaching their NIC over P2C"));
   r.push_back(intKnob<&Config::nvbDisable>("NCCL_NVB_DISABLE", "paths", 0, 1,
                                            "1 disables NVLink paths through an intermediate GPU (NVB)"));
+  r.push_back(intKnob<&Config::shmDisable>("NCCL_SHM_DISABLE", "paths", 0, 1,
+                                           "1 disables shared memory: GPUs of one host without P2P then use the network"));
   // --- search
   r.push_back(intKnob<&Config::crossNic>("NCCL_CROSS_NIC", "search", 0, 2,
                                          "Rings/trees may use different NICs in and out: 0 no, 1 yes, 2 if better"));
@@ -240,6 +256,33 @@ std::vector<Knob> buildRegistry() {
   r.push_back(choiceKnob<&Config::testDieAfter>("TOPOCOLL_TEST_DIE_AFTER", "bootstrap", "bootstrap",
                                                 "Tests only: the process exits at this init phase",
                                                 [](const std::string&) {}));
+  // --- transports
+  r.push_back(sizeKnob<&Config::buffSize>("NCCL_BUFFSIZE", "transport", 1 << 16, 1ll << 30,
+                                          "Bytes of the Simple FIFO of each connection (NCCL_STEPS slots)"));
+  r.push_back(sizeKnob<&Config::llBuffSize>("NCCL_LL_BUFFSIZE", "transport", 1 << 12, 1ll << 30,
+                                            "Bytes of the LL FIFO of each connection (16-byte lines)"));
+  r.push_back(intKnob<&Config::p2pReadEnable>("NCCL_P2P_READ_ENABLE", "transport", -2, 1,
+                                              "P2P read mode (the Simple buffer on the sender; single copies pull): "
+                                              "0 write, 1 read, -2 by topology (NVLink between sm80 GPUs)"));
+  r.push_back(intKnob<&Config::p2pDirectDisable>("NCCL_P2P_DIRECT_DISABLE", "transport", 0, 1,
+                                                 "1: ranks of one process do not access each other's buffers directly"));
+  r.push_back(sizeKnob<&Config::p2pLlThreshold>("NCCL_P2P_LL_THRESHOLD", "transport", 0, 1ll << 30,
+                                                "Send/recv messages up to this many bytes per channel use LL"));
+  r.push_back(sizeKnob<&Config::p2pNetChunkSize>("NCCL_P2P_NET_CHUNKSIZE", "transport", 1 << 10, 1ll << 24,
+                                                 "Send/recv chunk bytes when the job spans several nodes"));
+  r.push_back(sizeKnob<&Config::p2pPciChunkSize>("NCCL_P2P_PCI_CHUNKSIZE", "transport", 1 << 10, 1ll << 24,
+                                                 "Send/recv chunk bytes within one node"));
+  r.push_back(sizeKnob<&Config::netChunkSize>(
+      "TOPOCOLL_NET_CHUNKSIZE", "transport", 1 << 12, 1ll << 30,
+      "NET send/recv chunk bytes: the proxies move them between the users' buffers, without FIFO copies"));
+  r.push_back(sizeKnob<&Config::p2pSingleCopy>(
+      "TOPOCOLL_P2P_SINGLE_COPY", "transport", -1, 1ll << 40,
+      "P2P messages from this many bytes go in one copy (same process: memcpy; other process: "
+      "process_vm_readv/writev where the kernel allows); -1 never"));
+  r.push_back(intKnob<&Config::nsocksPerThread>("NCCL_NSOCKS_PERTHREAD", "transport", -2, 64,
+                                                "NET/Socket: data sockets per helper thread (-2: 1)"));
+  r.push_back(intKnob<&Config::socketNthreads>("NCCL_SOCKET_NTHREADS", "transport", -2, 16,
+                                               "NET/Socket: helper threads per connection (-2: 0, the proxy moves the data)"));
   // --- debug
   r.push_back(choiceKnob<&Config::debug>("NCCL_DEBUG", "debug", "VERSION | WARN | INFO | ABORT | TRACE",
                                          "Log level (each includes the less verbose ones)",

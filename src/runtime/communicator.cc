@@ -1,3 +1,5 @@
+// Communicator initialisation, phase by phase as NCCL 2.30.7's initTransportsRank (src/init.cc): peer info, nodes,
+// devices, this node's plan, the graph-info allgather, then the transports of the rings and trees.
 #include "topocoll/runtime/communicator.h"
 
 #include <sched.h>
@@ -7,16 +9,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 #include <string>
 
+#include "engine.h"
 #include "topocoll/log.h"
 #include "topocoll/paths/paths.h"
 #include "topocoll/status.h"
 #include "topocoll/topology/discovery.h"
 #include "topocoll/topology/node_xml.h"
+#include "topocoll/transport/net.h"
+#include "topocoll/transport/proxy.h"
 #include "topocoll/version.h"
 
 namespace topocoll::runtime {
@@ -97,12 +102,28 @@ InitOptions InitOptions::fromConfig(const Config& cfg) {
 
 InitOptions InitOptions::fromEnv(const Env& env) { return fromConfig(Config::fromEnv(env)); }
 
+Communicator::Communicator() = default;
+
+Communicator::~Communicator() {
+  // Order matters: the engine stops driving before the connectors (and their buffers) go, the connectors before the
+  // proxy that serves their buffers, the proxy before the network it progresses.
+  engine_.reset();
+  channels_.clear();
+  proxy_.reset();
+  ctx_.reset();
+  net_.reset();
+  bs_.reset();
+}
+
 std::unique_ptr<Communicator> Communicator::init(const bootstrap::UniqueId& id, int nRanks, int rank,
                                                  const InitOptions& opts) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  InitOptions o = opts;
+  o.bootstrap.abortFlag = &c->abort_;
   auto t0 = Clock::now();
-  auto bs = bootstrap::TcpBootstrap::connect(id, rank, nRanks, opts.bootstrap);
+  auto bs = bootstrap::TcpBootstrap::connect(id, rank, nRanks, o.bootstrap);
   double bsMs = msSince(t0);
-  return create(std::move(bs), opts, bsMs);
+  return create(std::move(c), std::move(bs), o, bsMs);
 }
 
 std::unique_ptr<Communicator> Communicator::initFromEnv(const Env& env) {
@@ -119,12 +140,12 @@ std::unique_ptr<Communicator> Communicator::initFromEnv(const Env& env) {
 
 std::unique_ptr<Communicator> Communicator::initWithBootstrap(std::unique_ptr<bootstrap::Bootstrap> bs,
                                                               const InitOptions& opts) {
-  return create(std::move(bs), opts, 0);
+  return create(std::unique_ptr<Communicator>(new Communicator()), std::move(bs), opts, 0);
 }
 
-std::unique_ptr<Communicator> Communicator::create(std::unique_ptr<bootstrap::Bootstrap> bs, const InitOptions& opts,
+std::unique_ptr<Communicator> Communicator::create(std::unique_ptr<Communicator> c,
+                                                   std::unique_ptr<bootstrap::Bootstrap> bs, const InitOptions& opts,
                                                    double bootstrapMs) {
-  std::unique_ptr<Communicator> c(new Communicator());
   c->bs_ = std::move(bs);
   c->rank_ = c->bs_->rank();
   c->nRanks_ = c->bs_->nRanks();
@@ -143,20 +164,39 @@ void Communicator::initialise(const InitOptions& opts) {
     TC_LOG_(log::Level::kVersion, log::kInit, "topocoll version {} (NCCL 2.30.7 rules)", TOPOCOLL_VERSION_STRING);
   });
   if (opts.cfg.testDieAfter == "bootstrap") std::_Exit(3);
-  // AllGather 1: peer info.
+  bool gpuMode = false;
+  topology::XmlDoc doc;
+  gatherPeerInfo(opts, &gpuMode, &doc);
+  findNodes();
+  auto t = Clock::now();
+  if (gpuMode) assignDevices(opts, doc);
+  timings_.topology += msSince(t);
+  int nvsCount = 0;
+  search::NodeGraphs node = planNode(opts, doc, &nvsCount);
+  joinNodes(opts, node, nvsCount, gpuMode);
+  t = Clock::now();
+  setupTransports(opts, node);
+  timings_.transports = msSince(t);
+  timings_.total = msSince(tStart);
+}
+
+// AllGather 1: every rank's PeerInfo. GPU ranks are simulated from NCCL_TOPO_FILE (TOPOCOLL_SIMULATE_GPUS) or real
+// ones that discovery (NVML) finds; a job is all GPU ranks or all host-memory ranks.
+void Communicator::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topology::XmlDoc* doc) {
   auto t = Clock::now();
   peers_.assign(nRanks_, PeerInfo{});
   PeerInfo& me = peers_[rank_];
   me.rank = rank_;
   me.hostHash = topology::hostHash(opts.cfg.hostId);
-  me.pidHash = mix(me.hostHash, static_cast<uint64_t>(getpid()));
+  me.pid = static_cast<int32_t>(getpid());
+  me.pidHash = mix(me.hostHash, static_cast<uint64_t>(me.pid));
   struct stat st {};
   if (stat("/dev/shm", &st) == 0) me.shmDev = static_cast<uint64_t>(st.st_dev);
   me.numaNode = currentNumaNode();
-  // GPU ranks: simulated from NCCL_TOPO_FILE, or real GPUs that discovery (NVML) finds on this machine.
-  topology::XmlDoc doc;
-  bool gpuMode = opts.cfg.simulateGpus != 0;
-  if (!gpuMode) {
+  std::random_device rd;
+  me.nonce = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  *gpuMode = opts.cfg.simulateGpus != 0;
+  if (!*gpuMode) {
     topology::DiscoveryOptions dopts;
     dopts.hostId = opts.cfg.hostId;
     dopts.socketIfname = opts.cfg.socketIfname;
@@ -164,103 +204,111 @@ void Communicator::initialise(const InitOptions& opts) {
     dopts.commId = opts.cfg.commId;
     topology::XmlDoc local = topology::discoverLocalTopology(dopts);
     if (!topology::gpuDevs(local).empty()) {
-      gpuMode = true;
-      doc = opts.cfg.topoFile.empty() ? std::move(local) : topology::loadXmlFile(opts.cfg.topoFile);
+      *gpuMode = true;
+      *doc = opts.cfg.topoFile.empty() ? std::move(local) : topology::loadXmlFile(opts.cfg.topoFile);
     }
   } else {
     if (opts.cfg.topoFile.empty())
       fail(StatusCode::kInvalidUsage, "TOPOCOLL_SIMULATE_GPUS=1 needs NCCL_TOPO_FILE naming the machine's topology");
-    doc = topology::loadXmlFile(opts.cfg.topoFile);
+    *doc = topology::loadXmlFile(opts.cfg.topoFile);
   }
-  me.cudaCompCap = gpuMode ? 1 : 0;  // marks GPU ranks until the device is known
+  me.cudaCompCap = *gpuMode ? 1 : 0;  // marks GPU ranks until the device is known
   me.dev = opts.cfg.simulateGpus ? opts.cfg.simulateGpuDev : -1;
   timings_.topology += msSince(t);
   t = Clock::now();
   bs_->allGather(peers_.data(), sizeof(PeerInfo));
   for (int r = 0; r < nRanks_; ++r) {
     if (peers_[r].rank != r) fail(StatusCode::kRemoteError, "peer info of rank {} is corrupt", r);
-    if ((peers_[r].cudaCompCap != 0) != gpuMode)
+    if ((peers_[r].cudaCompCap != 0) != *gpuMode)
       fail(StatusCode::kInvalidUsage,
            "rank {} {} a GPU but rank {} {}: every rank must use a GPU (or TOPOCOLL_SIMULATE_GPUS) or none", rank_,
-           gpuMode ? "has" : "has no", r, gpuMode ? "has none" : "has one");
+           *gpuMode ? "has" : "has no", r, *gpuMode ? "has none" : "has one");
   }
   timings_.allgathers += msSince(t);
+}
 
-  // Nodes (hosts in order of first appearance), local and intra-process ranks.
-  std::vector<uint64_t> hosts;
+// Nodes are hosts in order of first appearance; local and intra-process ranks.
+void Communicator::findNodes() {
+  const PeerInfo& me = peers_[rank_];
+  hosts_.clear();
   for (auto& p : peers_)
-    if (std::find(hosts.begin(), hosts.end(), p.hostHash) == hosts.end()) hosts.push_back(p.hostHash);
-  node_ = static_cast<int>(std::find(hosts.begin(), hosts.end(), me.hostHash) - hosts.begin());
-  std::vector<int> localRankOf(nRanks_), localCount(hosts.size(), 0);
+    if (std::find(hosts_.begin(), hosts_.end(), p.hostHash) == hosts_.end()) hosts_.push_back(p.hostHash);
+  node_ = static_cast<int>(std::find(hosts_.begin(), hosts_.end(), me.hostHash) - hosts_.begin());
+  localRankOf_.assign(nRanks_, 0);
+  std::vector<int> localCount(hosts_.size(), 0);
   for (int r = 0; r < nRanks_; ++r) {
-    int h = static_cast<int>(std::find(hosts.begin(), hosts.end(), peers_[r].hostHash) - hosts.begin());
-    localRankOf[r] = localCount[h]++;
+    int h = static_cast<int>(std::find(hosts_.begin(), hosts_.end(), peers_[r].hostHash) - hosts_.begin());
+    localRankOf_[r] = localCount[h]++;
   }
-  localRank_ = localRankOf[rank_];
+  localRank_ = localRankOf_[rank_];
   localRanks_ = localCount[node_];
   intraProcRanks_ = 0;
   for (auto& p : peers_) intraProcRanks_ += p.hostHash == me.hostHash && p.pidHash == me.pidHash;
+}
 
-  // Devices: with TOPOCOLL_SIMULATE_GPUS every rank takes the topology GPU whose dev is its local rank, which every
-  // rank can work out for every other rank.
-  t = Clock::now();
-  if (gpuMode) {
-    auto devs = topology::gpuDevs(doc);
-    for (int r = 0; r < nRanks_; ++r) {
-      PeerInfo& p = peers_[r];
-      if (p.dev >= 0) {
-        if (std::find(devs.begin(), devs.end(), p.dev) == devs.end())
-          fail(StatusCode::kInvalidUsage, "rank {} asks for GPU dev {}, which {} does not have", r, p.dev, opts.cfg.topoFile);
-      } else {
-        if (localRankOf[r] >= static_cast<int>(devs.size()))
-          fail(StatusCode::kInvalidUsage, "rank {} is local rank {} of its host but {} has only {} GPUs", r,
-               localRankOf[r], opts.cfg.topoFile, devs.size());
-        p.dev = devs[localRankOf[r]];
-      }
-      topology::XmlNode* gpu = nullptr;
-      doc.root->visit([&](topology::XmlNode& n) {
-        if (!gpu && n.name == "gpu" && n.attr("dev") && std::atoi(n.attr("dev")->c_str()) == p.dev) gpu = &n;
-      });
-      p.busId = gpu && gpu->parent && gpu->parent->attr("busid") ? topology::busIdToInt64(*gpu->parent->attr("busid")) : p.dev;
-      p.cudaCompCap = gpu && gpu->attr("sm") ? std::atoi(gpu->attr("sm")->c_str()) : 0;
-      p.gdrSupport = gpu && gpu->attr("gdr") ? std::atoi(gpu->attr("gdr")->c_str()) : 1;
+// With TOPOCOLL_SIMULATE_GPUS every rank takes the topology GPU whose dev is its local rank, which every rank can
+// work out for every other rank.
+void Communicator::assignDevices(const InitOptions& opts, topology::XmlDoc& doc) {
+  auto devs = topology::gpuDevs(doc);
+  for (int r = 0; r < nRanks_; ++r) {
+    PeerInfo& p = peers_[r];
+    if (p.dev >= 0) {
+      if (std::find(devs.begin(), devs.end(), p.dev) == devs.end())
+        fail(StatusCode::kInvalidUsage, "rank {} asks for GPU dev {}, which {} does not have", r, p.dev, opts.cfg.topoFile);
+    } else {
+      if (localRankOf_[r] >= static_cast<int>(devs.size()))
+        fail(StatusCode::kInvalidUsage, "rank {} is local rank {} of its host but {} has only {} GPUs", r,
+             localRankOf_[r], opts.cfg.topoFile, devs.size());
+      p.dev = devs[localRankOf_[r]];
     }
+    topology::XmlNode* gpu = nullptr;
+    doc.root->visit([&](topology::XmlNode& n) {
+      if (!gpu && n.name == "gpu" && n.attr("dev") && std::atoi(n.attr("dev")->c_str()) == p.dev) gpu = &n;
+    });
+    p.busId = gpu && gpu->parent && gpu->parent->attr("busid") ? topology::busIdToInt64(*gpu->parent->attr("busid")) : p.dev;
+    p.cudaCompCap = gpu && gpu->attr("sm") ? std::atoi(gpu->attr("sm")->c_str()) : 0;
+    p.gdrSupport = gpu && gpu->attr("gdr") ? std::atoi(gpu->attr("gdr")->c_str()) : 1;
   }
   for (int i = 0; i < nRanks_; ++i)
     for (int j = i + 1; j < nRanks_; ++j)
       if (peers_[i].busId >= 0 && peers_[i].hostHash == peers_[j].hostHash && peers_[i].busId == peers_[j].busId)
         fail(StatusCode::kInvalidUsage, "Duplicate GPU detected : rank {} and rank {} both on CUDA device {:x}", i, j,
              peers_[i].busId);
+}
 
-  // This rank's node: system, paths, searches (GPU ranks), or the host-memory layout.
-  search::NodeGraphs node;
-  int nvsCount = 0;
-  if (gpuMode) {
-    std::vector<topology::LocalGpu> locals;
-    std::vector<int> shm(nRanks_, 0);
-    std::map<uint64_t, int> shmIds;
-    for (int r = 0; r < nRanks_; ++r) {
-      if (peers_[r].hostHash == me.hostHash) locals.push_back({r, peers_[r].dev});
-      shm[r] = shmIds.emplace(peers_[r].shmDev, static_cast<int>(shmIds.size())).first->second;
-    }
-    auto sys = topology::buildSystem(topology::prepareNodeXml(doc, locals, opts.cfg));
-    if (hosts.size() > 1 && sys.count(NodeType::NET) == 0)
-      fail(StatusCode::kInvalidArgument, "{}: a job on {} hosts needs a network device (<net>) in the topology",
-           opts.cfg.topoFile, hosts.size());
-    paths::prepareForSearch(sys, opts.cfg, rank_, nRanks_, shm);
+// This rank's node: system, paths and searches for GPU ranks, the host-memory layout otherwise.
+search::NodeGraphs Communicator::planNode(const InitOptions& opts, const topology::XmlDoc& doc, int* nvsCount) {
+  auto t = Clock::now();
+  const PeerInfo& me = peers_[rank_];
+  if (hostMemory()) {
+    search::NodeGraphs node = hostMemoryNode(peers_, me.hostHash);
     timings_.topology += msSince(t);
-    t = Clock::now();
-    node = search::searchNode(sys, opts.cfg, nRanks_);
-    logGraphs(sys, node);
-    nvsCount = sys.count(NodeType::NVS);
-    timings_.search = msSince(t);
-  } else {
-    node = hostMemoryNode(peers_, me.hostHash);
-    timings_.topology += msSince(t);
+    return node;
   }
-
-  // AllGather 3: every rank's graph info and preset, then the job-wide rings and trees.
+  std::vector<topology::LocalGpu> locals;
+  std::vector<int> shm(nRanks_, 0);
+  std::map<uint64_t, int> shmIds;
+  for (int r = 0; r < nRanks_; ++r) {
+    if (peers_[r].hostHash == me.hostHash) locals.push_back({r, peers_[r].dev});
+    shm[r] = shmIds.emplace(peers_[r].shmDev, static_cast<int>(shmIds.size())).first->second;
+  }
+  system_ = std::make_unique<topology::System>(topology::buildSystem(topology::prepareNodeXml(doc, locals, opts.cfg)));
+  if (hosts_.size() > 1 && system_->count(NodeType::NET) == 0)
+    fail(StatusCode::kInvalidArgument, "{}: a job on {} hosts needs a network device (<net>) in the topology",
+         opts.cfg.topoFile, hosts_.size());
+  paths::prepareForSearch(*system_, opts.cfg, rank_, nRanks_, shm);
+  timings_.topology += msSince(t);
   t = Clock::now();
+  search::NodeGraphs node = search::searchNode(*system_, opts.cfg, nRanks_);
+  logGraphs(*system_, node);
+  *nvsCount = system_->count(NodeType::NVS);
+  timings_.search = msSince(t);
+  return node;
+}
+
+// AllGather 3: every rank's graph info and preset, then the job-wide rings and trees and the tuning model.
+void Communicator::joinNodes(const InitOptions& opts, const search::NodeGraphs& node, int nvsCount, bool gpuMode) {
+  auto t = Clock::now();
   std::vector<search::RankTopo> all(nRanks_);
   all[rank_] = search::presetRank(rank_, node);
   bs_->allGather(all.data(), sizeof(search::RankTopo));
@@ -269,7 +317,6 @@ void Communicator::initialise(const InitOptions& opts) {
   connect_ = search::connectRanks(all, opts.cfg);
   if (gpuMode) model_ = tuning::tuneModel(tuning::jobInfo(connect_, nvsCount), connect_.aligned, opts.cfg);
   timings_.connect = msSince(t);
-  timings_.total = msSince(tStart);
 }
 
 void Communicator::logInit() const {
@@ -291,7 +338,7 @@ void Communicator::logInit() const {
           "Init timings - topocollCommInitRank: rank {} nranks {} total {:.2f} (bootstrap {:.2f}, allgathers {:.2f}, "
           "topo {:.2f}, graphs {:.2f}, connections {:.2f})",
           rank_, nRanks_, timings_.total / 1000, timings_.bootstrap / 1000, timings_.allgathers / 1000,
-          timings_.topology / 1000, timings_.search / 1000, timings_.connect / 1000);
+          timings_.topology / 1000, timings_.search / 1000, (timings_.connect + timings_.transports) / 1000);
 }
 
 }  // namespace topocoll::runtime

@@ -9,7 +9,8 @@ tmp=$(mktemp -d)
 fails=0
 cleanup() { rm -rf "$tmp"; ip netns del tcns1 2>/dev/null; ip netns del tcns2 2>/dev/null; }
 trap cleanup EXIT
-port() { echo $((20000 + (RANDOM * 7 + $$) % 40000)); }
+# Below the kernel's ephemeral range (32768+), where other connections could hold the port.
+port() { echo $((20000 + (RANDOM * 7 + $$) % 12000)); }
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
 
@@ -36,8 +37,8 @@ for shape in "1 1" "2 2" "3 1" "4 2" "8 8" "16 8"; do
   n=$1 g=$2
   name=agree-$n-$g
   if run_job "$name" "$n" "$g" NCCL_TOPO_FILE="$SEED" TOPOCOLL_SIMULATE_GPUS=1; then
-    "$T" plan --topo "$SEED" --nodes $((n / g)) --gpus-per-node "$g" | grep -E '^(Channel|Rank)' > "$tmp/$name.plan"
-    grep -E '^(Channel|Rank)' "$tmp/$name.0" > "$tmp/$name.comm"
+    "$T" plan --topo "$SEED" --nodes $((n / g)) --gpus-per-node "$g" | grep -E '^(Channel [0-9]+/[0-9]+ :[ 0-9]*$|Rank)' > "$tmp/$name.plan"
+    grep -E '^(Channel [0-9]+/[0-9]+ :[ 0-9]*$|Rank)' "$tmp/$name.0" > "$tmp/$name.comm"
     if [ -s "$tmp/$name.plan" ] && cmp -s "$tmp/$name.plan" "$tmp/$name.comm"; then ok "$name"; else bad "$name" "rings/trees differ from plan"; fi
   else
     bad "$name" "$(cat "$tmp/$name.0" | head -3)"
@@ -55,8 +56,8 @@ fi
 if command -v mpirun > /dev/null; then
   if timeout 120 mpirun --allow-run-as-root --oversubscribe -np 4 -x NCCL_TOPO_FILE="$SEED" -x TOPOCOLL_SIMULATE_GPUS=1 \
       -x TOPOCOLL_TIMEOUT=60 "$T" comm-check > "$tmp/mpi.out" 2>&1; then
-    "$T" plan --topo "$SEED" --nodes 1 --gpus-per-node 4 | grep -E '^(Channel|Rank)' > "$tmp/mpi.plan"
-    grep -E '^(Channel|Rank)' "$tmp/mpi.out" > "$tmp/mpi.comm"
+    "$T" plan --topo "$SEED" --nodes 1 --gpus-per-node 4 | grep -E '^(Channel [0-9]+/[0-9]+ :[ 0-9]*$|Rank)' > "$tmp/mpi.plan"
+    grep -E '^(Channel [0-9]+/[0-9]+ :[ 0-9]*$|Rank)' "$tmp/mpi.out" > "$tmp/mpi.comm"
     if cmp -s "$tmp/mpi.plan" "$tmp/mpi.comm"; then ok mpirun; else bad mpirun "differs from plan"; fi
   else
     bad mpirun "$(tail -3 "$tmp/mpi.out")"
@@ -119,8 +120,8 @@ if ip netns add tcns1 2> /dev/null && ip netns add tcns2 2> /dev/null &&
       NCCL_TOPO_FILE="$SEED" TOPOCOLL_SIMULATE_GPUS=1 TOPOCOLL_TIMEOUT=30 "$T" comm-check > "$tmp/ns.$r" 2>&1 &
   done
   wait
-  "$T" plan --topo "$SEED" --nodes 2 --gpus-per-node 2 | grep -E '^(Channel|Rank)' > "$tmp/ns.plan"
-  grep -E '^(Channel|Rank)' "$tmp/ns.0" > "$tmp/ns.comm"
+  "$T" plan --topo "$SEED" --nodes 2 --gpus-per-node 2 | grep -E '^(Channel [0-9]+/[0-9]+ :[ 0-9]*$|Rank)' > "$tmp/ns.plan"
+  grep -E '^(Channel [0-9]+/[0-9]+ :[ 0-9]*$|Rank)' "$tmp/ns.0" > "$tmp/ns.comm"
   if [ -s "$tmp/ns.comm" ] && cmp -s "$tmp/ns.plan" "$tmp/ns.comm"; then ok netns; else bad netns "$(head -3 "$tmp/ns.0")"; fi
 else
   echo "skip netns (no rights to create network namespaces)"

@@ -1,40 +1,50 @@
-// Communicator initialisation: the peer-info allgather, node and local-rank discovery, the plan of this rank's
-// node, the graph-info allgather and the job-wide rings and trees (NCCL's initTransportsRank up to the
-// transports). Transports and data movement come later; a Communicator already holds what they need.
+// The communicator: NCCL's initTransportsRank (peer-info allgather, nodes and local ranks, the plan of this rank's
+// node, the graph-info allgather, job-wide rings and trees, then the transports of the rings and trees) and the
+// point-to-point operations on top of the transports (ncclSend / ncclRecv, groups).
 //
 //   auto comm = topocoll::runtime::Communicator::initFromEnv(topocoll::Env::fromProcess());  // mpirun/srun/torchrun
-//   for (auto& ring : comm->connect().rings) ...
+//   int peer = (comm->rank() + 1) % comm->nRanks(), from = (comm->rank() + comm->nRanks() - 1) % comm->nRanks();
+//   topocoll::runtime::groupStart();                      // any order of sends and receives completes in a group
+//   comm->send(out.data(), out.size(), topocoll::DataType::kFloat32, peer);
+//   comm->recv(in.data(), in.size(), topocoll::DataType::kFloat32, from);
+//   topocoll::runtime::groupEnd();                        // issues both, returns when both completed
+//
+//   auto r = comm->isend(buf, n, DataType::kInt32, peer);  // asynchronous
+//   ...; r.wait();                                          // throws topocoll::Error naming the peer on failure
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "topocoll/bootstrap/bootstrap.h"
 #include "topocoll/config.h"
+#include "topocoll/datatype.h"
 #include "topocoll/env.h"
 #include "topocoll/search/connect.h"
+#include "topocoll/transport/transport.h"
 #include "topocoll/tuning/tuning.h"
+
+namespace topocoll::topology {
+struct System;
+struct XmlDoc;
+}
+namespace topocoll::transport {
+class Proxy;
+class Net;
+}
 
 namespace topocoll::runtime {
 
-/// What every rank tells the others first (NCCL's ncclPeerInfo, the fields we use). Plain data.
-struct PeerInfo {
-  int32_t rank = 0;
-  int32_t dev = -1;        // GPU `dev` in the topology, -1 for a host-memory rank
-  int64_t busId = -1;      // GPU bus id, -1 for a host-memory rank
-  uint64_t hostHash = 0;   // hostname + boot id, or NCCL_HOSTID
-  uint64_t pidHash = 0;    // process
-  uint64_t shmDev = 0;     // /dev/shm device: ranks of one host in different containers differ
-  int32_t cudaCompCap = 0;
-  int32_t gdrSupport = 0;
-  int32_t numaNode = 0;    // NUMA node the rank runs on
-};
+/// What every rank tells the others first (NCCL's ncclPeerInfo).
+using PeerInfo = transport::PeerInfo;
 
 /// Wall-clock time of each init phase, in milliseconds (NCCL's "Init timings").
 struct InitTimings {
-  double bootstrap = 0, allgathers = 0, topology = 0, search = 0, connect = 0, total = 0;
+  double bootstrap = 0, allgathers = 0, topology = 0, search = 0, connect = 0, transports = 0, total = 0;
 };
 
 struct InitOptions {
@@ -44,6 +54,36 @@ struct InitOptions {
   static InitOptions fromConfig(const Config& cfg);
   /// fromConfig(Config::fromEnv(env)): throws naming the knob on bad values.
   static InitOptions fromEnv(const Env& env);
+};
+
+namespace detail {
+struct Op;
+class Engine;
+}
+
+/// The handle of an asynchronous send or receive.
+class Request {
+ public:
+  Request() = default;
+  /// Blocks until the operation completed; throws Error on failure (a size or type mismatch, kInvalidUsage; the
+  /// peer gone, kRemoteError; TOPOCOLL_TIMEOUT without progress, kTimeout; abort, kAborted), naming both ranks.
+  /// Inside a group, call it after groupEnd().
+  void wait();
+  /// True when completed; throws like wait() when it failed. Drives the transfers once if nobody else does.
+  bool test();
+  bool valid() const { return op_ != nullptr; }
+
+ private:
+  friend class Communicator;
+  explicit Request(std::shared_ptr<detail::Op> op) : op_(std::move(op)) {}
+  std::shared_ptr<detail::Op> op_;
+};
+
+/// One connection of the communicator, for `comm-check` and tests.
+struct ConnectionInfo {
+  int channel = 0, connIndex = 0, peer = 0;
+  transport::Side side = transport::Side::kSend;
+  std::string via;   // "P2P/direct pointer", "P2P/IPC/CMA", "SHM/direct", "NET/Socket/0"
 };
 
 class Communicator {
@@ -58,6 +98,8 @@ class Communicator {
   /// Over an existing bootstrap (in-memory groups in tests).
   static std::unique_ptr<Communicator> initWithBootstrap(std::unique_ptr<bootstrap::Bootstrap> bs,
                                                          const InitOptions& opts);
+  /// Pending operations fail (kAborted); the threads stop; every buffer, socket and descriptor is released.
+  ~Communicator();
 
   int rank() const { return rank_; }
   int nRanks() const { return nRanks_; }
@@ -73,20 +115,96 @@ class Communicator {
   const InitTimings& timings() const { return timings_; }
   bootstrap::Bootstrap& bootstrap() { return *bs_; }
 
+  /// NCCL's ncclSend: `count` elements of `type` from `buf` to rank `peer` (this rank included). Returns at once;
+  /// outside a group the transfer starts now, inside one at groupEnd(). The buffer must stay valid until done.
+  Request isend(const void* buf, size_t count, DataType type, int peer);
+  /// NCCL's ncclRecv into `buf` from rank `peer`. The peer's send must have the same count and type: if not, both
+  /// operations fail (kInvalidUsage) and the connection stays usable.
+  Request irecv(void* buf, size_t count, DataType type, int peer);
+  /// isend(...).wait(); inside a group, issued and completed by groupEnd().
+  void send(const void* buf, size_t count, DataType type, int peer);
+  void recv(void* buf, size_t count, DataType type, int peer);
+
+  /// Makes the point-to-point connections to every peer now (they are otherwise made on first use, as NCCL does);
+  /// every rank must call it.
+  void connectAll();
+  /// The connections made so far (rings and trees at init, point-to-point ones on first use).
+  std::vector<ConnectionInfo> connections() const;
+  /// Any thread: every pending and later operation fails with kAborted; every wait returns.
+  void abort();
+  bool aborted() const { return abort_.load(); }
+
+  // Internal (groups).
+  void postGroup(std::vector<std::shared_ptr<detail::Op>>& ops, bool wakeWorker);
+  void ensureConnected(const std::vector<int>& peers);
+  void ensureConnected(int peer) {
+    if (peer != rank_ && !p2pConnected_[peer].load(std::memory_order_acquire)) ensureConnected(std::vector<int>{peer});
+  }
+  void waitOp(detail::Op& op);
+  void waitOps(const std::vector<detail::Op*>& ops);
+  bool runGroupInline(const std::vector<detail::Op*>& ops);
+
  private:
-  Communicator() = default;
-  static std::unique_ptr<Communicator> create(std::unique_ptr<bootstrap::Bootstrap> bs, const InitOptions& opts,
-                                              double bootstrapMs);
+  Communicator();
+  static std::unique_ptr<Communicator> create(std::unique_ptr<Communicator> c, std::unique_ptr<bootstrap::Bootstrap> bs,
+                                              const InitOptions& opts, double bootstrapMs);
+  // Init phases (NCCL's initTransportsRank, in order).
   void initialise(const InitOptions& opts);
+  void gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topology::XmlDoc* doc);
+  void findNodes();
+  void assignDevices(const InitOptions& opts, topology::XmlDoc& doc);
+  search::NodeGraphs planNode(const InitOptions& opts, const topology::XmlDoc& doc, int* nvsCount);
+  void joinNodes(const InitOptions& opts, const search::NodeGraphs& node, int nvsCount, bool gpuMode);
+  void setupTransports(const InitOptions& opts, const search::NodeGraphs& node);
   void logInit() const;
+  std::shared_ptr<detail::Op> makeOp(bool send, void* buf, size_t count, DataType type, int peer);
+  bool tryInline(bool send, void* buf, size_t count, DataType type, int peer);
+  /// Issues `op` now (blocking: and waits), or adds it to this thread's group.
+  Request issue(std::shared_ptr<detail::Op> op, bool blocking);
+  const std::vector<transport::Connector*>& p2pConnectors(int peer, transport::Side side);
+  int p2pChannelBase(int round) const;
+
+  std::atomic<bool> abort_{false};
   std::unique_ptr<bootstrap::Bootstrap> bs_;
   bootstrap::RootHandle root_;
   int rank_ = 0, nRanks_ = 0, node_ = 0, localRank_ = 0, localRanks_ = 0, intraProcRanks_ = 0;
+  std::vector<uint64_t> hosts_;        // node n's host hash
+  std::vector<int> localRankOf_;
   std::vector<PeerInfo> peers_;
   search::Connect connect_;
   tuning::Model model_;
   InitTimings timings_;
+  std::unique_ptr<topology::System> system_;  // GPU ranks: this node's system with paths
+
+  // Transports and point-to-point state.
+  std::unique_ptr<transport::Net> net_;
+  std::unique_ptr<transport::Proxy> proxy_;
+  std::unique_ptr<transport::Context> ctx_;
+  std::vector<transport::Channel> channels_;
+  std::unique_ptr<detail::Engine> engine_;
+  std::mutex setupMu_;                 // bootstrap exchanges and connector setup, one at a time
+  std::vector<std::atomic<bool>> p2pConnected_;  // [peer]
+  std::vector<std::vector<transport::Connector*>> p2pConns_[2];  // [recv, send][peer]: the peer's p2p connectors
+  std::vector<int> sendRound_, recvRound_;  // NCCL's p2p schedule: the round of each peer
+  int p2pMinChannels_ = 1, p2pGroupSize_ = 1;
+  size_t p2pChunk_ = 0;
 };
+
+/// NCCL's ncclMemAlloc / ncclMemFree for host memory: page-aligned, zeroed, backed by transparent huge pages where
+/// the kernel has them (madvise). Buffers from here make single copies between processes (process_vm_readv) much
+/// faster: the kernel pins 2 MiB pages instead of 4 KiB ones. Any buffer works with send/recv; these are the fast
+/// ones. Throws Error(kSystemError) when the memory cannot be mapped.
+void* memAlloc(size_t bytes);
+void memFree(void* ptr, size_t bytes);
+
+/// NCCL's ncclGroupStart / ncclGroupEnd: per thread, nestable, spanning communicators. Sends and receives called in
+/// between are issued together by the outermost groupEnd(), which makes the connections they need, issues them and
+/// returns when all of them completed (there is no stream to complete on with host memory); it throws the first
+/// failure after every operation has finished. All-to-all is a group of sends and receives.
+void groupStart();
+void groupEnd();
+/// The group depth of this thread (0: not in a group).
+int groupDepth();
 
 /// What initFromEnv found in the environment (exposed for tests).
 struct LaunchInfo {

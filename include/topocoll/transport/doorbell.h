@@ -1,0 +1,80 @@
+// Waiting without busy-polling, across processes. Every process has one doorbell: a futex word in a shared page
+// (a memfd the proxies hand to the peers of the host). Whoever publishes a counter another process waits on rings
+// the doorbell of that process; it costs a fence and a load unless somebody sleeps. Threads that wait first spin a
+// little (at most as many spinning threads as the CPUs the process may run on), then yield, then sleep on the
+// doorbell, so ranks sharing a host's cores do not starve each other.
+//
+//   auto bell = transport::Doorbell::process();
+//   bell->sleep([&] { return tail->load() > step; }, std::chrono::milliseconds(50));   // on the waiting side
+//   tail->store(step + 1, std::memory_order_release); peerBell->ring();               // on the publishing side
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "topocoll/transport/transport.h"
+
+namespace topocoll::transport {
+
+/// The shared page.
+struct DoorbellPage {
+  std::atomic<uint32_t> seq{0};      // the futex word, bumped by every ring that finds sleepers
+  std::atomic<uint32_t> waiters{0};  // threads between "I may sleep" and "I woke up"
+};
+
+class Doorbell : public Waker {
+ public:
+  /// This process's doorbell, created on first use and shared by every communicator of the process; it is freed
+  /// (fd closed, page unmapped) with the last communicator.
+  static std::shared_ptr<Doorbell> process();
+  /// Another process's doorbell from the memfd its proxy sent (the fd is closed here).
+  static std::shared_ptr<Doorbell> fromFd(int fd);
+  ~Doorbell() override;
+  Doorbell(const Doorbell&) = delete;
+  Doorbell& operator=(const Doorbell&) = delete;
+
+  /// Wakes every thread sleeping on this doorbell. Call after publishing (release store) what they wait for.
+  void ring() override;
+  /// Sleeps until a ring or `timeout`, unless `ready()` is true after this thread announced itself (so a ring
+  /// between the caller's last check and the sleep is never lost).
+  void sleep(const std::function<bool()>& ready, std::chrono::microseconds timeout);
+  /// The memfd of this process's doorbell (for the proxy to export); -1 for an imported one.
+  int fd() const { return fd_; }
+
+ private:
+  Doorbell() = default;
+  int fd_ = -1;
+  DoorbellPage* page_ = nullptr;
+};
+
+/// How a waiting thread spends the time before it sleeps: spin (if a spin slot is free: at most as many spinning
+/// threads per process as CPUs in its affinity mask), then yield, then sleep on the doorbell in slices so that
+/// deadlines and abort flags are checked.
+class Backoff {
+ public:
+  /// `spinUs`: how long to spin when allowed (0 on an oversubscribed host).
+  explicit Backoff(int spinUs = 20);
+  ~Backoff();
+  /// Call when nothing advanced; `ready` re-checks the awaited condition before sleeping.
+  void idle(Doorbell& bell, const std::function<bool()>& ready);
+  /// Call when something advanced.
+  void reset();
+
+ private:
+  int spinUs_;
+  bool spinning_ = false;
+  int yields_ = 0;
+  unsigned polls_ = 0;
+  std::chrono::steady_clock::time_point spinStart_{};
+};
+
+/// CPUs this process may run on (sched_getaffinity).
+int allowedCpus();
+/// At most `n` threads of this process spin at once from now on (the smallest value asked for wins): communicators
+/// share the host's cores with the other local ranks.
+void limitSpinners(int n);
+
+}  // namespace topocoll::transport

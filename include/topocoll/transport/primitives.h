@@ -1,0 +1,161 @@
+// Moving one message part over one connector (NCCL's device primitives, prims_ll.h / prims_simple.h, on a CPU
+// thread). A Transfer is a state machine: progress() advances it as far as it can without waiting and returns
+// whether anything moved, so one thread can drive many transfers in both directions without deadlock.
+//
+// The sender picks the protocol from its size and the connector; the receiver follows the header the sender puts
+// in the first step, so both agree even when their sizes differ:
+//   LL      bytes <= NCCL_P2P_LL_THRESHOLD: 8-byte words of 4 data bytes + a 4-byte flag (step + 1); the receiver
+//           polls the flags, no counter and no fence (lowest latency). The first 4 words are the header.
+//   Simple  NCCL_STEPS slots of at most the chunk size, each with a 64-byte header, published by the tail counter
+//           and released by the head counter.
+//   single copy (same process: P2P/direct pointer; other process: process_vm_readv/writev where the kernel allows)
+//           read mode: the sender publishes its buffer's address and the receiver copies from it; write mode: the
+//           sender asks, the receiver publishes its address, the sender copies into it and says so.
+// The receiver acknowledges the whole part at the end (ack counter); a size or type mismatch is found by the
+// receiver from the header, which then consumes exactly the sender's steps without copying and reports the mismatch
+// in the status line: both sides fail and the connection stays usable.
+//
+//   transport::Transfer t(connector, transport::Transfer::Dir::kSend, buf, desc, opts);
+//   while (!t.finished()) if (!t.progress()) backoff.idle(...);
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "topocoll/datatype.h"
+#include "topocoll/status.h"
+#include "topocoll/transport/transport.h"
+
+namespace topocoll::transport {
+
+/// The 64 bytes at the start of every Simple slot.
+struct SlotHeader {
+  uint64_t opBytes = 0;     // the whole message (all parts)
+  uint64_t partBytes = 0;   // this part
+  uint64_t chunkBytes = 0;  // data in this slot
+  uint64_t addr = 0;        // single copy: the sender's buffer (read); NET: where the sender's proxy sends from
+  uint64_t offset = 0;      // NET: where this chunk's data goes in the part
+  uint64_t partFirst = 0;   // NET: the part's first step (the receiver's proxy matches its buffer with it)
+  uint32_t dtype = 0;
+  uint32_t error = 0;       // write mode, done step: the copy failed (errno)
+  uint16_t nParts = 0;
+  uint8_t mode = 0;         // Transfer::Mode
+  uint8_t last = 0;         // the part's last step
+  uint8_t landed = 0;       // NET: the receiver's proxy put the data in the receiver's buffer, not after this header
+  uint8_t inlined = 0;      // NET: small chunk: the data follows this header in the slot and in the same message
+  uint8_t pad[2] = {};
+};
+static_assert(sizeof(SlotHeader) == 64, "one cache line");
+
+/// The receiver's verdict on an op, written before the ack (NET: carried back by the proxies).
+struct alignas(64) StatusLine {
+  std::atomic<uint64_t> step{0};  // firstStep + 1 of the op it is about
+  uint64_t bytes = 0;             // what the receiver expected
+  uint32_t dtype = 0;
+  uint32_t code = 0;              // Transfer::Code
+  uint64_t count = 0;
+  char pad[32];
+};
+static_assert(sizeof(StatusLine) == 64, "one cache line");
+
+/// What both sides know about the message a part belongs to.
+struct MessageDesc {
+  size_t bytes = 0;           // whole message
+  size_t count = 0;           // elements
+  DataType dtype = DataType::kUint8;
+  int nParts = 1, part = 0;
+  size_t partOffset = 0, partBytes = 0;
+};
+
+struct TransferOptions {
+  size_t llThreshold = 16384;        // NCCL_P2P_LL_THRESHOLD (per part)
+  size_t chunkBytes = 128 << 10;     // NCCL_P2P_PCI_CHUNKSIZE / NCCL_P2P_NET_CHUNKSIZE
+  size_t netChunkBytes = 4 << 20;    // TOPOCOLL_NET_CHUNKSIZE: NET chunks go between the users' buffers
+  long long singleCopyMin = 65536;   // TOPOCOLL_P2P_SINGLE_COPY: bytes from which single copies are used, -1 never
+};
+
+class Transfer {
+ public:
+  enum class Dir { kSend, kRecv };
+  enum Mode : uint8_t { kModeLL = 1, kModeSimple = 2, kModeRead = 3, kModeWriteAsk = 4, kModeWriteDone = 5 };
+  enum Code : uint32_t { kOk = 0, kMismatch = 1, kCopyFailed = 2 };
+
+  /// `buf` is the part's own bytes (already offset). A receiver part with `gated` waits for open() before it looks
+  /// at its connector (parts after the first wait until the first part has checked the header).
+  Transfer(Connector& c, Dir dir, void* buf, const MessageDesc& msg, const TransferOptions& opts, bool gated = false);
+
+  /// Advances without waiting; true when anything moved.
+  bool progress();
+  bool finished() const { return state_ == State::kDone || state_ == State::kFailed; }
+  bool failed() const { return state_ == State::kFailed; }
+  /// Lets a gated receiver part start; `drain`: consume what the sender sent on this connector without copying
+  /// (the message did not match).
+  void open(bool drain);
+  /// Drops a gated part that never started (the sender did not use its channel): it finishes without error and
+  /// without touching its connector.
+  void cancel() {
+    if (state_ == State::kGated) state_ = State::kDone;
+  }
+  bool started() const { return state_ != State::kGated; }
+  /// A receiver past its first step's header (the sender's mode and sizes are known, mismatch() is decided).
+  bool pastStart() const { return state_ != State::kGated && state_ != State::kStart; }
+  /// Marks the transfer failed from outside (timeout, abort, peer gone). If it had started, the connector is left
+  /// out of step and marked broken.
+  void fail(StatusCode code, const std::string& why);
+
+  StatusCode errorCode() const { return errorCode_; }
+  const std::string& error() const { return error_; }
+  /// Receiver, after a mismatch: what the sender sent.
+  const SlotHeader& senderHeader() const { return peerHdr_; }
+  bool mismatch() const { return mismatch_; }
+  /// The protocol the sender chose (after the first step for a receiver).
+  const char* modeName() const;
+  Connector& connector() const { return c_; }
+
+ private:
+  enum class State { kGated, kStart, kRun, kAck, kDone, kFailed };
+  bool sendProgress();
+  bool recvProgress();
+  bool recvStart();
+  bool sendLL();
+  bool recvLL();
+  bool sendSimple();
+  bool recvSimple();
+  bool sendSingle();
+  bool recvSingle();
+  /// memcpy (same process) or process_vm_readv/writev (`pull`: from the peer into `local`).
+  bool copySingle(char* local, const char* remote, size_t n, bool pull);
+  void finish();
+  void failWith(StatusCode code, std::string why, bool breaks);
+  void publish(std::atomic<uint64_t>* counter, uint64_t v);
+  std::string what() const;
+
+  Connector& c_;
+  ConnInfo& ci_;
+  Dir dir_;
+  char* buf_;
+  MessageDesc msg_;
+  TransferOptions opts_;
+  State state_;
+  uint8_t mode_ = 0;
+  bool drain_ = false, mismatch_ = false;
+  bool posted_ = false;                    // NET receiver: our buffer is posted for the proxy
+  uint64_t firstStep_ = 0, lastStep_ = 0;  // lastStep_: one past the part's last step
+  size_t done_ = 0;                        // bytes moved (LL: words)
+  uint64_t stepsDone_ = 0;
+  size_t llWords_ = 0;                     // LL: data words of the part
+  uint64_t addr_ = 0;                      // single copy: the peer's buffer
+  uint32_t copyErr_ = 0;
+  SlotHeader peerHdr_;
+  StatusCode errorCode_ = StatusCode::kOk;
+  std::string error_;
+};
+
+/// NCCL's p2p split: how many channels a message of `bytes` uses (ncclP2pChannels... in addP2pToPlan), with
+/// nChannelsMin/Max from the communicator, and part bounds (ncclP2pPartBounds).
+int p2pParts(size_t bytes, size_t chunkBytes, int nNodes, int nChannelsMin, int nChannelsMax);
+void p2pPartBounds(int nParts, int part, size_t bytes, size_t* begin, size_t* end);
+
+}  // namespace topocoll::transport

@@ -1,0 +1,255 @@
+// Transports: how two ranks connect and what a connection looks like to the code that moves data (seed 001;
+// NCCL 2.30.7 src/transport.cc, src/include/transport.h, src/include/comm.h). A transport is a small class with
+// canConnect, setup and connect; a registry tries P2P, then SHM, then NET and takes the first that can connect, for
+// each channel and peer. Setup fills a 128-byte connect record (NCCL's ncclConnect) that travels over the bootstrap
+// to the peer, whose connect consumes it. What a connector exposes afterwards (ConnInfo: FIFO buffers, head and
+// tail counters) is the same for every transport, so the protocols (primitives.h) never look at the transport.
+//
+//   transport::Context ctx = ...;                         // the communicator's peers, knobs, proxy, bootstrap
+//   transport::ConnectMasks m(nRanks);
+//   m.mark(channel, peer, transport::Side::kSend);        // ... every connector to make (ncclTransportP2pConnect)
+//   transport::setupConnections(ctx, channels, m, connIndex, graphTag);   // ncclTransportP2pSetup
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "topocoll/config.h"
+
+namespace topocoll::topology {
+struct System;
+}
+namespace topocoll::bootstrap {
+class Bootstrap;
+}
+
+namespace topocoll::transport {
+
+/// What every rank tells the others first (NCCL's ncclPeerInfo, the fields we use). Plain data.
+struct PeerInfo {
+  int32_t rank = 0;
+  int32_t dev = -1;        // GPU `dev` in the topology, -1 for a host-memory rank
+  int64_t busId = -1;      // GPU bus id, -1 for a host-memory rank
+  uint64_t hostHash = 0;   // hostname + boot id, or NCCL_HOSTID
+  uint64_t pidHash = 0;    // process
+  uint64_t shmDev = 0;     // /dev/shm device: ranks of one host in different containers differ
+  int32_t cudaCompCap = 0;
+  int32_t gdrSupport = 0;
+  int32_t numaNode = 0;    // NUMA node the rank runs on
+  int32_t pid = 0;         // process id (single-copy transfers between processes)
+  uint64_t nonce = 0;      // random; the communicator's id is derived from every rank's
+};
+
+/// NCCL_STEPS: slots of every connection FIFO.
+constexpr int kSteps = 8;
+/// NCCL's protocols, in NCCL's order.
+enum Protocol : int { kProtoLL = 0, kProtoLL128 = 1, kProtoSimple = 2 };
+constexpr int kNumProtocols = 3;
+const char* protocolName(int proto);
+/// Connection indices: 0 for rings and trees, 1 for point-to-point (NCCL's connIndex).
+constexpr int kNumConnIndices = 2;
+constexpr int kMaxChannels = 64;
+
+enum class Side : uint8_t { kRecv = 0, kSend = 1 };
+inline const char* to_string(Side s) { return s == Side::kSend ? "send" : "recv"; }
+
+/// NCCL's ncclConnect: the fixed-size record one side of a connection sends the other. The header lets the peer
+/// refuse records that are not for it (another communicator, a wrong rank, channel or side).
+struct ConnectRecord {
+  static constexpr uint32_t kMagic = 0x74634352;  // "tcCR"
+  uint32_t magic = 0;
+  uint8_t side = 0;       // Side of the connector that made the record
+  uint8_t connIndex = 0;
+  uint8_t transport = 0;  // index in registry()
+  uint8_t reserved = 0;
+  uint64_t commId = 0;
+  int32_t rank = -1;      // who made it
+  int32_t peer = -1;      // for whom
+  int32_t channel = -1;
+  uint8_t payload[100] = {};  // the transport's connect info
+};
+static_assert(sizeof(ConnectRecord) == 128, "NCCL's ncclConnect is 128 bytes");
+
+/// Why `r`, received from rank `from` for this rank's connector (me, channel, connIndex, mySide), must be
+/// refused, or "" when it is acceptable. A wrong magic or communicator id (a stranger), an out-of-range or
+/// unexpected rank, a record for another channel or the same side are refused.
+std::string checkRecord(const ConnectRecord& r, uint64_t commId, int nRanks, int from, int me, int channel,
+                        int connIndex, Side mySide);
+
+class Transport;
+class Proxy;
+struct StatusLine;
+class Doorbell;
+class Net;
+
+/// Wakes whoever consumes what a connector publishes (the peer's process, or the local proxy for NET).
+class Waker {
+ public:
+  virtual ~Waker() = default;
+  virtual void ring() = 0;
+};
+
+/// Shared counters of one connection side, each on its own cache line.
+struct alignas(64) Counter {
+  std::atomic<uint64_t> value{0};
+  char pad[56];
+};
+
+/// The rendezvous slot of single-copy transfers: the passive side's buffer address.
+/// The rendezvous slot of single-copy transfers: the passive side's buffer address. Over NET, the receiver's
+/// buffer for its proxy, with what the receiver expects (data lands there only when the sender's header matches).
+struct alignas(64) Rendezvous {
+  std::atomic<uint64_t> step{0};  // step+1 of the op the address is for
+  uint64_t addr = 0;
+  uint64_t opBytes = 0, partBytes = 0;
+  uint32_t dtype = 0, nParts = 0;
+  char pad[16];
+};
+
+/// NCCL's ncclConnInfo: what the data movers see of one connector.
+struct ConnInfo {
+  char* buffs[kNumProtocols] = {};     // FIFO base per protocol (nullptr: protocol not available)
+  size_t slotBytes[kNumProtocols] = {};  // bytes of one of the kSteps slots per protocol
+  std::atomic<uint64_t>* tail = nullptr;   // steps the sender has published
+  std::atomic<uint64_t>* head = nullptr;   // steps the receiver has consumed
+  std::atomic<uint64_t>* ack = nullptr;    // completion counter (== head, except over NET)
+  StatusLine* status = nullptr;            // the receiver's verdict on each op (primitives.h)
+  std::atomic<uint64_t>* forwarded = nullptr;  // NET receiver: the last ack its proxy sent back
+  Rendezvous* rdv = nullptr;               // write mode: the receiver's buffer address
+  std::atomic<uint32_t>* canPull = nullptr;  // 1 once the receiver proved it can copy from the sender's memory
+  std::atomic<uint32_t>* canPush = nullptr;  // 1 once the sender proved it can copy into the receiver's memory
+  uint64_t step = 0;                       // this side's next step
+  uint32_t flags = 0;
+  int peerPid = 0;
+  Waker* wake = nullptr;                   // ring after publishing tail/head/ack
+};
+enum ConnFlags : uint32_t {
+  kConnRead = 1u << 0,        // P2P read mode: the Simple buffer is the sender's, single copies pull
+  kConnDirect = 1u << 1,      // same process: the peer's user buffer is addressable (P2P/direct pointer)
+  kConnCma = 1u << 2,         // other process: single copies with process_vm_readv/writev
+  kConnNet = 1u << 3,         // NET: a proxy moves the slots; completion is a separate ack counter
+};
+
+/// A transport's per-connector resources; the destructor is NCCL's free.
+class Resources {
+ public:
+  virtual ~Resources() = default;
+};
+
+/// NCCL's ncclConnector: one side of one connection.
+struct Connector {
+  Side side = Side::kRecv;
+  int peer = -1, channel = -1, connIndex = 0;
+  const Transport* transport = nullptr;
+  bool connected = false;
+  std::string via;  // "P2P/direct pointer", "SHM/direct", "NET/Socket/0": how it connects
+  ConnInfo conn;
+  std::unique_ptr<Resources> resources;
+
+  Connector() = default;
+  /// Frees the resources first: their proxy side may report a failure (markBroken) until it is stopped.
+  ~Connector() { resources.reset(); }
+
+  /// The connection cannot be used any more (an op left it out of step, the network connection broke): every op
+  /// on it fails at once with the reason. Any thread.
+  void markBroken(const std::string& why);
+  bool broken() const { return broken_.load(std::memory_order_acquire); }
+  std::string brokenReason() const;
+
+ private:
+  std::atomic<bool> broken_{false};
+  std::string brokenWhy_;
+};
+
+/// One channel's view of a peer (NCCL's ncclChannelPeer).
+struct ChannelPeer {
+  Connector send[kNumConnIndices];
+  Connector recv[kNumConnIndices];
+};
+
+/// NCCL's ncclChannel: ring and tree neighbours and one ChannelPeer per rank.
+struct Channel {
+  int id = 0;
+  int ringPrev = -1, ringNext = -1;
+  int treeUp = -1;
+  int treeDown[3] = {-1, -1, -1};
+  std::vector<std::unique_ptr<ChannelPeer>> peers;  // [rank]
+  Connector& connector(int peer, Side side, int connIndex) {
+    return side == Side::kSend ? peers[peer]->send[connIndex] : peers[peer]->recv[connIndex];
+  }
+};
+
+/// Everything a transport needs from the communicator. Built once by the runtime; transports read it.
+struct Context {
+  int rank = 0, nRanks = 0;
+  uint64_t commId = 0;
+  std::vector<PeerInfo> peers;
+  Config cfg;
+  /// GPU ranks (TOPOCOLL_SIMULATE_GPUS or NVML): this rank's node system with paths; null for host-memory ranks.
+  const topology::System* system = nullptr;
+  size_t buffSizes[kNumProtocols] = {};   // NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE, NCCL_BUFFSIZE
+  bootstrap::Bootstrap* bootstrap = nullptr;
+  Proxy* proxy = nullptr;
+  std::shared_ptr<Doorbell> doorbell;      // this process's
+  Net* net = nullptr;                      // the network plugin
+  /// The network device a channel uses (the plan's NIC for rings, the local one for point-to-point).
+  std::function<int(int channel, int connIndex)> netDev;
+  const std::atomic<bool>* abortFlag = nullptr;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  /// Per-rank flags the proxy sets when a peer process is gone (its connection to our proxy closed).
+  std::shared_ptr<std::vector<std::atomic<bool>>> peerGone;
+  /// The doorbells of the peers' processes, imported once per peer (transports fill it).
+  std::vector<std::shared_ptr<Doorbell>> peerBells;
+  /// The number shown in "0[0]" of connection lines: the GPU dev, else the local rank.
+  int devOf(int rank) const;
+};
+
+/// A transport (NCCL's ncclTransport): canConnect decides, setup and connect make one side of a connection.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  /// "P2P", "SHM", "NET".
+  virtual const char* name() const = 0;
+  /// Whether this transport can connect `me` and `peer` (NCCL's canConnect, first arguments info1 = me).
+  virtual bool canConnect(const Context& ctx, const PeerInfo& me, const PeerInfo& peer) const = 0;
+  /// Allocates what this side owns (shareable buffers through the proxy), fills `record->payload` and logs the
+  /// connection. `c.side`, `c.peer`, `c.channel`, `c.connIndex` are set.
+  virtual void setup(Context& ctx, Connector& c, ConnectRecord* record) const = 0;
+  /// Consumes the peer's record: maps the peer's buffers and fills `c.conn`. Returns false while the peer is not
+  /// ready yet (NCCL's ncclInProgress); it is called again.
+  virtual bool connect(Context& ctx, Connector& c, const ConnectRecord& peerRecord) const = 0;
+};
+
+/// P2P, SHM, NET in NCCL's order (CollNet is not built).
+const std::vector<const Transport*>& registry();
+/// The index of `t` in registry().
+int transportIndex(const Transport* t);
+
+/// Which connectors to make: per peer, a bit per channel for the recv and the send side (NCCL's connectRecv /
+/// connectSend).
+struct ConnectMasks {
+  explicit ConnectMasks(int nRanks) : recv(nRanks, 0), send(nRanks, 0) {}
+  void mark(int channel, int peer, Side side) { (side == Side::kSend ? send : recv)[peer] |= 1ull << channel; }
+  bool empty() const;
+  std::vector<uint64_t> recv, send;
+};
+
+/// NCCL's ncclTransportP2pSetup: for i = 1 .. nRanks-1, with recvPeer = rank - i and sendPeer = rank + i, set up
+/// the recv connectors to recvPeer then the send connectors to sendPeer of every marked channel (selectTransport
+/// <0> then <1>), send the recv records to recvPeer and the send records to sendPeer, receive in the opposite
+/// order (one combined block when both peers are the same rank), connect them all until none is in progress, then
+/// a last exchange with every peer so nobody frees buffers a peer is still importing. Connectors already connected
+/// are skipped. `graphTag` distinguishes the exchanges of rings (1), trees (2) and point-to-point (0) as NCCL's
+/// bootstrap tags do. Throws naming the peer on a refused record, a timeout or an abort.
+void setupConnections(Context& ctx, std::vector<Channel>& channels, const ConnectMasks& masks, int connIndex,
+                      int graphTag);
+
+/// Shared-memory transports find each other's buffers through the proxies: one abstract Unix socket per rank.
+std::string proxySocketName(uint64_t commId, int rank);
+
+}  // namespace topocoll::transport

@@ -1,0 +1,493 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "topocoll/log.h"
+
+namespace topocoll::runtime::detail {
+
+using Clock = std::chrono::steady_clock;
+using transport::Transfer;
+
+Engine::Engine(const Options& opts) : opts_(opts), recvChain_(std::max(1, opts.nRanks)) {
+  worker_ = std::thread([this] { runWorker(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(workerMu_);
+    stop_.store(true);
+  }
+  workerCv_.notify_all();
+  opts_.doorbell->ring();
+  worker_.join();
+  // Ops nobody waited for: fail them so that their handles do not wait forever.
+  std::lock_guard<std::mutex> drive(driveMu_);
+  takeIncoming();
+  std::vector<Op*> pending(selfSends_.begin(), selfSends_.end());
+  pending.insert(pending.end(), selfRecvs_.begin(), selfRecvs_.end());
+  for (auto& [conn, q] : queues_)
+    for (auto& [op, t] : q.parts) pending.push_back(op);
+  std::sort(pending.begin(), pending.end());
+  pending.erase(std::unique(pending.begin(), pending.end()), pending.end());
+  for (Op* op : pending) {
+    if (op->finished()) continue;
+    op->code = StatusCode::kAborted;
+    op->error = fmt::format("rank {}: the communicator was destroyed with this operation pending", opts_.rank);
+    op->state.store(Op::kFailed, std::memory_order_release);
+    op->keep.reset();  // may free op: last use
+  }
+}
+
+void Engine::post(const std::shared_ptr<Op>& op, bool wakeWorker) {
+  {
+    std::lock_guard<std::mutex> lock(postMu_);
+    op->engine = this;
+    op->seq = nextSeq_++;
+    incoming_.push_back(op);
+    pending_.fetch_add(1, std::memory_order_release);
+    hasIncoming_.store(true, std::memory_order_release);
+  }
+  if (wakeWorker) {
+    {
+      std::lock_guard<std::mutex> lock(workerMu_);
+      workerWanted_ = true;
+    }
+    workerCv_.notify_one();
+  }
+}
+
+void Engine::post(const std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker) {
+  {
+    std::lock_guard<std::mutex> lock(postMu_);
+    for (auto& op : ops) {
+      op->engine = this;
+      op->seq = nextSeq_++;
+      incoming_.push_back(op);
+    }
+    pending_.fetch_add(static_cast<int>(ops.size()), std::memory_order_release);
+    hasIncoming_.store(true, std::memory_order_release);
+  }
+  if (wakeWorker) {
+    {
+      std::lock_guard<std::mutex> lock(workerMu_);
+      workerWanted_ = true;
+    }
+    workerCv_.notify_one();
+  }
+}
+
+void Engine::enqueue(Op* op, Transfer* t) {
+  Queue& q = queues_[&t->connector()];
+  q.conn = &t->connector();
+  // In issue order: a part inserted later (a drain) goes before the parts of later ops.
+  auto it = q.parts.end();
+  while (it != q.parts.begin() && std::prev(it)->first->seq > op->seq) --it;
+  q.parts.insert(it, {op, t});
+  if (q.parts.size() == 1) {
+    q.since = Clock::now();
+    active_.push_back(&q);
+  }
+}
+
+void Engine::takeIncoming() {
+  if (!hasIncoming_.load(std::memory_order_acquire)) return;
+  std::vector<std::shared_ptr<Op>>& in = taken_;  // swapped with incoming_: both keep their capacity
+  {
+    std::lock_guard<std::mutex> lock(postMu_);
+    in.swap(incoming_);
+    hasIncoming_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& op : in) {
+    op->keep = op;
+    if (op->peer == opts_.rank) {
+      (op->send ? selfSends_ : selfRecvs_).push_back(op.get());
+      continue;
+    }
+    op->unfinished = static_cast<int>(op->parts.size());
+    for (auto& t : op->parts) enqueue(op.get(), t.get());
+    if (!op->send) {
+      auto& chain = recvChain_[op->peer];
+      chain.push_back(op.get());
+      if (chain.size() == 1) op->parts[0]->open(false);
+    }
+  }
+  in.clear();
+  matchSelf();
+}
+
+void Engine::matchSelf() {
+  while (!selfSends_.empty() && !selfRecvs_.empty()) {
+    Op* s = selfSends_.front();
+    Op* r = selfRecvs_.front();
+    selfSends_.pop_front();
+    selfRecvs_.pop_front();
+    if (s->bytes != r->bytes || s->dtype != r->dtype) {
+      failOp(*s, StatusCode::kInvalidUsage,
+             fmt::format("size or type mismatch: this send has {} x {}, the receive from itself expects {} x {}",
+                         s->count, to_string(s->dtype), r->count, to_string(r->dtype)));
+      failOp(*r, StatusCode::kInvalidUsage,
+             fmt::format("size or type mismatch: this receive expects {} x {}, the send to itself has {} x {}",
+                         r->count, to_string(r->dtype), s->count, to_string(s->dtype)));
+      complete(*s);
+      complete(*r);
+      continue;
+    }
+    if (s->bytes && s->buf != r->buf) std::memmove(r->buf, s->buf, s->bytes);
+    complete(*s);
+    complete(*r);
+  }
+}
+
+std::string Engine::describe(bool send, size_t count, DataType dtype, int peer, const std::string& why) const {
+  return fmt::format("rank {}: {} of {} x {} {} rank {}: {}", opts_.rank, send ? "send" : "recv", count,
+                     to_string(dtype), send ? "to" : "from", peer, why);
+}
+
+void Engine::failOp(Op& op, StatusCode code, const std::string& why) {
+  if (op.code != StatusCode::kOk) return;  // the first error wins
+  op.code = code;
+  op.error = describe(op.send, op.count, op.dtype, op.peer, why);
+}
+
+bool Engine::runInline(const std::vector<transport::Connector*>& conns, bool send, void* buf,
+                       const transport::MessageDesc& msg, const transport::TransferOptions& topts) {
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||
+      hasIncoming_.load(std::memory_order_acquire))
+    return false;
+  transport::Connector& c = *conns[0];
+  Transfer t(c, send ? Transfer::Dir::kSend : Transfer::Dir::kRecv, buf, msg, topts);
+  driveInline(t, {});
+  if (!send && t.mismatch() && t.senderHeader().nParts > 1) {
+    // The sender split its (different) message: consume its other parts too, so every channel stays in step.
+    size_t n = std::min<size_t>(t.senderHeader().nParts, conns.size());
+    for (size_t i = 1; i < n; ++i) {
+      transport::MessageDesc d = msg;
+      d.part = static_cast<int>(i);
+      d.partBytes = 0;
+      Transfer drain(*conns[i], Transfer::Dir::kRecv, nullptr, d, topts, true);
+      drain.open(true);
+      driveInline(drain, {});
+    }
+  }
+  if (t.failed()) throw Error(t.errorCode(), describe(send, msg.count, msg.dtype, c.peer, t.error()));
+  return true;
+}
+
+bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
+  // Single-part operations on distinct connectors only: no order to keep between them, no drains to place.
+  std::vector<Transfer*> ts;
+  for (Op* op : ops) {
+    if (op->peer == opts_.rank || op->parts.size() != 1) return false;
+    for (Transfer* t : ts)
+      if (&t->connector() == &op->parts[0]->connector()) return false;
+    ts.push_back(op->parts[0].get());
+  }
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||
+      hasIncoming_.load(std::memory_order_acquire))
+    return false;
+  for (Op* op : ops) {
+    op->engine = this;
+    op->parts[0]->open(false);
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    driveInline(*ts[i], ts);
+    Op& op = *ops[i];
+    Transfer& t = *ts[i];
+    if (!op.send && t.mismatch() && t.senderHeader().nParts > 1) {
+      for (size_t k = 1; k < std::min<size_t>(t.senderHeader().nParts, op.partConns.size()); ++k) {
+        transport::MessageDesc d = op.partDescs[0];
+        d.part = static_cast<int>(k);
+        d.partBytes = 0;
+        Transfer drain(*op.partConns[k], Transfer::Dir::kRecv, nullptr, d, op.opts, true);
+        drain.open(true);
+        driveInline(drain, {});
+      }
+    }
+    if (t.failed()) failOp(op, t.errorCode(), t.error());
+    op.state.store(op.code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
+  }
+  return true;
+}
+
+void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
+  transport::Connector& c = t.connector();
+  transport::Backoff backoff((c.conn.flags & transport::kConnNet) ? 0 : opts_.spinUs);
+  Clock::time_point since{};  // read lazily: most transfers finish before any check
+  unsigned polls = 0;
+  // The other transfers of the group move too: any order of sends and receives completes.
+  auto step = [&] {
+    bool moved = t.progress();
+    for (Transfer* o : others)
+      if (o != &t && !o->finished()) moved |= o->progress();
+    return moved;
+  };
+  while (!t.finished()) {
+    if (step()) {
+      backoff.reset();
+      polls = 0;
+      since = {};
+      continue;
+    }
+    if (opts_.abortFlag && opts_.abortFlag->load(std::memory_order_relaxed)) {
+      t.fail(StatusCode::kAborted, "the communicator was aborted");
+      break;
+    }
+    // The checks checkStalls makes for queued transfers: often enough once the wait sleeps.
+    if (++polls >= 256) {
+      if (since == Clock::time_point{}) since = Clock::now();
+      if (opts_.peerGone && (*opts_.peerGone)[c.peer].load())
+        t.fail(StatusCode::kRemoteError, fmt::format("rank {}'s process is gone (it exited or was killed)", c.peer));
+      else if (Clock::now() - since > opts_.timeout)
+        t.fail(StatusCode::kTimeout,
+               fmt::format("rank {} did not move for {:g} s on channel {} (TOPOCOLL_TIMEOUT): it is stuck, gone, or "
+                           "never posted the matching operation",
+                           c.peer, std::chrono::duration<double>(opts_.timeout).count(), c.channel));
+      if (t.finished()) break;
+      polls = 200;  // from here on every few polls
+    }
+    backoff.idle(*opts_.doorbell, [&] { return step() || t.finished() || (opts_.abortFlag && opts_.abortFlag->load()); });
+  }
+}
+
+void Engine::complete(Op& op) {
+  std::shared_ptr<Op> keep = std::move(op.keep);  // the handle (if any) keeps it from here
+  op.state.store(op.code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
+  pending_.fetch_sub(1, std::memory_order_release);
+  opts_.doorbell->ring();
+}
+
+// The first part of a receive has read the sender's header: open the others, to copy or (sizes or types differ) to
+// consume what the sender sent without copying; then the next receive from that peer may start.
+void Engine::validate(Op& op) {
+  op.validated = true;
+  Transfer& first = *op.parts[0];
+  bool drain = first.mismatch();
+  size_t senderParts = drain ? first.senderHeader().nParts : op.parts.size();
+  if (first.failed() && !first.mismatch()) senderParts = 0;  // broken or aborted: nothing to follow
+  if (senderParts > op.partConns.size()) {
+    failOp(op, StatusCode::kRemoteError,
+           fmt::format("the sender split the message in {} parts, at most {} are possible", senderParts,
+                       op.partConns.size()));
+    first.connector().markBroken(op.error);
+    senderParts = 0;
+  }
+  for (size_t i = 1; i < op.parts.size(); ++i) {
+    if (i < senderParts) {
+      op.parts[i]->open(drain);
+    } else {
+      op.parts[i]->cancel();  // the sender did not use this channel
+    }
+  }
+  for (size_t i = op.parts.size(); i < senderParts; ++i) {
+    transport::MessageDesc d = op.partDescs[0];
+    d.part = static_cast<int>(i);
+    d.partBytes = 0;
+    op.parts.push_back(std::make_unique<Transfer>(*op.partConns[i], Transfer::Dir::kRecv, nullptr, d, op.opts, true));
+    op.parts.back()->open(true);
+    ++op.unfinished;
+    enqueue(&op, op.parts.back().get());
+  }
+  auto& chain = recvChain_[op.peer];
+  if (!chain.empty() && chain.front() == &op) chain.pop_front();
+  if (!chain.empty()) chain.front()->parts[0]->open(false);
+}
+
+void Engine::partFinished(Op& op, Transfer& t) {
+  if (t.failed()) {
+    if (t.mismatch()) {
+      failOp(op, StatusCode::kInvalidUsage, t.error());
+    } else if (t.errorCode() != StatusCode::kAborted || op.code == StatusCode::kOk) {
+      failOp(op, t.errorCode(), t.error());
+      // The other parts cannot complete the message: stop them (those that started break their connection).
+      for (auto& p : op.parts)
+        if (!p->finished()) p->fail(t.errorCode(), t.error());
+    }
+  }
+  if (--op.unfinished == 0) complete(op);
+}
+
+bool Engine::progressOnce() {
+  takeIncoming();
+  bool did = false;
+  for (size_t i = 0; i < active_.size();) {
+    Queue& q = *active_[i];
+    while (!q.parts.empty()) {
+      auto [op, t] = q.parts.front();
+      bool moved = t->progress();
+      if (!op->send && !op->validated && t == op->parts[0].get() && (t->pastStart() || t->finished())) validate(*op);
+      if (moved) {
+        did = true;
+        q.since = Clock::now();
+      }
+      if (!t->finished()) break;
+      q.parts.pop_front();
+      partFinished(*op, *t);
+      q.since = Clock::now();
+      did = true;
+    }
+    if (q.parts.empty()) {
+      active_[i] = active_.back();
+      active_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  if (!did && ++idlePasses_ >= 64) {
+    idlePasses_ = 0;
+    checkStalls();
+  }
+  return did;
+}
+
+void Engine::checkStalls() {
+  auto now = Clock::now();
+  bool aborted = opts_.abortFlag && opts_.abortFlag->load();
+  for (Queue* q : active_) {
+    if (q->parts.empty()) continue;
+    int peer = q->conn->peer;
+    StatusCode code = StatusCode::kOk;
+    std::string why;
+    if (aborted) {
+      code = StatusCode::kAborted;
+      why = "the communicator was aborted";
+    } else if (opts_.peerGone && (*opts_.peerGone)[peer].load()) {
+      code = StatusCode::kRemoteError;
+      why = fmt::format("rank {}'s process is gone (it exited or was killed)", peer);
+    } else if (now - q->since > opts_.timeout) {
+      code = StatusCode::kTimeout;
+      why = fmt::format("rank {} did not move for {:g} s on channel {} (TOPOCOLL_TIMEOUT): it is stuck, gone, or never "
+                        "posted the matching operation",
+                        peer, std::chrono::duration<double>(opts_.timeout).count(), q->conn->channel);
+    }
+    if (code == StatusCode::kOk) continue;
+    if (code != StatusCode::kAborted && q->parts.front().second->progress()) {  // it just moved after all
+      q->since = now;
+      continue;
+    }
+    for (auto& [op, t] : q->parts) t->fail(code, why);
+  }
+  if (aborted) {
+    for (auto* list : {&selfSends_, &selfRecvs_}) {
+      for (Op* op : *list) {
+        failOp(*op, StatusCode::kAborted, "the communicator was aborted");
+        complete(*op);
+      }
+      list->clear();
+    }
+  }
+}
+
+bool Engine::tryProgress() {
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  return progressOnce();
+}
+
+template <typename Done>
+void Engine::waitUntil(const Done& done, int spinUs) {
+  transport::Backoff backoff(spinUs);
+  while (!done()) {
+    if (tryProgress()) {
+      backoff.reset();
+      continue;
+    }
+    backoff.idle(*opts_.doorbell, [&] { return done() || tryProgress(); });
+  }
+}
+
+// A caller drives its own operations: the worker stays out of the way until it leaves.
+template <typename Done>
+void Engine::waitAsCaller(const Done& done, bool netOnly) {
+  if (done()) return;
+  callers_.fetch_add(1);
+  // Operations that only the proxy moves (NET) leave the spinning to it.
+  waitUntil(done, netOnly ? 0 : opts_.spinUs);
+  if (callers_.fetch_sub(1) == 1 && !idle()) {
+    {
+      std::lock_guard<std::mutex> lock(workerMu_);
+      workerWanted_ = true;
+    }
+    workerCv_.notify_one();
+  }
+}
+
+namespace {
+bool onlyNet(const Op& op) {
+  if (op.parts.empty()) return false;
+  for (auto& t : op.parts)
+    if (!(t->connector().conn.flags & transport::kConnNet)) return false;
+  return true;
+}
+}  // namespace
+
+void Engine::wait(Op& op) {
+  waitAsCaller([&] { return op.finished(); }, onlyNet(op));
+  if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
+}
+
+void Engine::waitAll(const std::vector<Op*>& ops) {
+  bool net = true;
+  for (Op* op : ops) net = net && onlyNet(*op);
+  waitAsCaller(
+      [&] {
+        for (Op* op : ops)
+          if (!op->finished()) return false;
+        return true;
+      },
+      net);
+  // Every failure is named: a peer that died can make other operations fail too (their peers gave up on us).
+  StatusCode code = StatusCode::kOk;
+  std::string why;
+  int failed = 0;
+  for (Op* op : ops) {
+    if (op->state.load(std::memory_order_acquire) != Op::kFailed) continue;
+    if (failed++ == 0) code = op->code;
+    why += (why.empty() ? "" : "; ") + op->error;
+  }
+  if (failed == 1) throw Error(code, why);
+  if (failed > 1) throw Error(code, fmt::format("{} operations failed: {}", failed, why));
+}
+
+bool Engine::test(Op& op) {
+  if (!op.finished()) tryProgress();
+  if (!op.finished()) return false;
+  if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
+  return true;
+}
+
+void Engine::abortAll() {
+  opts_.doorbell->ring();
+  {
+    std::lock_guard<std::mutex> lock(workerMu_);
+    workerWanted_ = true;
+  }
+  workerCv_.notify_all();
+  // Drive once so that ops fail even if nobody waits; waiters (and an inline transfer, which holds the lock) see
+  // the flag themselves within a sleep slice.
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  takeIncoming();
+  checkStalls();
+  progressOnce();
+}
+
+void Engine::runWorker() {
+  log::setThreadRank(opts_.rank);
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(workerMu_);
+      workerCv_.wait(lock, [&] { return stop_.load() || (workerWanted_ && !idle()); });
+      if (stop_.load()) return;
+    }
+    waitUntil([&] { return stop_.load() || idle() || callers_.load(std::memory_order_relaxed) > 0; }, opts_.spinUs);
+    std::lock_guard<std::mutex> lock(workerMu_);
+    if (idle()) workerWanted_ = false;
+    else if (callers_.load() > 0) workerWanted_ = false;  // a caller drives; it hands back when it leaves
+  }
+}
+
+}  // namespace topocoll::runtime::detail

@@ -1,0 +1,138 @@
+// The progress engine of one communicator: the queues of transfers per connector, the thread that drives them when
+// nobody waits, and the waits of the calling threads (which drive them themselves: no hand-off on the fast path).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "topocoll/datatype.h"
+#include "topocoll/status.h"
+#include "topocoll/transport/doorbell.h"
+#include "topocoll/transport/primitives.h"
+#include "topocoll/transport/transport.h"
+
+namespace topocoll::runtime::detail {
+
+class Engine;
+
+/// One send or recv of the user.
+struct Op {
+  enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
+  Engine* engine = nullptr;
+  uint64_t seq = 0;       // issue order on the engine
+  bool send = false;
+  int peer = -1;
+  void* buf = nullptr;
+  size_t count = 0, bytes = 0;
+  DataType dtype = DataType::kUint8;
+  std::vector<std::unique_ptr<transport::Transfer>> parts;
+  /// Receive side: the connector of every part the sender may use (its split can differ when sizes mismatch).
+  std::vector<transport::Connector*> partConns;
+  std::vector<transport::MessageDesc> partDescs;  // MessageDesc of parts[i] (for drains)
+  transport::TransferOptions opts;
+  int unfinished = 0;     // driver only
+  bool validated = false; // receive side: the first part checked the sender's header
+  std::shared_ptr<Op> keep;  // itself, while the engine holds it (the caller may drop its handle)
+  std::atomic<int> state{kPending};
+  StatusCode code = StatusCode::kOk;
+  std::string error;      // written before state turns kFailed
+
+  bool finished() const { return state.load(std::memory_order_acquire) != kPending; }
+};
+
+class Engine {
+ public:
+  struct Options {
+    int rank = 0;
+    std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+    const std::atomic<bool>* abortFlag = nullptr;
+    std::shared_ptr<std::vector<std::atomic<bool>>> peerGone;
+    std::shared_ptr<transport::Doorbell> doorbell;
+    int spinUs = 20;  // how long waits spin before sleeping (0 on an oversubscribed host)
+    int nRanks = 1;
+  };
+  explicit Engine(const Options& opts);
+  /// Fails what is still pending (aborted) and stops the worker thread.
+  ~Engine();
+
+  /// Queues ops (their parts are built; self ops have none). `wakeWorker`: somebody other than the caller must drive
+  /// them (asynchronous issue); blocking callers drive their own.
+  void post(const std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker);
+  void post(const std::shared_ptr<Op>& op, bool wakeWorker);
+  /// A blocking single-part operation when nothing else is queued: the caller drives a transfer of its own, no
+  /// queue, no allocation (the latency path). False when the engine is busy (then post and wait as usual); throws
+  /// the transfer's error like wait().
+  bool runInline(const std::vector<transport::Connector*>& conns, bool send, void* buf,
+                 const transport::MessageDesc& msg, const transport::TransferOptions& topts);
+  /// The same for a group of single-part operations on distinct connectors (a sendrecv, an all-to-all of small
+  /// messages): driven together by the caller. False when the engine is busy or the group does not qualify.
+  bool runInlineGroup(const std::vector<Op*>& ops);
+  /// Drives until `op` finishes; throws its error.
+  void wait(Op& op);
+  /// Drives until all of `ops` finished; throws the first error (in their order).
+  void waitAll(const std::vector<Op*>& ops);
+  /// Whether `op` finished; throws its error if it failed. Drives once if nobody else does.
+  bool test(Op& op);
+  /// Fails every pending op with kAborted and wakes every waiter (Communicator::abort).
+  void abortAll();
+  /// Ops not finished yet.
+  bool idle() const { return pending_.load(std::memory_order_acquire) == 0; }
+
+ private:
+  struct Queue {
+    transport::Connector* conn = nullptr;
+    std::deque<std::pair<Op*, transport::Transfer*>> parts;
+    std::chrono::steady_clock::time_point since{};  // when the front part last moved
+  };
+  bool tryProgress();
+  void driveInline(transport::Transfer& t, const std::vector<transport::Transfer*>& others);
+  void validate(Op& op);               // driver only
+  bool progressOnce();                 // driver only
+  void takeIncoming();                 // driver only
+  void partFinished(Op& op, transport::Transfer& t);
+  void matchSelf();
+  void complete(Op& op);
+  void failOp(Op& op, StatusCode code, const std::string& why);
+  std::string describe(bool send, size_t count, DataType dtype, int peer, const std::string& why) const;
+  void checkStalls();                  // driver only: timeouts, peers gone, abort
+  void enqueue(Op* op, transport::Transfer* t);
+  void runWorker();
+  template <typename Done>
+  void waitUntil(const Done& done, int spinUs);
+  template <typename Done>
+  void waitAsCaller(const Done& done, bool netOnly);
+
+  Options opts_;
+  std::mutex postMu_;
+  std::vector<std::shared_ptr<Op>> incoming_, taken_;
+  std::atomic<bool> hasIncoming_{false};
+  std::atomic<int> pending_{0};
+
+  std::mutex driveMu_;                 // one driver at a time
+  std::unordered_map<transport::Connector*, Queue> queues_;
+  std::vector<Queue*> active_;
+  std::deque<Op*> selfSends_, selfRecvs_;
+  std::vector<std::deque<Op*>> recvChain_;  // [peer]: receives not yet validated, in order
+  std::chrono::steady_clock::time_point lastCheck_{};
+  uint64_t nextSeq_ = 0;
+
+  int idlePasses_ = 0;
+
+  std::atomic<int> callers_{0};        // threads in wait(): the worker leaves the driving to them
+  std::mutex workerMu_;
+  std::condition_variable workerCv_;
+  bool workerWanted_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread worker_;
+};
+
+}  // namespace topocoll::runtime::detail

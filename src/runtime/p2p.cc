@@ -1,0 +1,258 @@
+// Point-to-point operations and groups (NCCL 2.30.7 src/collectives.cc ncclSend/ncclRecv, src/group.cc, the p2p
+// split of src/enqueue.cc addP2pToPlan): our own code.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <thread>
+
+#include "engine.h"
+#include "topocoll/log.h"
+#include "topocoll/runtime/communicator.h"
+#include "topocoll/status.h"
+
+namespace topocoll::runtime {
+
+using detail::Op;
+using transport::Side;
+using transport::Transfer;
+
+namespace {
+
+// NCCL's group state is per thread and spans communicators.
+struct GroupState {
+  int depth = 0;
+  std::vector<std::pair<Communicator*, std::shared_ptr<Op>>> ops;
+};
+thread_local GroupState tGroup;
+
+}  // namespace
+
+namespace {
+// A finished operation needs no engine (which may be gone with its communicator).
+bool finishedOrThrow(const Op& op) {
+  if (!op.finished()) return false;
+  if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
+  return true;
+}
+}  // namespace
+
+void Request::wait() {
+  if (!op_) fail(StatusCode::kInvalidUsage, "wait() on an empty request");
+  if (finishedOrThrow(*op_)) return;
+  if (!op_->engine)
+    fail(StatusCode::kInvalidUsage, "wait() on a request of an open group: call groupEnd() first (it waits for it)");
+  op_->engine->wait(*op_);
+}
+
+bool Request::test() {
+  if (!op_) fail(StatusCode::kInvalidUsage, "test() on an empty request");
+  if (finishedOrThrow(*op_)) return true;
+  if (!op_->engine) return false;
+  return op_->engine->test(*op_);
+}
+
+std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, DataType type, int peer) {
+  const char* what = send ? "send" : "recv";
+  if (abort_.load()) fail(StatusCode::kAborted, "rank {}: {} on an aborted communicator", rank_, what);
+  if (peer < 0 || peer >= nRanks_)
+    fail(StatusCode::kInvalidArgument, "rank {}: {} {} rank {}: no such rank (the communicator has {})", rank_, what,
+         send ? "to" : "from", peer, nRanks_);
+  if (!isValid(type))
+    fail(StatusCode::kInvalidArgument, "rank {}: {}: unknown data type {}", rank_, what, static_cast<int>(type));
+  size_t elem = sizeOf(type);
+  if (count > std::numeric_limits<size_t>::max() / elem)
+    fail(StatusCode::kInvalidArgument, "rank {}: {} of {} elements of {}: the size overflows", rank_, what, count,
+         to_string(type));
+  if (!buf && count > 0)
+    fail(StatusCode::kInvalidArgument, "rank {}: {} of {} x {}: null buffer", rank_, what, count, to_string(type));
+  auto op = std::make_shared<Op>();
+  op->send = send;
+  op->peer = peer;
+  op->buf = buf;
+  op->count = count;
+  op->dtype = type;
+  op->bytes = count * elem;
+  if (peer == rank_) return op;
+  const Config& cfg = ctx_->cfg;
+  op->opts.llThreshold = static_cast<size_t>(cfg.p2pLlThreshold);
+  op->opts.chunkBytes = p2pChunk_;
+  op->opts.netChunkBytes = static_cast<size_t>(cfg.netChunkSize);
+  op->opts.singleCopyMin = cfg.p2pSingleCopy;
+  const std::vector<transport::Connector*>& conns = p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
+  int nParts = transport::p2pParts(op->bytes, p2pChunk_, static_cast<int>(hosts_.size()), p2pMinChannels_,
+                                   static_cast<int>(conns.size()));
+  for (int i = 0; i < nParts; ++i) {
+    transport::MessageDesc d;
+    d.bytes = op->bytes;
+    d.count = count;
+    d.dtype = type;
+    d.nParts = nParts;
+    d.part = i;
+    size_t b, e;
+    transport::p2pPartBounds(nParts, i, op->bytes, &b, &e);
+    d.partOffset = b;
+    d.partBytes = e - b;
+    if (!send) op->partDescs.push_back(d);
+    op->parts.push_back(std::make_unique<Transfer>(*conns[i], send ? Transfer::Dir::kSend : Transfer::Dir::kRecv,
+                                                   static_cast<char*>(buf) + b, d, op->opts, !send));
+  }
+  if (!send) op->partConns = conns;
+  return op;
+}
+
+Request Communicator::issue(std::shared_ptr<Op> op, bool blocking) {
+  if (tGroup.depth > 0) {
+    tGroup.ops.emplace_back(this, op);
+    return Request(op);
+  }
+  ensureConnected(op->peer);
+  if (abort_.load()) fail(StatusCode::kAborted, "rank {}: the communicator was aborted", rank_);
+  engine_->post(op, !blocking);  // a blocking caller drives its own operation
+  if (blocking) engine_->wait(*op);
+  return Request(std::move(op));
+}
+
+Request Communicator::isend(const void* buf, size_t count, DataType type, int peer) {
+  return issue(makeOp(true, const_cast<void*>(buf), count, type, peer), false);
+}
+
+Request Communicator::irecv(void* buf, size_t count, DataType type, int peer) {
+  return issue(makeOp(false, buf, count, type, peer), false);
+}
+
+// The latency path of a blocking send or recv outside a group: one part, nothing else queued.
+bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, int peer) {
+  if (tGroup.depth > 0 || peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || abort_.load() ||
+      count > (size_t{1} << 40) || (!buf && count > 0) || !p2pConnected_[peer].load(std::memory_order_acquire))
+    return false;  // the general path says what is wrong, or connects
+  size_t bytes = count * sizeOf(type);
+  const auto& conns = p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
+  if (transport::p2pParts(bytes, p2pChunk_, static_cast<int>(hosts_.size()), p2pMinChannels_,
+                          static_cast<int>(conns.size())) != 1)
+    return false;
+  transport::MessageDesc d;
+  d.bytes = d.partBytes = bytes;
+  d.count = count;
+  d.dtype = type;
+  transport::TransferOptions o;
+  o.llThreshold = static_cast<size_t>(ctx_->cfg.p2pLlThreshold);
+  o.chunkBytes = p2pChunk_;
+  o.netChunkBytes = static_cast<size_t>(ctx_->cfg.netChunkSize);
+  o.singleCopyMin = ctx_->cfg.p2pSingleCopy;
+  return engine_->runInline(conns, send, buf, d, o);
+}
+
+void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
+  if (tryInline(true, const_cast<void*>(buf), count, type, peer)) return;
+  issue(makeOp(true, const_cast<void*>(buf), count, type, peer), true);
+}
+
+void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
+  if (tryInline(false, buf, count, type, peer)) return;
+  issue(makeOp(false, buf, count, type, peer), true);
+}
+
+void Communicator::postGroup(std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker) {
+  if (abort_.load()) fail(StatusCode::kAborted, "rank {}: the communicator was aborted", rank_);
+  engine_->post(ops, wakeWorker);
+}
+
+void Communicator::waitOp(Op& op) { engine_->wait(op); }
+
+bool Communicator::runGroupInline(const std::vector<Op*>& ops) {
+  for (Op* op : ops)
+    if (op->peer != rank_ && !p2pConnected_[op->peer].load(std::memory_order_acquire)) return false;
+  return !abort_.load() && engine_->runInlineGroup(ops);
+}
+
+void Communicator::waitOps(const std::vector<Op*>& ops) { engine_->waitAll(ops); }
+
+void* memAlloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  size_t len = (bytes + (2u << 20) - 1) & ~size_t((2u << 20) - 1);
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) fail(StatusCode::kSystemError, "memAlloc of {} bytes: {}", bytes, std::strerror(errno));
+  ::madvise(p, len, MADV_HUGEPAGE);  // best effort
+  return p;
+}
+
+void memFree(void* ptr, size_t bytes) {
+  if (!ptr) return;
+  ::munmap(ptr, (bytes + (2u << 20) - 1) & ~size_t((2u << 20) - 1));
+}
+
+void groupStart() { ++tGroup.depth; }
+
+int groupDepth() { return tGroup.depth; }
+
+void groupEnd() {
+  if (tGroup.depth == 0) fail(StatusCode::kInvalidUsage, "groupEnd() without groupStart()");
+  if (--tGroup.depth > 0) return;
+  auto ops = std::move(tGroup.ops);
+  tGroup.ops.clear();
+  if (ops.empty()) return;
+  std::vector<Communicator*> comms;
+  for (auto& [c, op] : ops)
+    if (std::find(comms.begin(), comms.end(), c) == comms.end()) comms.push_back(c);
+  auto peersOf = [&](Communicator* c) {
+    std::vector<int> peers;
+    for (auto& [cc, op] : ops)
+      if (cc == c) peers.push_back(op->peer);
+    return peers;
+  };
+  // Connections first. Several communicators of this thread connect in parallel threads (their exchanges wait for
+  // each other), as NCCL's preconnect jobs do.
+  if (comms.size() == 1) {
+    comms[0]->ensureConnected(peersOf(comms[0]));
+  } else {
+    std::vector<std::exception_ptr> errors(comms.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < comms.size(); ++i) {
+      threads.emplace_back([&, i] {
+        log::setThreadRank(comms[i]->rank());
+        try {
+          comms[i]->ensureConnected(peersOf(comms[i]));
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  if (comms.size() == 1) {
+    std::vector<Op*> all;
+    for (auto& [c, op] : ops) all.push_back(op.get());
+    if (comms[0]->runGroupInline(all)) {
+      comms[0]->waitOps(all);  // all finished: throws what failed
+      return;
+    }
+  }
+  for (Communicator* c : comms) {
+    std::vector<std::shared_ptr<Op>> mine;
+    for (auto& [cc, op] : ops)
+      if (cc == c) mine.push_back(op);
+    c->postGroup(mine, comms.size() > 1);
+  }
+  StatusCode code = StatusCode::kOk;
+  std::string why;
+  for (Communicator* c : comms) {
+    std::vector<Op*> mine;
+    for (auto& [cc, op] : ops)
+      if (cc == c) mine.push_back(op.get());
+    try {
+      c->waitOps(mine);
+    } catch (const Error& e) {
+      if (code == StatusCode::kOk) code = e.code();
+      why += (why.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  if (code != StatusCode::kOk) throw Error(code, why);
+}
+
+}  // namespace topocoll::runtime

@@ -1,0 +1,39 @@
+// The shared control blocks of a connection (NCCL's ncclSendMem / ncclRecvMem), each at the start of the buffer its
+// side owns, followed by the FIFO buffers. Page-sized so the buffers behind them stay page-aligned.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "topocoll/transport/primitives.h"
+#include "topocoll/transport/transport.h"
+
+namespace topocoll::transport {
+
+/// Probe for single copies between processes: the active side reads `nonce` at its address in the owner's memory
+/// with process_vm_readv; if it reads the value the connect record announced, single copies work.
+struct alignas(64) Probe {
+  std::atomic<uint32_t> pull{0};  // in the sender's block: the receiver can copy from the sender's memory
+  std::atomic<uint32_t> push{0};  // in the sender's block: the sender can copy into the receiver's memory
+  uint64_t nonce = 0;
+};
+
+/// Owned by the sender; the receiver writes head, status and rdv.
+struct alignas(4096) SendMem {
+  Counter head;
+  Counter ack;        // NET: acks the proxy received (shared memory: the head is the ack)
+  Counter forwarded;  // NET, receive side: the last ack the proxy sent back
+  StatusLine status;
+  Rendezvous rdv;
+  Probe probe;
+};
+
+/// Owned by the receiver; the sender writes tail.
+struct alignas(4096) RecvMem {
+  Counter tail;
+  Probe probe;
+};
+
+static_assert(sizeof(SendMem) == 4096 && sizeof(RecvMem) == 4096, "control blocks are one page");
+
+}  // namespace topocoll::transport

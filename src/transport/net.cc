@@ -1,0 +1,364 @@
+// The NET transport (NCCL 2.30.7 src/transport/net.cc's structure: setup asks the proxy to listen, the records
+// carry the network handles, the proxy connects, accepts and moves every FIFO slot with isend / irecv), Apache-2.0;
+// our own code for host memory. Point-to-point connections also carry the receiver's acknowledgements back (a small
+// second network connection), so that a sender learns that its message was consumed, or refused.
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "fifo.h"
+#include "topocoll/log.h"
+#include "topocoll/status.h"
+#include "topocoll/transport/net.h"
+#include "topocoll/transport/proxy.h"
+#include "transports.h"
+
+namespace topocoll::transport {
+
+namespace {
+
+// What a NET connect record carries: the receiver's data handle, or the sender's acknowledgement handle.
+struct NetInfo {
+  int32_t dev = 0;
+  int32_t hasHandle = 0;
+  NetHandle handle;
+};
+static_assert(sizeof(NetInfo) <= sizeof(ConnectRecord::payload), "connect info too large");
+
+struct SetupReq {
+  int32_t dev = 0, connIndex = 0;
+  uint64_t simpleBytes = 0;
+};
+struct SetupResp {
+  NetInfo info;
+  uint64_t fifo = 0;  // the FIFO block, in this process
+};
+
+// The receiver's acknowledgement of one op, with its verdict.
+struct AckMsg {
+  uint64_t ack = 0, statusStep = 0, bytes = 0, count = 0;
+  uint32_t dtype = 0, code = 0;
+};
+
+// The FIFO of a NET connector lives in this process: [SendMem][RecvMem][Simple slots].
+struct Fifo {
+  void* base = nullptr;
+  size_t size = 0;
+  SendMem* sm() const { return static_cast<SendMem*>(base); }
+  RecvMem* rm() const { return reinterpret_cast<RecvMem*>(sm() + 1); }
+  char* simple() const { return reinterpret_cast<char*>(rm() + 1); }
+  ~Fifo() {
+    if (base) ::munmap(base, size);
+  }
+};
+
+class NetConn : public ProxyConnection {
+ public:
+  NetConn(Net* net, Side side, Connector* conn, std::shared_ptr<Doorbell> bell, int rank)
+      : net_(net), side_(side), conn_(conn), bell_(std::move(bell)), rank_(rank) {}
+
+  void setup(Proxy& proxy, const void* req, size_t reqSize, void* resp, size_t respSize) override {
+    auto& q = *static_cast<const SetupReq*>(req);
+    auto& out = *static_cast<SetupResp*>(resp);
+    dev_ = q.dev;
+    useAck_ = q.connIndex == 1;
+    slotBytes_ = q.simpleBytes / kSteps;
+    fifo_.size = sizeof(SendMem) + sizeof(RecvMem) + q.simpleBytes;
+    fifo_.base = ::mmap(nullptr, fifo_.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (fifo_.base == MAP_FAILED) {
+      fifo_.base = nullptr;
+      fail(StatusCode::kSystemError, "NET : mmap of {} bytes: {}", fifo_.size, std::strerror(errno));
+    }
+    new (fifo_.sm()) SendMem();
+    new (fifo_.rm()) RecvMem();
+    out.fifo = reinterpret_cast<uint64_t>(fifo_.base);
+    out.info.dev = dev_;
+    if (side_ == Side::kRecv) {
+      listen_ = net_->listen(dev_, &out.info.handle);
+      out.info.hasHandle = 1;
+    } else if (useAck_) {
+      listen_ = net_->listen(dev_, &out.info.handle);
+      out.info.hasHandle = 1;
+    }
+  }
+
+  bool connect(Proxy& proxy, const void* req, size_t reqSize, void* resp, size_t respSize) override {
+    auto& peer = *static_cast<const NetInfo*>(req);
+    if (side_ == Side::kSend) {
+      if (!data_) data_ = net_->connect(dev_, peer.handle, &state_);
+      if (useAck_ && !ack_) ack_ = net_->accept(*listen_);
+    } else {
+      if (!data_) data_ = net_->accept(*listen_);
+      if (useAck_ && !ack_) {
+        if (!peer.hasHandle) fail(StatusCode::kRemoteError, "NET : the sender's record has no acknowledgement handle");
+        ack_ = net_->connect(dev_, peer.handle, &state_);
+      }
+    }
+    if (!data_ || (useAck_ && !ack_)) return false;
+    listen_.reset();
+    return true;
+  }
+
+  void free(Proxy& proxy) override {
+    // Acknowledgements of receives that completed must still reach the sender (its send waits for them).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    try {
+      while (side_ == Side::kRecv && ack_ && data_ && std::chrono::steady_clock::now() < deadline &&
+             (ackReq_ || fifo_.sm()->ack.value.load(std::memory_order_acquire) > ackSent_))
+        progressRecv();
+    } catch (const std::exception&) {
+    }
+    ack_.reset();
+    data_.reset();
+    listen_.reset();
+    state_.reset();
+  }
+
+  bool progress(Proxy& proxy) override { return side_ == Side::kSend ? progressSend() : progressRecv(); }
+
+  void pollFds(std::vector<pollfd>& fds) override {
+    if (data_) net_->pollFds(*data_, fds);
+    if (ack_) net_->pollFds(*ack_, fds);
+  }
+
+  void failed(const std::string& why) override {
+    // A peer that closes an idle connection has destroyed its communicator: worth a line, not a warning.
+    bool idle = side_ == Side::kSend ? posted_ == done_ && (!useAck_ || fifo_.sm()->ack.value.load() >= done_)
+                                     : fifo_.sm()->head.value.load() >= posted_ && (phase_ == 0 || phase_ == 1) && !ackReq_;
+    if (idle) TC_INFO(log::kNet, "NET : rank {}: rank {} closed its connection for channel {}", rank_, conn_->peer,
+                      conn_->channel);
+    else TC_WARN("NET : rank {}: {}", rank_, why);
+    conn_->markBroken(fmt::format("rank {}: network connection {} rank {} on channel {} lost: {}", rank_,
+                                  side_ == Side::kSend ? "to" : "from", conn_->peer, conn_->channel, why));
+    bell_->ring();
+  }
+
+  const Fifo& fifo() const { return fifo_; }
+  size_t slotBytes() const { return slotBytes_; }
+
+ private:
+  // Each step is two messages: the slot's 64-byte header, then the chunk's data from the sender's own buffer (the
+  // header's addr): no copy into the FIFO.
+  bool progressSend() {
+    bool did = false, moved = false;
+    SendMem* sm = fifo_.sm();
+    uint64_t tail = fifo_.rm()->tail.value.load(std::memory_order_acquire);
+    while (posted_ < tail && posted_ < done_ + kSteps) {
+      auto* h = reinterpret_cast<SlotHeader*>(fifo_.simple() + (posted_ % kSteps) * slotBytes_);
+      NetRequest* rh = net_->isend(*data_, h, sizeof(SlotHeader) + (h->inlined ? h->chunkBytes : 0), 0, nullptr);
+      if (!rh) break;
+      NetRequest* rd = nullptr;
+      if (!h->inlined && !(rd = net_->isend(*data_, reinterpret_cast<const void*>(h->addr), h->chunkBytes, 0, nullptr)))
+        fail(StatusCode::kInternal, "NET : no request for a chunk's data");
+      req_[posted_ % kSteps] = rh;
+      dataReq_[posted_ % kSteps] = rd;
+      ++posted_;
+      did = true;
+    }
+    size_t sz;
+    while (done_ < posted_) {
+      int slot = static_cast<int>(done_ % kSteps);
+      if (req_[slot]) {
+        if (!net_->test(req_[slot], &sz)) break;
+        req_[slot] = nullptr;
+      }
+      if (dataReq_[slot] && !net_->test(dataReq_[slot], &sz)) break;
+      dataReq_[slot] = nullptr;
+      sm->head.value.store(++done_, std::memory_order_release);
+      moved = true;
+    }
+    if (ack_) {
+      if (!ackReq_) ackReq_ = net_->irecv(*ack_, &ackMsg_, sizeof(ackMsg_), 0, nullptr);
+      if (ackReq_ && net_->test(ackReq_, &sz)) {
+        ackReq_ = nullptr;
+        if (sz != sizeof(AckMsg)) fail(StatusCode::kRemoteError, "acknowledgement of {} bytes", sz);
+        if (ackMsg_.statusStep) {
+          sm->status.bytes = ackMsg_.bytes;
+          sm->status.count = ackMsg_.count;
+          sm->status.dtype = ackMsg_.dtype;
+          sm->status.code = ackMsg_.code;
+          sm->status.step.store(ackMsg_.statusStep, std::memory_order_release);
+        }
+        sm->ack.value.store(ackMsg_.ack, std::memory_order_release);
+        moved = true;
+      }
+    }
+    if (moved) bell_->ring();
+    return did || moved;
+  }
+
+  // One step at a time: the header, then the data where the receiver wants it (its posted buffer when the header
+  // matches what it expects, else after the header in the slot, for the engine to copy or drop).
+  bool progressRecv() {
+    bool did = false, moved = false;
+    SendMem* sm = fifo_.sm();
+    size_t sz;
+    while (true) {
+      char* slot = fifo_.simple() + (posted_ % kSteps) * slotBytes_;
+      auto* h = reinterpret_cast<SlotHeader*>(slot);
+      if (phase_ == 0) {
+        if (posted_ >= sm->head.value.load(std::memory_order_acquire) + kSteps) break;
+        if (!(req_[0] = net_->irecv(*data_, h, slotBytes_, 0, nullptr))) break;  // a header, with a small chunk
+        phase_ = 1;
+        did = true;
+      }
+      if (phase_ == 1) {
+        if (!net_->test(req_[0], &sz)) break;
+        if (sz < sizeof(SlotHeader) || sz != sizeof(SlotHeader) + (h->inlined ? h->chunkBytes : 0))
+          fail(StatusCode::kRemoteError, "a corrupt FIFO slot ({} bytes, chunk {})", sz, h->chunkBytes);
+        if (h->inlined) {
+          h->landed = 0;
+          fifo_.rm()->tail.value.store(++posted_, std::memory_order_release);
+          phase_ = 0;
+          moved = true;
+          continue;
+        }
+        phase_ = 3;
+      }
+      if (phase_ == 3) {
+        const Rendezvous& r = sm->rdv;
+        uint64_t posted = r.step.load(std::memory_order_acquire);
+        h->landed = posted == h->partFirst + 1 && r.addr && r.opBytes == h->opBytes && r.partBytes == h->partBytes &&
+                    r.dtype == h->dtype && r.nParts == h->nParts && h->offset + h->chunkBytes <= r.partBytes;
+        char* dst;
+        if (h->landed) {
+          dst = reinterpret_cast<char*>(r.addr) + h->offset;
+        } else if (h->chunkBytes <= slotBytes_ - sizeof(SlotHeader)) {
+          dst = slot + sizeof(SlotHeader);  // the receiver is not there yet: it copies from the slot later
+        } else if (posted == h->partFirst + 1) {
+          scratch_.resize(h->chunkBytes);  // it is there and will not take it (sizes differ): dropped
+          dst = scratch_.data();
+        } else {
+          break;  // too big for the slot: wait for the receiver's buffer
+        }
+        if (!(req_[0] = net_->irecv(*data_, dst, h->chunkBytes, 0, nullptr)))
+          fail(StatusCode::kInternal, "NET : no request for a chunk's data");
+        phase_ = 2;
+        did = true;
+      }
+      if (!net_->test(req_[0], &sz)) break;
+      if (sz != h->chunkBytes) fail(StatusCode::kRemoteError, "a chunk of {} bytes, its header says {}", sz, h->chunkBytes);
+      fifo_.rm()->tail.value.store(++posted_, std::memory_order_release);
+      phase_ = 0;
+      moved = true;
+    }
+    if (ack_) {
+      uint64_t a = sm->ack.value.load(std::memory_order_acquire);
+      if (!ackReq_ && a > ackSent_) {
+        ackMsg_ = AckMsg{};
+        ackMsg_.ack = a;
+        uint64_t st = sm->status.step.load(std::memory_order_acquire);
+        if (st > statusSent_) {
+          ackMsg_.statusStep = st;
+          ackMsg_.bytes = sm->status.bytes;
+          ackMsg_.count = sm->status.count;
+          ackMsg_.dtype = sm->status.dtype;
+          ackMsg_.code = sm->status.code;
+        }
+        ackReq_ = net_->isend(*ack_, &ackMsg_, sizeof(ackMsg_), 0, nullptr);
+        did |= ackReq_ != nullptr;
+      }
+      if (ackReq_ && net_->test(ackReq_, &sz)) {
+        ackReq_ = nullptr;
+        ackSent_ = ackMsg_.ack;
+        if (ackMsg_.statusStep) statusSent_ = ackMsg_.statusStep;
+        did = true;
+      }
+    }
+    if (moved) bell_->ring();
+    return did || moved;
+  }
+
+  Net* net_;
+  Side side_;
+  Connector* conn_;
+  std::shared_ptr<Doorbell> bell_;
+  int rank_;
+  int dev_ = 0;
+  bool useAck_ = false;
+  size_t slotBytes_ = 0;
+  Fifo fifo_;
+  std::unique_ptr<NetComm> listen_, data_, ack_, state_;
+  NetRequest* req_[kSteps] = {};      // send: headers; recv: [0] the message being received
+  NetRequest* dataReq_[kSteps] = {};  // send: the chunks' data
+  uint64_t posted_ = 0, done_ = 0;
+  int phase_ = 0;                     // recv: 0 post a header, 1 header posted, 3 header in, 2 data posted
+  std::vector<char> scratch_;         // recv: chunks the receiver drops
+  NetRequest* ackReq_ = nullptr;
+  AckMsg ackMsg_;
+  uint64_t ackSent_ = 0, statusSent_ = 0;
+};
+
+struct NetResources : Resources {
+  Proxy* proxy = nullptr;
+  std::shared_ptr<NetConn> pc;
+  SetupResp resp;
+  ~NetResources() override {
+    try {
+      if (pc) proxy->callBlocking(*pc, Proxy::Msg::kFree);
+    } catch (const std::exception&) {
+    }
+  }
+};
+
+class NetTransport : public Transport {
+ public:
+  const char* name() const override { return "NET"; }
+
+  bool canConnect(const Context& ctx, const PeerInfo& me, const PeerInfo& peer) const override {
+    return ctx.net != nullptr && ctx.net->devices() > 0;
+  }
+
+  void setup(Context& ctx, Connector& c, ConnectRecord* rec) const override {
+    auto r = std::make_unique<NetResources>();
+    r->proxy = ctx.proxy;
+    r->pc = std::make_shared<NetConn>(ctx.net, c.side, &c, ctx.doorbell, ctx.rank);
+    SetupReq q;
+    q.dev = ctx.netDev ? ctx.netDev(c.channel, c.connIndex) % ctx.net->devices() : 0;
+    q.connIndex = c.connIndex;
+    q.simpleBytes = ctx.buffSizes[kProtoSimple];
+    ctx.proxy->callBlocking(*r->pc, Proxy::Msg::kSetup, &q, sizeof(q), &r->resp, sizeof(r->resp));
+    std::memcpy(rec->payload, &r->resp.info, sizeof(NetInfo));
+    c.via = fmt::format("NET/{}/{}", ctx.net->name(), q.dev);
+    if (c.side == Side::kSend)
+      TC_INFO(log::kInit | log::kNet, "Channel {:02d}/{} : {}[{}] -> {}[{}] [send] via {}", c.channel, c.connIndex,
+              ctx.rank, ctx.devOf(ctx.rank), c.peer, ctx.devOf(c.peer), c.via);
+    else
+      TC_INFO(log::kInit | log::kNet, "Channel {:02d}/{} : {}[{}] -> {}[{}] [receive] via {}", c.channel, c.connIndex,
+              c.peer, ctx.devOf(c.peer), ctx.rank, ctx.devOf(ctx.rank), c.via);
+    c.resources = std::move(r);
+  }
+
+  bool connect(Context& ctx, Connector& c, const ConnectRecord& rec) const override {
+    auto& r = static_cast<NetResources&>(*c.resources);
+    NetInfo peer;
+    std::memcpy(&peer, rec.payload, sizeof(peer));
+    if (c.side == Side::kSend && !peer.hasHandle)
+      fail(StatusCode::kRemoteError, "rank {}: rank {}'s NET record for channel {} has no handle", ctx.rank, c.peer,
+           c.channel);
+    if (!ctx.proxy->callBlocking(*r.pc, Proxy::Msg::kConnect, &peer, sizeof(peer))) return false;
+    const Fifo& f = r.pc->fifo();
+    ConnInfo& ci = c.conn;
+    ci.buffs[kProtoSimple] = f.simple();
+    ci.slotBytes[kProtoSimple] = r.pc->slotBytes();
+    ci.tail = &f.rm()->tail.value;
+    ci.head = &f.sm()->head.value;
+    ci.ack = c.side == Side::kSend && c.connIndex == 0 ? &f.sm()->head.value : &f.sm()->ack.value;
+    ci.status = &f.sm()->status;
+    if (c.side == Side::kRecv) ci.rdv = &f.sm()->rdv;  // our buffer, for the proxy
+    ci.flags = kConnNet;
+    ci.wake = &ctx.proxy->waker();
+    ctx.proxy->activate(r.pc);
+    return true;
+  }
+};
+
+}  // namespace
+
+const Transport& netTransport() {
+  static const NetTransport t;
+  return t;
+}
+
+}  // namespace topocoll::transport

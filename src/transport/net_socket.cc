@@ -1,0 +1,565 @@
+// NCCL's internal socket network plugin (NCCL 2.30.7 src/transport/net_socket.cc design: a control socket carrying
+// each message's size and small payloads inline, optional helper threads each driving NCCL_NSOCKS_PERTHREAD data
+// sockets that a message is split over in tasks of at least 64 KiB), Apache-2.0; our own code. Helper threads
+// sleep in poll() when their sockets would block instead of spinning.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "os.h"
+#include "topocoll/log.h"
+#include "topocoll/netif.h"
+#include "topocoll/status.h"
+#include "topocoll/transport/net.h"
+
+namespace topocoll::transport {
+
+namespace {
+
+constexpr int kMaxSockets = 64, kMaxThreads = 16, kMaxRequests = 32;
+constexpr size_t kInline = 128;          // NCCL_SOCKET_INLINE
+constexpr size_t kMinTask = 64 << 10;    // NCCL_SOCKET_MIN_TASKSIZE
+constexpr uint32_t kCtrlIndex = 0xffffffff;
+
+#pragma pack(push, 1)
+struct WireAddr {
+  uint16_t family = 0;
+  uint16_t port = 0;  // network order
+  uint8_t addr[16] = {};
+};
+struct Handle {
+  uint64_t magic = 0;
+  uint8_t nSocks = 0, nThreads = 0;
+  uint8_t pad[6] = {};
+  WireAddr addr;
+};
+struct Hello {
+  uint64_t magic;
+  uint32_t index;
+};
+#pragma pack(pop)
+static_assert(sizeof(Handle) <= kNetHandleSize, "socket handle too large");
+
+WireAddr toWire(const sockaddr_storage& s) {
+  WireAddr w;
+  w.family = s.ss_family;
+  if (s.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<const sockaddr_in*>(&s);
+    w.port = a->sin_port;
+    std::memcpy(w.addr, &a->sin_addr, 4);
+  } else {
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&s);
+    w.port = a->sin6_port;
+    std::memcpy(w.addr, &a->sin6_addr, 16);
+  }
+  return w;
+}
+
+socklen_t fromWire(const WireAddr& w, sockaddr_storage* s) {
+  std::memset(s, 0, sizeof(*s));
+  if (w.family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(s);
+    a->sin_family = AF_INET;
+    a->sin_port = w.port;
+    std::memcpy(&a->sin_addr, w.addr, 4);
+    return sizeof(sockaddr_in);
+  }
+  if (w.family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(s);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = w.port;
+    std::memcpy(&a->sin6_addr, w.addr, 16);
+    return sizeof(sockaddr_in6);
+  }
+  fail(StatusCode::kRemoteError, "NET/Socket : a connect handle carries address family {}", w.family);
+}
+
+std::string addrString(const sockaddr_storage& s) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (s.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&s)->sin_addr, host, sizeof(host));
+    port = ntohs(reinterpret_cast<const sockaddr_in*>(&s)->sin_port);
+  } else if (s.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&s)->sin6_addr, host, sizeof(host));
+    port = ntohs(reinterpret_cast<const sockaddr_in6*>(&s)->sin6_port);
+  }
+  return fmt::format("{}<{}>", host, port);
+}
+
+void setNoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// Non-blocking send or receive of what is left of [p, p+size); returns false on EAGAIN, throws when the peer is gone.
+// `more`: the payload follows at once (MSG_MORE lets the kernel put both in one segment).
+bool ioStep(bool send, int fd, char* p, size_t size, size_t* offset, const char* peer, bool more = false) {
+  while (*offset < size) {
+    ssize_t n = send ? ::send(fd, p + *offset, size - *offset, MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0))
+                     : ::recv(fd, p + *offset, size - *offset, MSG_DONTWAIT);
+    if (n > 0) {
+      *offset += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    fail(StatusCode::kRemoteError, "NET/Socket : connection with {} {}", peer,
+         n == 0 ? "closed by the peer" : std::strerror(errno));
+  }
+  return true;
+}
+
+// One piece of a message on one data socket, moved by a helper thread.
+struct Task {
+  bool send = false;
+  char* data = nullptr;
+  size_t size = 0, offset = 0;
+  int sock = 0;
+  std::atomic<bool> done{false};
+  std::string error;
+};
+
+struct SocketComm;
+
+// A helper thread (NCCL_SOCKET_NTHREADS): moves the tasks of its sockets in order, sleeping in poll() when they
+// would block and on a condition variable when it has none.
+class Helper {
+ public:
+  Helper(SocketComm* comm, std::vector<int> socks);
+  ~Helper();
+  void add(Task* t);
+
+ private:
+  void run();
+  SocketComm* comm_;
+  std::vector<int> socks_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task*> queue_;
+  bool stop_ = false;
+  os::Fd wake_;
+  std::thread thread_;
+};
+
+struct Request : NetRequest {
+  SocketComm* comm = nullptr;
+  int state = 0;  // 0 free, 1 exchanging the size, 2 moving the payload
+  bool send = false;
+  char* data = nullptr;
+  size_t size = 0;
+  uint32_t ctrl[1 + kInline / 4] = {};
+  size_t ctrlOff = 0, offset = 0;
+  std::vector<std::unique_ptr<Task>> tasks;
+};
+
+struct SocketComm : NetComm {
+  std::string peer;     // for messages
+  os::Fd ctrl;
+  std::vector<os::Fd> socks;
+  int nThreads = 0;
+  std::array<Request, kMaxRequests> requests;
+  int nextSock = 0;
+  os::Fd done;  // eventfd the helpers write when a task finishes (the proxy polls it)
+  std::vector<std::unique_ptr<Helper>> helpers;
+  ~SocketComm() override { helpers.clear(); }
+};
+
+Helper::Helper(SocketComm* comm, std::vector<int> socks) : comm_(comm), socks_(std::move(socks)) {
+  wake_ = os::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  thread_ = std::thread([this] { run(); });
+}
+
+Helper::~Helper() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  uint64_t one = 1;
+  ssize_t r = ::write(wake_.get(), &one, sizeof(one));
+  (void)r;
+  thread_.join();
+}
+
+void Helper::add(Task* t) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(t);
+  }
+  cv_.notify_one();
+  uint64_t one = 1;
+  ssize_t r = ::write(wake_.get(), &one, sizeof(one));
+  (void)r;
+}
+
+void Helper::run() {
+  std::vector<pollfd> fds;
+  while (true) {
+    std::vector<Task*> work;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      work.assign(queue_.begin(), queue_.end());
+    }
+    // The oldest task of each socket advances; the others wait their turn (the peer reads them in the same order).
+    bool moved = false, pendingAny = false;
+    fds.clear();
+    std::vector<int> seen;
+    for (Task* t : work) {
+      if (std::find(seen.begin(), seen.end(), t->sock) != seen.end()) continue;
+      seen.push_back(t->sock);
+      pendingAny = true;
+      size_t before = t->offset;
+      try {
+        ioStep(t->send, t->sock, t->data, t->size, &t->offset, comm_->peer.c_str());
+      } catch (const Error& e) {
+        t->error = e.what();
+        t->offset = t->size;
+      }
+      moved |= t->offset != before;
+      if (t->offset == t->size) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          queue_.erase(std::find(queue_.begin(), queue_.end(), t));
+        }
+        t->done.store(true, std::memory_order_release);
+        uint64_t one = 1;
+        ssize_t r = ::write(comm_->done.get(), &one, sizeof(one));
+        (void)r;
+      } else {
+        fds.push_back({t->sock, static_cast<short>(t->send ? POLLOUT : POLLIN), 0});
+      }
+    }
+    if (!moved && pendingAny && !fds.empty()) {
+      fds.push_back({wake_.get(), POLLIN, 0});
+      ::poll(fds.data(), fds.size(), 100);
+      uint64_t v;
+      while (::read(wake_.get(), &v, sizeof(v)) > 0) {
+      }
+    }
+  }
+}
+
+struct ListenComm : NetComm {
+  os::Fd fd;
+  uint64_t magic = 0;
+  int nSocks = 0, nThreads = 0;
+  struct Incoming {
+    os::Fd fd;
+    Hello hello{};
+    size_t got = 0;
+  };
+  std::vector<Incoming> incoming;
+  os::Fd ctrl;
+  std::vector<os::Fd> socks;
+};
+
+struct ConnectState : NetComm {
+  std::vector<os::Fd> fds;  // [ctrl, data...]
+  std::vector<size_t> sent;
+  Handle handle;
+};
+
+class SocketNet : public Net {
+ public:
+  explicit SocketNet(const Config& cfg) {
+    ifs_ = netif::findInterfaces(cfg.socketIfname, cfg.socketFamily, cfg.commId);
+    if (ifs_.empty())
+      fail(StatusCode::kInvalidArgument, "NET/Socket : no interface found (NCCL_SOCKET_IFNAME={}, NCCL_SOCKET_FAMILY={})",
+           cfg.socketIfname, cfg.socketFamily);
+    std::string line;
+    for (size_t i = 0; i < ifs_.size(); ++i) {
+      sockaddr_storage a = ifs_[i].addr;
+      line += fmt::format(" [{}]{}:{}", i, ifs_[i].name, addrString(a));
+    }
+    TC_INFO(log::kInit | log::kNet, "NET/Socket : Using{}", line);
+    nThreads_ = cfg.socketNthreads == -2 ? 0 : std::min(cfg.socketNthreads, kMaxThreads);
+    int perThread = cfg.nsocksPerThread == -2 ? 1 : cfg.nsocksPerThread;
+    nSocks_ = nThreads_ * perThread;
+    if (nSocks_ > kMaxSockets) {
+      perThread = kMaxSockets / nThreads_;
+      TC_WARN("NET/Socket : the total number of sockets is greater than the maximum allowed, setting "
+              "NCCL_NSOCKS_PERTHREAD to {}", perThread);
+      nSocks_ = nThreads_ * perThread;
+    }
+    if (nSocks_ > 0)
+      TC_INFO(log::kInit, "NET/Socket: Using {} threads and {} sockets per thread", nThreads_, perThread);
+  }
+
+  const char* name() const override { return "Socket"; }
+  int devices() const override { return static_cast<int>(ifs_.size()); }
+
+  NetProperties getProperties(int dev) const override {
+    checkDev(dev);
+    NetProperties p;
+    p.name = ifs_[dev].name;
+    p.speedMbps = 10000;
+    std::string path = "/sys/class/net/" + p.name + "/speed";
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      int s = 0;
+      if (std::fscanf(f, "%d", &s) == 1 && s > 0) p.speedMbps = s;
+      std::fclose(f);
+    }
+    char real[4096];
+    std::string dpath = "/sys/class/net/" + p.name + "/device";
+    if (::realpath(dpath.c_str(), real)) p.pciPath = real;
+    return p;
+  }
+
+  std::unique_ptr<NetComm> listen(int dev, NetHandle* handle) override {
+    checkDev(dev);
+    auto l = std::make_unique<ListenComm>();
+    sockaddr_storage a = ifs_[dev].addr;
+    if (a.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&a)->sin_port = 0;
+    else reinterpret_cast<sockaddr_in6*>(&a)->sin6_port = 0;
+    l->fd = os::Fd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!l->fd.valid()) fail(StatusCode::kSystemError, "NET/Socket : socket(): {}", std::strerror(errno));
+    if (::bind(l->fd.get(), reinterpret_cast<sockaddr*>(&a), ifs_[dev].len) != 0 || ::listen(l->fd.get(), 128) != 0)
+      fail(StatusCode::kSystemError, "NET/Socket : listen on {}: {}", ifs_[dev].name, std::strerror(errno));
+    socklen_t len = sizeof(a);
+    ::getsockname(l->fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
+    std::random_device rd;
+    l->magic = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    l->nSocks = nSocks_;
+    l->nThreads = nThreads_;
+    Handle h;
+    h.magic = l->magic;
+    h.nSocks = static_cast<uint8_t>(nSocks_);
+    h.nThreads = static_cast<uint8_t>(nThreads_);
+    h.addr = toWire(a);
+    *handle = NetHandle{};
+    std::memcpy(handle->bytes, &h, sizeof(h));
+    return l;
+  }
+
+  std::unique_ptr<NetComm> connect(int dev, const NetHandle& handle, std::unique_ptr<NetComm>* state) override {
+    if (!*state) {
+      auto s = std::make_unique<ConnectState>();
+      std::memcpy(&s->handle, handle.bytes, sizeof(Handle));
+      sockaddr_storage a;
+      socklen_t len = fromWire(s->handle.addr, &a);
+      for (int i = 0; i <= s->handle.nSocks; ++i) {
+        os::Fd fd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+        if (!fd.valid()) fail(StatusCode::kSystemError, "NET/Socket : socket(): {}", std::strerror(errno));
+        if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 && errno != EINPROGRESS)
+          fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(a), std::strerror(errno));
+        setNoDelay(fd.get());
+        s->fds.push_back(std::move(fd));
+        s->sent.push_back(0);
+      }
+      *state = std::move(s);
+    }
+    auto& s = static_cast<ConnectState&>(**state);
+    sockaddr_storage peer;
+    fromWire(s.handle.addr, &peer);
+    bool all = true;
+    for (size_t i = 0; i < s.fds.size(); ++i) {
+      Hello hello{s.handle.magic, i == 0 ? kCtrlIndex : static_cast<uint32_t>(i - 1)};
+      if (s.sent[i] == 0) {
+        pollfd p{s.fds[i].get(), POLLOUT, 0};
+        if (::poll(&p, 1, 0) <= 0) {
+          all = false;
+          continue;
+        }
+        int err = 0;
+        socklen_t el = sizeof(err);
+        getsockopt(s.fds[i].get(), SOL_SOCKET, SO_ERROR, &err, &el);
+        if (err) fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(peer), std::strerror(err));
+      }
+      if (!ioStep(true, s.fds[i].get(), reinterpret_cast<char*>(&hello), sizeof(hello), &s.sent[i],
+                  addrString(peer).c_str()))
+        all = false;
+    }
+    if (!all) return nullptr;
+    auto c = std::make_unique<SocketComm>();
+    c->peer = addrString(peer);
+    c->ctrl = std::move(s.fds[0]);
+    for (size_t i = 1; i < s.fds.size(); ++i) c->socks.push_back(std::move(s.fds[i]));
+    c->nThreads = s.handle.nThreads;
+    state->reset();
+    startHelpers(*c);
+    return c;
+  }
+
+  std::unique_ptr<NetComm> accept(NetComm& listenComm) override {
+    auto& l = static_cast<ListenComm&>(listenComm);
+    while (true) {
+      int fd = ::accept4(l.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      setNoDelay(fd);
+      l.incoming.push_back({os::Fd(fd), Hello{}, 0});
+    }
+    for (size_t i = 0; i < l.incoming.size();) {
+      auto& in = l.incoming[i];
+      bool complete;
+      try {
+        complete = ioStep(false, in.fd.get(), reinterpret_cast<char*>(&in.hello), sizeof(Hello), &in.got, "a peer");
+      } catch (const Error& e) {
+        l.incoming.erase(l.incoming.begin() + static_cast<long>(i));  // gone before saying hello
+        continue;
+      }
+      if (!complete) {
+        ++i;
+        continue;
+      }
+      bool ok = in.hello.magic == l.magic &&
+                (in.hello.index == kCtrlIndex || in.hello.index < static_cast<uint32_t>(l.nSocks));
+      if (!ok) {
+        TC_WARN("NET/Socket : dropped a connection with a wrong magic or socket index (a stranger?)");
+      } else if (in.hello.index == kCtrlIndex) {
+        l.ctrl = std::move(in.fd);
+      } else {
+        if (l.socks.size() < static_cast<size_t>(l.nSocks)) l.socks.resize(l.nSocks);
+        l.socks[in.hello.index] = std::move(in.fd);
+      }
+      l.incoming.erase(l.incoming.begin() + static_cast<long>(i));
+    }
+    if (!l.ctrl.valid()) return nullptr;
+    for (int i = 0; i < l.nSocks; ++i)
+      if (static_cast<size_t>(i) >= l.socks.size() || !l.socks[i].valid()) return nullptr;
+    auto c = std::make_unique<SocketComm>();
+    sockaddr_storage a;
+    socklen_t len = sizeof(a);
+    ::getpeername(l.ctrl.get(), reinterpret_cast<sockaddr*>(&a), &len);
+    c->peer = addrString(a);
+    c->ctrl = std::move(l.ctrl);
+    c->socks = std::move(l.socks);
+    c->nThreads = l.nThreads;
+    startHelpers(*c);
+    return c;
+  }
+
+  NetRequest* isend(NetComm& comm, const void* data, size_t size, int tag, void* mhandle) override {
+    return post(static_cast<SocketComm&>(comm), true, const_cast<void*>(data), size);
+  }
+  NetRequest* irecv(NetComm& comm, void* data, size_t size, int tag, void* mhandle) override {
+    return post(static_cast<SocketComm&>(comm), false, data, size);
+  }
+
+  bool test(NetRequest* request, size_t* size) override {
+    auto& r = static_cast<Request&>(*request);
+    auto& c = *r.comm;
+    if (r.state == 1) {
+      if (r.send) {
+        size_t inl = r.size <= kInline ? r.size : 0;
+        size_t msg = 4 + inl;
+        if (r.ctrlOff == 0 && inl) std::memcpy(&r.ctrl[1], r.data, inl);
+        r.ctrl[0] = static_cast<uint32_t>(r.size);
+        bool payloadFollows = !inl && r.size > 0 && c.socks.empty();
+        if (!ioStep(true, c.ctrl.get(), reinterpret_cast<char*>(r.ctrl), msg, &r.ctrlOff, c.peer.c_str(), payloadFollows))
+          return false;
+      } else {
+        if (!ioStep(false, c.ctrl.get(), reinterpret_cast<char*>(r.ctrl), 4, &r.ctrlOff, c.peer.c_str())) return false;
+        size_t sender = r.ctrl[0];
+        if (sender > r.size)
+          fail(StatusCode::kInvalidUsage, "NET/Socket : peer {} message truncated : receiving {} bytes instead of {}",
+               c.peer, sender, r.size);
+        r.size = sender;
+        size_t inl = r.size <= kInline ? r.size : 0;
+        if (inl && !ioStep(false, c.ctrl.get(), reinterpret_cast<char*>(r.ctrl), 4 + inl, &r.ctrlOff, c.peer.c_str()))
+          return false;
+        if (inl) std::memcpy(r.data, &r.ctrl[1], inl);
+      }
+      r.state = 2;
+      r.offset = r.size <= kInline ? r.size : 0;
+      if (!c.socks.empty() && r.offset < r.size) {
+        // Split over the data sockets in tasks of at least 64 KiB, round robin (the peer splits the same way).
+        size_t task = std::max(kMinTask, (r.size - r.offset + c.socks.size() - 1) / c.socks.size());
+        for (size_t off = r.offset; off < r.size; off += task) {
+          auto t = std::make_unique<Task>();
+          t->send = r.send;
+          t->data = r.data + off;
+          t->size = std::min(task, r.size - off);
+          t->sock = c.socks[c.nextSock].get();
+          int helper = c.nextSock % c.nThreads;
+          c.nextSock = (c.nextSock + 1) % static_cast<int>(c.socks.size());
+          c.helpers[helper]->add(t.get());
+          r.tasks.push_back(std::move(t));
+        }
+      }
+    }
+    if (!r.tasks.empty()) {
+      for (auto& t : r.tasks) {
+        if (!t->done.load(std::memory_order_acquire)) return false;
+        if (!t->error.empty()) fail(StatusCode::kRemoteError, "{}", t->error);
+      }
+      uint64_t v;
+      while (::read(c.done.get(), &v, sizeof(v)) > 0) {
+      }
+      r.tasks.clear();
+    } else if (!ioStep(r.send, c.ctrl.get(), r.data, r.size, &r.offset, c.peer.c_str())) {
+      return false;
+    }
+    if (size) *size = r.size;
+    r.state = 0;
+    return true;
+  }
+
+  void pollFds(NetComm& comm, std::vector<pollfd>& fds) override {
+    auto& c = static_cast<SocketComm&>(comm);
+    short ev = 0;
+    for (auto& r : c.requests) {
+      if (r.state == 0) continue;
+      if (!r.tasks.empty()) continue;
+      ev |= r.send ? POLLOUT : POLLIN;
+    }
+    if (ev) fds.push_back({c.ctrl.get(), ev, 0});
+    if (c.done.valid()) fds.push_back({c.done.get(), POLLIN, 0});
+  }
+
+ private:
+  void checkDev(int dev) const {
+    if (dev < 0 || dev >= devices())
+      fail(StatusCode::kInvalidArgument, "NET/Socket : device {} of {}", dev, devices());
+  }
+
+  void startHelpers(SocketComm& c) {
+    if (c.socks.empty()) return;
+    c.done = os::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    int perThread = static_cast<int>(c.socks.size()) / std::max(1, c.nThreads);
+    for (int t = 0; t < c.nThreads; ++t) {
+      std::vector<int> fds;
+      for (int s = 0; s < perThread; ++s) fds.push_back(c.socks[t * perThread + s].get());
+      c.helpers.push_back(std::make_unique<Helper>(&c, fds));
+    }
+  }
+
+  NetRequest* post(SocketComm& c, bool send, void* data, size_t size) {
+    if (size > UINT32_MAX) fail(StatusCode::kInvalidArgument, "NET/Socket : message of {} bytes", size);
+    for (auto& r : c.requests) {
+      if (r.state != 0) continue;
+      r.state = 1;
+      r.send = send;
+      r.data = static_cast<char*>(data);
+      r.size = size;
+      r.ctrlOff = r.offset = 0;
+      r.comm = &c;
+      return &r;
+    }
+    return nullptr;
+  }
+
+  std::vector<netif::Interface> ifs_;
+  int nThreads_ = 0, nSocks_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Net> makeSocketNet(const Config& cfg) { return std::make_unique<SocketNet>(cfg); }
+
+}  // namespace topocoll::transport

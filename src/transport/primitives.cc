@@ -1,0 +1,563 @@
+// The protocols over one connector (NCCL 2.30.7 src/device/prims_ll.h and prims_simple.h in spirit: LL lines with
+// inline flags, Simple slots published by tail and released by head; our own code for CPU threads).
+#include "topocoll/transport/primitives.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "fifo.h"
+#include "os.h"
+
+namespace topocoll::transport {
+
+namespace {
+
+constexpr size_t kHeaderWords = 4;      // LL: opBytes lo, opBytes hi, partBytes, dtype | nParts | mode
+constexpr size_t kCopyPiece = 4 << 20;
+constexpr size_t kLLBlockWords = 512;
+constexpr size_t kNetInline = 8 << 10;    // NET chunks up to this size go in the slot, with their header   // LL receivers wait for 4 KiB of lines at a time  // single copies advance in pieces: abort and other transfers get turns
+
+size_t divUp(size_t a, size_t b) { return (a + b - 1) / b; }
+
+inline std::atomic<uint64_t>* llSlot(const ConnInfo& ci, uint64_t step) {
+  return reinterpret_cast<std::atomic<uint64_t>*>(ci.buffs[kProtoLL] + (step % kSteps) * ci.slotBytes[kProtoLL]);
+}
+inline SlotHeader* simpleSlot(const ConnInfo& ci, uint64_t step) {
+  return reinterpret_cast<SlotHeader*>(ci.buffs[kProtoSimple] + (step % kSteps) * ci.slotBytes[kProtoSimple]);
+}
+inline uint64_t llWord(uint64_t step, uint32_t data) { return (static_cast<uint64_t>(step + 1) << 32) | data; }
+inline bool llValid(uint64_t word, uint64_t step) { return (word >> 32) == static_cast<uint32_t>(step + 1); }
+
+}  // namespace
+
+int p2pParts(size_t bytes, size_t chunkBytes, int nNodes, int nChannelsMin, int nChannelsMax) {
+  if (bytes == 0) return 1;
+  size_t minPart = nNodes > 1 ? chunkBytes / 2 : chunkBytes / 8;
+  size_t maxPart = nNodes > 1 ? chunkBytes : chunkBytes * 32;
+  minPart = std::max<size_t>(minPart, 1);
+  int n = static_cast<int>(std::min<size_t>(nChannelsMin, divUp(bytes, minPart)));
+  n = std::max(n, 1);
+  size_t part = std::max(minPart, divUp(bytes, n));
+  while (part > maxPart && n <= nChannelsMax / 2) {
+    n *= 2;
+    part = divUp(bytes, n);
+  }
+  return n;
+}
+
+void p2pPartBounds(int nParts, int part, size_t bytes, size_t* begin, size_t* end) {
+  size_t partBytes = divUp(divUp(bytes, nParts), 4 << 10) * (4 << 10);
+  *begin = std::min(static_cast<size_t>(part) * partBytes, bytes);
+  *end = std::min(static_cast<size_t>(part + 1) * partBytes, bytes);
+}
+
+Transfer::Transfer(Connector& c, Dir dir, void* buf, const MessageDesc& msg, const TransferOptions& opts, bool gated)
+    : c_(c),
+      ci_(c.conn),
+      dir_(dir),
+      buf_(static_cast<char*>(buf)),
+      msg_(msg),
+      opts_(opts),
+      state_(gated ? State::kGated : State::kStart) {}
+
+void Transfer::open(bool drain) {
+  if (state_ != State::kGated) return;
+  drain_ = drain;
+  mismatch_ = drain;
+  state_ = State::kStart;
+}
+
+const char* Transfer::modeName() const {
+  switch (mode_) {
+    case kModeLL: return "LL";
+    case kModeSimple: return "Simple";
+    case kModeRead: return "single copy (read)";
+    case kModeWriteAsk:
+    case kModeWriteDone: return "single copy (write)";
+  }
+  return "-";
+}
+
+std::string Transfer::what() const {
+  return fmt::format("{} {} rank {} on channel {}", dir_ == Dir::kSend ? "send to" : "recv from",
+                     c_.via.empty() ? "" : "(" + c_.via + ")", c_.peer, c_.channel);
+}
+
+void Transfer::publish(std::atomic<uint64_t>* counter, uint64_t v) {
+  counter->store(v, std::memory_order_release);
+  ci_.wake->ring();
+}
+
+void Transfer::failWith(StatusCode code, std::string why, bool breaks) {
+  if (finished()) return;
+  if (breaks && state_ != State::kGated && state_ != State::kStart) c_.markBroken(why);
+  errorCode_ = code;
+  error_ = std::move(why);
+  state_ = State::kFailed;
+}
+
+void Transfer::fail(StatusCode code, const std::string& why) {
+  if (posted_ && ci_.rdv) ci_.rdv->step.store(0, std::memory_order_release);  // the proxy must not write here any more
+  // A receiver still waiting for its first step, or a gated part, leaves the connector in step; anything later
+  // does not (the peer may have published or consumed part of it).
+  bool started = !(state_ == State::kGated || (state_ == State::kStart));
+  failWith(code, why, started);
+}
+
+bool Transfer::progress() {
+  if (finished() || state_ == State::kGated) return false;
+  // A broken connection fails what has not started; what is under way gets a last look (its ack may have arrived
+  // just before the network connection closed).
+  bool startBroken = state_ == State::kStart && c_.broken();
+  bool moved = !startBroken && (dir_ == Dir::kSend ? sendProgress() : recvProgress());
+  if (!finished() && c_.broken()) {
+    failWith(StatusCode::kRemoteError, fmt::format("{}: the connection is broken ({})", what(), c_.brokenReason()),
+             false);
+    return true;
+  }
+  return moved;
+}
+
+bool Transfer::copySingle(char* local, const char* remote, size_t n, bool pull) {
+  if (ci_.flags & kConnDirect) {
+    if (pull) std::memcpy(local, remote, n);
+    else std::memcpy(const_cast<char*>(remote), local, n);
+    return true;
+  }
+  copyErr_ = static_cast<uint32_t>(os::copyRemote(ci_.peerPid, pull, local, reinterpret_cast<uint64_t>(remote), n));
+  return copyErr_ == 0;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sender
+
+bool Transfer::sendProgress() {
+  bool did = false;
+  if (state_ == State::kStart) {
+    firstStep_ = ci_.step;
+    size_t n = msg_.partBytes;
+    bool ll = ci_.buffs[kProtoLL] != nullptr && n <= opts_.llThreshold;
+    const bool direct = ci_.flags & kConnDirect;
+    const bool pull = direct || (ci_.canPull && ci_.canPull->load(std::memory_order_acquire) == 1);
+    const bool push = direct || (ci_.canPush && ci_.canPush->load(std::memory_order_acquire) == 1);
+    bool single = n > 0 && opts_.singleCopyMin >= 0 && n >= static_cast<size_t>(opts_.singleCopyMin) &&
+                  !(ci_.flags & kConnNet) && (pull || push);
+    if (ll) {
+      mode_ = kModeLL;
+      llWords_ = divUp(n, 4);
+      size_t perSlot = ci_.slotBytes[kProtoLL] / 8;
+      lastStep_ = firstStep_ + std::max<size_t>(1, divUp(kHeaderWords + llWords_, perSlot));
+    } else if (single) {
+      // Read mode pulls, write mode pushes; with both possible, odd parts go the other way, so that the two
+      // processes copy at once.
+      bool wantPull = (ci_.flags & kConnRead) != 0;
+      if (pull && push && msg_.nParts > 1 && (msg_.part & 1)) wantPull = !wantPull;
+      if (wantPull && !pull) wantPull = false;
+      if (!wantPull && !push) wantPull = true;
+      mode_ = wantPull ? kModeRead : kModeWriteAsk;
+    } else {
+      mode_ = kModeSimple;
+    }
+    state_ = State::kRun;
+    did = true;
+  }
+  if (state_ == State::kRun) {
+    switch (mode_) {
+      case kModeLL: did |= sendLL(); break;
+      case kModeSimple: did |= sendSimple(); break;
+      default: did |= sendSingle(); break;
+    }
+  }
+  if (state_ == State::kAck && ci_.ack->load(std::memory_order_acquire) >= lastStep_) {
+    ci_.step = lastStep_;
+    const StatusLine& st = *ci_.status;
+    if (copyErr_) {
+      failWith(StatusCode::kSystemError,
+               fmt::format("{}: single copy into the receiver's buffer failed: {}", what(),
+                           std::strerror(static_cast<int>(copyErr_))),
+               false);
+    } else if (st.step.load(std::memory_order_acquire) == firstStep_ + 1) {
+      if (st.code == kMismatch) {
+        mismatch_ = true;
+        failWith(StatusCode::kInvalidUsage,
+                 fmt::format("size or type mismatch: this send has {} x {} ({} bytes), rank {} posted a receive of {} "
+                             "x {} ({} bytes)",
+                             msg_.count, to_string(msg_.dtype), msg_.bytes, c_.peer, st.count,
+                             to_string(static_cast<DataType>(st.dtype)), st.bytes),
+                 false);
+      } else {
+        failWith(StatusCode::kSystemError,
+                 fmt::format("{}: the receiver could not copy the data (errno {}: {})", what(), st.code >> 8,
+                             std::strerror(static_cast<int>(st.code >> 8))),
+                 false);
+      }
+    } else {
+      state_ = State::kDone;
+    }
+    did = true;
+  }
+  return did;
+}
+
+// Lines are built in a local block and copied into the slot in one go: word-by-word stores into lines the
+// receiver is polling would bounce each cache line between the cores. Each 8-byte word still carries its own flag
+// (8-byte aligned stores are never torn), so the order in which the copy lands does not matter.
+bool Transfer::sendLL() {
+  const size_t perSlot = ci_.slotBytes[kProtoLL] / 8;
+  const size_t total = kHeaderWords + llWords_;
+  bool did = false;
+  uint64_t head = ci_.head->load(std::memory_order_acquire);
+  uint64_t block[kLLBlockWords];
+  while (true) {
+    uint64_t step = firstStep_ + done_ / perSlot;
+    if (step >= head + kSteps) return did;
+    char* slot = reinterpret_cast<char*>(llSlot(ci_, step));
+    size_t end = std::min(total, (done_ / perSlot + 1) * perSlot);
+    while (done_ < end) {
+      size_t first = done_, n = std::min(end - done_, kLLBlockWords);
+      const uint64_t flag = static_cast<uint64_t>(step + 1) << 32;
+      size_t k = 0;
+      for (; k < n && done_ < kHeaderWords; ++k, ++done_) {
+        uint32_t v = done_ == 0   ? static_cast<uint32_t>(msg_.bytes)
+                     : done_ == 1 ? static_cast<uint32_t>(msg_.bytes >> 32)
+                     : done_ == 2 ? static_cast<uint32_t>(msg_.partBytes)
+                                  : static_cast<uint32_t>(msg_.dtype) | static_cast<uint32_t>(msg_.nParts) << 8 |
+                                        uint32_t{kModeLL} << 24;
+        block[k] = flag | v;
+      }
+      // Whole data words (a loop the compiler vectorises), then the last partial one.
+      const size_t fullWords = msg_.partBytes / 4 + kHeaderWords;
+      const char* src = buf_ + (done_ - kHeaderWords) * 4;
+      size_t full = std::min(n - k, done_ < fullWords ? fullWords - done_ : 0);
+      for (size_t j = 0; j < full; ++j) {
+        uint32_t v;
+        std::memcpy(&v, src + 4 * j, 4);
+        block[k + j] = flag | v;
+      }
+      k += full;
+      done_ += full;
+      for (; k < n; ++k, ++done_) {
+        uint32_t v = 0;
+        size_t off = (done_ - kHeaderWords) * 4;
+        std::memcpy(&v, buf_ + off, msg_.partBytes - off);
+        block[k] = flag | v;
+      }
+      std::memcpy(slot + (first % perSlot) * 8, block, n * 8);
+    }
+    did = true;
+    ci_.wake->ring();
+    if (done_ == total) {
+      state_ = State::kAck;
+      return true;
+    }
+  }
+}
+
+bool Transfer::sendSimple() {
+  // NET moves the data between the users' buffers (the proxies), so its chunks need not fit a slot.
+  const size_t chunk = (ci_.flags & kConnNet) ? opts_.netChunkBytes
+                                              : std::min(opts_.chunkBytes, ci_.slotBytes[kProtoSimple] - sizeof(SlotHeader));
+  bool did = false;
+  uint64_t head = ci_.head->load(std::memory_order_acquire);
+  while (true) {
+    uint64_t step = firstStep_ + stepsDone_;
+    if (step >= head + kSteps) return did;
+    size_t n = std::min(chunk, msg_.partBytes - done_);
+    SlotHeader* h = simpleSlot(ci_, step);
+    // NET: the proxy sends the data from our buffer (it stays ours until the receiver's ack); else it goes in the slot.
+    // Small NET chunks travel in the slot, with their header in one message: fewer system calls than zero copy.
+    const bool net = (ci_.flags & kConnNet) && n > kNetInline;
+    if (n && !net) std::memcpy(reinterpret_cast<char*>(h + 1), buf_ + done_, n);
+    h->inlined = !net;
+    h->opBytes = msg_.bytes;
+    h->partBytes = msg_.partBytes;
+    h->chunkBytes = n;
+    h->addr = net ? reinterpret_cast<uint64_t>(buf_ + done_) : 0;
+    h->offset = done_;
+    h->partFirst = firstStep_;
+    h->landed = 0;
+    h->dtype = static_cast<uint32_t>(msg_.dtype);
+    h->nParts = static_cast<uint16_t>(msg_.nParts);
+    h->mode = kModeSimple;
+    done_ += n;
+    h->last = done_ == msg_.partBytes;
+    h->error = 0;
+    ++stepsDone_;
+    publish(ci_.tail, step + 1);
+    did = true;
+    if (h->last) {
+      lastStep_ = step + 1;
+      state_ = State::kAck;
+      return true;
+    }
+  }
+}
+
+// Read mode: one step carrying our address; write mode: ask, wait for the receiver's address, copy, say done.
+bool Transfer::sendSingle() {
+  uint64_t head = ci_.head->load(std::memory_order_acquire);
+  if (stepsDone_ == 0) {
+    if (firstStep_ >= head + kSteps) return false;
+    SlotHeader* h = simpleSlot(ci_, firstStep_);
+    *h = SlotHeader{};
+    h->opBytes = msg_.bytes;
+    h->partBytes = msg_.partBytes;
+    h->addr = mode_ == kModeRead ? reinterpret_cast<uint64_t>(buf_) : 0;
+    h->dtype = static_cast<uint32_t>(msg_.dtype);
+    h->nParts = static_cast<uint16_t>(msg_.nParts);
+    h->mode = mode_;
+    h->last = mode_ == kModeRead;
+    stepsDone_ = 1;
+    publish(ci_.tail, firstStep_ + 1);
+    if (mode_ == kModeRead) {
+      lastStep_ = firstStep_ + 1;
+      state_ = State::kAck;
+    }
+    return true;
+  }
+  if (stepsDone_ == 1) {  // write mode: the receiver's answer
+    if (head < firstStep_ + 1) return false;
+    if (ci_.status->step.load(std::memory_order_acquire) == firstStep_ + 1) {
+      lastStep_ = firstStep_ + 1;  // it refused (mismatch): the ack check reports it
+      state_ = State::kAck;
+      return true;
+    }
+    if (ci_.rdv->step.load(std::memory_order_acquire) != firstStep_ + 1) {
+      failWith(StatusCode::kRemoteError, fmt::format("{}: the receiver's address is missing", what()), true);
+      return true;
+    }
+    addr_ = ci_.rdv->addr;
+    stepsDone_ = 2;
+  }
+  if (done_ < msg_.partBytes && copyErr_ == 0) {
+    size_t n = std::min(kCopyPiece, msg_.partBytes - done_);
+    if (copySingle(buf_ + done_, reinterpret_cast<const char*>(addr_ + done_), n, false)) done_ += n;
+    if (done_ < msg_.partBytes && copyErr_ == 0) return true;  // the next piece on the next turn
+  }
+  SlotHeader* h = simpleSlot(ci_, firstStep_ + 1);
+  *h = SlotHeader{};
+  h->opBytes = msg_.bytes;
+  h->partBytes = msg_.partBytes;
+  h->chunkBytes = done_;
+  h->mode = kModeWriteDone;
+  h->last = 1;
+  h->error = copyErr_;
+  lastStep_ = firstStep_ + 2;
+  publish(ci_.tail, lastStep_);
+  state_ = State::kAck;
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Receiver
+
+bool Transfer::recvProgress() {
+  bool did = false;
+  if (state_ == State::kStart) {
+    did = recvStart();
+    // A single copy waits for the next turn: the other parts of the message open first (they may copy the other way).
+    if (state_ != State::kRun || mode_ == kModeRead) return did;
+  }
+  switch (mode_) {
+    case kModeLL: return recvLL() || did;
+    case kModeSimple: return recvSimple() || did;
+    default: return recvSingle() || did;
+  }
+}
+
+bool Transfer::recvStart() {
+  firstStep_ = ci_.step;
+  if ((ci_.flags & kConnNet) && ci_.rdv && !posted_) {
+    // Our buffer for the proxy: chunks whose header matches what we expect land there directly.
+    Rendezvous& r = *ci_.rdv;
+    r.addr = drain_ ? 0 : reinterpret_cast<uint64_t>(buf_);
+    r.opBytes = msg_.bytes;
+    r.partBytes = msg_.partBytes;
+    r.dtype = static_cast<uint32_t>(msg_.dtype);
+    r.nParts = static_cast<uint32_t>(msg_.nParts);
+    r.step.store(firstStep_ + 1, std::memory_order_release);
+    ci_.wake->ring();
+    posted_ = true;
+  }
+  bool found = false;
+  if (ci_.buffs[kProtoLL]) {
+    std::atomic<uint64_t>* w = llSlot(ci_, firstStep_);
+    uint64_t h[kHeaderWords];
+    bool valid = true;
+    for (size_t i = 0; i < kHeaderWords && valid; ++i) valid = llValid(h[i] = w[i].load(std::memory_order_relaxed), firstStep_);
+    if (valid && ((h[3] >> 24) & 0xff) == kModeLL) {
+      peerHdr_ = SlotHeader{};
+      peerHdr_.opBytes = static_cast<uint32_t>(h[0]) | static_cast<uint64_t>(static_cast<uint32_t>(h[1])) << 32;
+      peerHdr_.partBytes = static_cast<uint32_t>(h[2]);
+      peerHdr_.dtype = h[3] & 0xff;
+      peerHdr_.nParts = static_cast<uint16_t>((h[3] >> 8) & 0xffff);
+      peerHdr_.mode = static_cast<uint8_t>((h[3] >> 24) & 0xff);
+      mode_ = kModeLL;
+      llWords_ = divUp(peerHdr_.partBytes, 4);
+      lastStep_ = firstStep_ + std::max<size_t>(1, divUp(kHeaderWords + llWords_, ci_.slotBytes[kProtoLL] / 8));
+      done_ = kHeaderWords;
+      found = true;
+    }
+  }
+  if (!found) {
+    if (ci_.tail->load(std::memory_order_acquire) <= firstStep_) return false;
+    peerHdr_ = *simpleSlot(ci_, firstStep_);
+    mode_ = peerHdr_.mode;
+    if (mode_ != kModeSimple && mode_ != kModeRead && mode_ != kModeWriteAsk) {
+      failWith(StatusCode::kRemoteError,
+               fmt::format("{}: the first step has mode {} (corrupt connection)", what(), peerHdr_.mode), true);
+      return true;
+    }
+  }
+  if (!drain_ && (peerHdr_.opBytes != msg_.bytes || peerHdr_.dtype != static_cast<uint32_t>(msg_.dtype) ||
+                  peerHdr_.nParts != msg_.nParts || peerHdr_.partBytes != msg_.partBytes)) {
+    mismatch_ = drain_ = true;
+  }
+  state_ = State::kRun;
+  return true;
+}
+
+void Transfer::finish() {
+  if (mismatch_ || copyErr_) {
+    StatusLine& st = *ci_.status;
+    st.bytes = msg_.bytes;
+    st.count = msg_.count;
+    st.dtype = static_cast<uint32_t>(msg_.dtype);
+    st.code = mismatch_ ? kMismatch : (kCopyFailed | copyErr_ << 8);
+    st.step.store(firstStep_ + 1, std::memory_order_release);
+  }
+  ci_.step = lastStep_;
+  if (posted_) ci_.rdv->step.store(0, std::memory_order_release);
+  if (ci_.flags & kConnNet) {
+    ci_.head->store(lastStep_, std::memory_order_release);
+    publish(ci_.ack, lastStep_);
+  } else {
+    publish(ci_.head, lastStep_);  // shared memory: the head is the ack
+  }
+  if (mismatch_) {
+    size_t elem = sizeOf(static_cast<DataType>(peerHdr_.dtype & 0xff));
+    failWith(StatusCode::kInvalidUsage,
+             fmt::format("size or type mismatch: this receive expects {} x {} ({} bytes), rank {} sent {} x {} ({} bytes)",
+                         msg_.count, to_string(msg_.dtype), msg_.bytes, c_.peer,
+                         elem && isValid(static_cast<DataType>(peerHdr_.dtype)) ? peerHdr_.opBytes / elem : 0,
+                         isValid(static_cast<DataType>(peerHdr_.dtype)) ? to_string(static_cast<DataType>(peerHdr_.dtype))
+                                                                         : "?",
+                         peerHdr_.opBytes),
+             false);
+  } else if (copyErr_) {
+    failWith(StatusCode::kSystemError,
+             fmt::format("{}: single copy failed: {}", what(), std::strerror(static_cast<int>(copyErr_))), false);
+  } else {
+    state_ = State::kDone;
+  }
+}
+
+// The receiver copies a block out at once (parallel cache misses) and checks every word's flag in its copy; a
+// block that is not complete yet is copied again later.
+bool Transfer::recvLL() {
+  const size_t perSlot = ci_.slotBytes[kProtoLL] / 8;
+  const size_t total = kHeaderWords + llWords_;
+  bool did = false;
+  uint64_t block[kLLBlockWords];
+  while (done_ < total) {
+    uint64_t step = firstStep_ + done_ / perSlot;
+    const char* slot = reinterpret_cast<const char*>(llSlot(ci_, step));
+    size_t stepEnd = std::min(total, (done_ / perSlot + 1) * perSlot);
+    size_t n = std::min(stepEnd - done_, kLLBlockWords);
+    // The last word first (one line polled while the sender writes), then the whole block.
+    if (!llValid(llSlot(ci_, step)[(done_ + n - 1) % perSlot].load(std::memory_order_acquire), step)) return did;
+    std::memcpy(block, slot + (done_ % perSlot) * 8, n * 8);
+    for (size_t k = 0; k < n; ++k)
+      if (!llValid(block[k], step)) return did;
+    if (!drain_) {
+      size_t k = done_ < kHeaderWords ? std::min(n, kHeaderWords - done_) : 0;
+      const size_t fullWords = msg_.partBytes / 4 + kHeaderWords;
+      char* dst = buf_ + (done_ + k - kHeaderWords) * 4;
+      size_t full = std::min(n - k, done_ + k < fullWords ? fullWords - done_ - k : 0);
+      for (size_t j = 0; j < full; ++j) {
+        uint32_t data = static_cast<uint32_t>(block[k + j]);
+        std::memcpy(dst + 4 * j, &data, 4);
+      }
+      k += full;
+      for (; k < n; ++k) {  // the last partial word
+        size_t off = (done_ + k - kHeaderWords) * 4;
+        uint32_t data = static_cast<uint32_t>(block[k]);
+        std::memcpy(buf_ + off, &data, msg_.partBytes - off);
+      }
+    }
+    done_ += n;
+    did = true;
+    if (done_ == stepEnd && done_ < total) publish(ci_.head, step + 1);
+  }
+  finish();
+  return true;
+}
+
+bool Transfer::recvSimple() {
+  const size_t capacity = ci_.slotBytes[kProtoSimple] - sizeof(SlotHeader);
+  bool did = false;
+  while (true) {
+    uint64_t step = firstStep_ + stepsDone_;
+    if (ci_.tail->load(std::memory_order_acquire) <= step) return did;
+    const SlotHeader* h = simpleSlot(ci_, step);
+    size_t n = h->chunkBytes;
+    if (h->mode != kModeSimple || (n > capacity && !h->landed && !drain_) || (!drain_ && done_ + n > msg_.partBytes)) {
+      failWith(StatusCode::kRemoteError, fmt::format("{}: step {} is corrupt", what(), step), true);
+      return true;
+    }
+    if (!drain_ && n && !h->landed) std::memcpy(buf_ + done_, reinterpret_cast<const char*>(h + 1), n);
+    done_ += n;
+    ++stepsDone_;
+    did = true;
+    if (h->last) {
+      if (!drain_ && done_ != msg_.partBytes) mismatch_ = drain_ = true;
+      lastStep_ = step + 1;
+      finish();
+      return true;
+    }
+    publish(ci_.head, step + 1);
+  }
+}
+
+bool Transfer::recvSingle() {
+  if (stepsDone_ == 0) {
+    if (mode_ == kModeRead) {
+      addr_ = peerHdr_.addr;
+      if (!drain_) {
+        while (done_ < msg_.partBytes && copyErr_ == 0) {
+          size_t n = std::min(kCopyPiece, msg_.partBytes - done_);
+          if (copySingle(buf_ + done_, reinterpret_cast<const char*>(addr_ + done_), n, true)) done_ += n;
+          if (done_ < msg_.partBytes && copyErr_ == 0) return true;  // the next piece on the next turn
+        }
+      }
+      lastStep_ = firstStep_ + 1;
+      finish();
+      return true;
+    }
+    // Write mode: our address, unless we refuse.
+    if (drain_) {
+      lastStep_ = firstStep_ + 1;
+      finish();
+      return true;
+    }
+    ci_.rdv->addr = reinterpret_cast<uint64_t>(buf_);
+    ci_.rdv->step.store(firstStep_ + 1, std::memory_order_release);
+    stepsDone_ = 1;
+    publish(ci_.head, firstStep_ + 1);
+    return true;
+  }
+  if (ci_.tail->load(std::memory_order_acquire) <= firstStep_ + 1) return false;
+  const SlotHeader* h = simpleSlot(ci_, firstStep_ + 1);
+  if (h->mode != kModeWriteDone) {
+    failWith(StatusCode::kRemoteError, fmt::format("{}: expected the end of a single copy", what()), true);
+    return true;
+  }
+  copyErr_ = h->error;
+  done_ = h->chunkBytes;
+  lastStep_ = firstStep_ + 2;
+  finish();
+  return true;
+}
+
+}  // namespace topocoll::transport

@@ -1,0 +1,495 @@
+// The per-rank proxy thread (NCCL 2.30.7 src/proxy.cc's roles, our design): blocking calls from the rank's
+// threads, the Unix socket that hands shareable buffers to peer processes, watching those peers, and progressing
+// the network connections.
+#include "topocoll/transport/proxy.h"
+
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "os.h"
+#include "topocoll/log.h"
+#include "topocoll/status.h"
+
+namespace topocoll::transport {
+
+using Clock = std::chrono::steady_clock;
+
+Mapping& Mapping::operator=(Mapping&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) ::munmap(ptr_, size_);
+    ptr_ = o.ptr_;
+    size_ = o.size_;
+    o.ptr_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+Mapping::~Mapping() {
+  if (ptr_) ::munmap(ptr_, size_);
+}
+
+std::string proxySocketName(uint64_t commId, int rank) { return fmt::format("topocoll-{:016x}-{}", commId, rank); }
+
+namespace {
+
+constexpr uint64_t kRequestMagic = 0x74636f6c6c505831ULL;  // "tcollPX1"
+enum RequestKind : uint32_t { kKindBuffer = 1, kKindDoorbellWatch = 2 };
+
+#pragma pack(push, 1)
+struct Request {
+  uint64_t magic = kRequestMagic;
+  uint64_t commId = 0;
+  int32_t rank = -1;
+  uint32_t kind = 0;
+  uint32_t bufId = 0;
+  uint32_t pad = 0;
+};
+struct Reply {
+  int32_t status = 0;  // 0 ok, else refused
+  uint32_t pad = 0;
+  uint64_t size = 0;
+};
+#pragma pack(pop)
+
+struct Exported {
+  os::Fd fd;
+  Mapping mapping;
+};
+
+// A connection to our Unix socket whose request is still arriving.
+struct Pending {
+  os::Fd sock;
+  Request req;
+  size_t got = 0;
+  Clock::time_point since;
+};
+
+class EventWaker : public Waker {
+ public:
+  EventWaker(int efd, std::atomic<bool>* sleeping) : efd_(efd), sleeping_(sleeping) {}
+  void ring() override {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!sleeping_->load(std::memory_order_relaxed)) return;
+    uint64_t one = 1;
+    ssize_t r = ::write(efd_, &one, sizeof(one));
+    (void)r;
+  }
+
+ private:
+  int efd_;
+  std::atomic<bool>* sleeping_;
+};
+
+}  // namespace
+
+struct Proxy::Impl {
+  Proxy* self = nullptr;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> sleeping{false};
+  os::Fd efd;
+  std::unique_ptr<EventWaker> waker;
+  os::Fd listener;
+
+  // Calls from other threads.
+  struct Call {
+    ProxyConnection* conn = nullptr;
+    Msg msg = Msg::kSetup;
+    const void* req = nullptr;
+    size_t reqSize = 0;
+    void* resp = nullptr;
+    size_t respSize = 0;
+    bool done = false;
+    bool result = true;
+    std::exception_ptr error;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Call*> calls;
+  std::vector<std::shared_ptr<ProxyConnection>> toActivate;
+  std::vector<ProxyConnection*> toDeactivate;
+  std::vector<std::pair<os::Fd, int>> newWatches;  // client-side sockets to the peers' proxies, with the peer
+
+  // Proxy thread only.
+  std::vector<std::shared_ptr<ProxyConnection>> active;
+  std::map<uint32_t, Exported> exported;
+  uint32_t nextBufId = 1;
+  std::vector<Pending> pending;
+  std::vector<std::pair<os::Fd, int>> watches;  // socket, peer rank
+
+  void run();
+  bool runCalls();
+  bool takeQueued();
+  bool progressActive();
+  void serveListener();
+  void servePending(size_t i);
+  void answer(Pending& p);
+  void peerGone(int rank, const char* how);
+  Doorbell* opts_doorbell() { return self->opts_.doorbell.get(); }
+};
+
+Proxy::Proxy(const Options& opts) : opts_(opts), impl_(std::make_unique<Impl>()) {
+  Impl& I = *impl_;
+  I.self = this;
+  I.efd = os::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!I.efd.valid()) fail(StatusCode::kSystemError, "eventfd: {}", std::strerror(errno));
+  I.waker = std::make_unique<EventWaker>(I.efd.get(), &I.sleeping);
+  I.listener = os::listenUnix(proxySocketName(opts.commId, opts.rank));
+  I.thread = std::thread([this] { impl_->run(); });
+}
+
+Proxy::~Proxy() {
+  impl_->stop.store(true);
+  uint64_t one = 1;
+  ssize_t r = ::write(impl_->efd.get(), &one, sizeof(one));
+  (void)r;
+  if (impl_->thread.joinable()) impl_->thread.join();
+  for (auto& c : impl_->active) {
+    try {
+      c->free(*this);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+Waker& Proxy::waker() { return *impl_->waker; }
+
+bool Proxy::callBlocking(ProxyConnection& conn, Msg msg, const void* req, size_t reqSize, void* resp,
+                         size_t respSize) {
+  Impl& I = *impl_;
+  Impl::Call call;
+  call.conn = &conn;
+  call.msg = msg;
+  call.req = req;
+  call.reqSize = reqSize;
+  call.resp = resp;
+  call.respSize = respSize;
+  {
+    std::lock_guard<std::mutex> lock(I.mu);
+    I.calls.push_back(&call);
+  }
+  uint64_t one = 1;
+  ssize_t r = ::write(I.efd.get(), &one, sizeof(one));
+  (void)r;
+  std::unique_lock<std::mutex> lock(I.mu);
+  I.cv.wait(lock, [&] { return call.done; });
+  if (call.error) std::rethrow_exception(call.error);
+  return call.result;
+}
+
+void Proxy::activate(std::shared_ptr<ProxyConnection> conn) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->toActivate.push_back(std::move(conn));
+  }
+  uint64_t one = 1;
+  ssize_t r = ::write(impl_->efd.get(), &one, sizeof(one));
+  (void)r;
+}
+
+void Proxy::deactivate(ProxyConnection* conn) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->toDeactivate.push_back(conn);
+  }
+  uint64_t one = 1;
+  ssize_t r = ::write(impl_->efd.get(), &one, sizeof(one));
+  (void)r;
+}
+
+ShareableBuffer Proxy::allocateShareable(size_t size, char** ptr) {
+  Impl& I = *impl_;
+  Exported e;
+  e.fd = os::createMemfd("topocoll-buffer", size);
+  e.mapping = Mapping(os::mapShared(e.fd.get(), size), size);
+  ShareableBuffer b;
+  b.id = I.nextBufId++;
+  b.size = size;
+  b.ownerAddr = reinterpret_cast<uint64_t>(e.mapping.data());
+  *ptr = e.mapping.data();
+  TC_INFO(log::kAlloc | log::kP2p, "Proxy : rank {} allocated shareable buffer {} size {} ptr {}", opts_.rank, b.id,
+          size, fmt::ptr(*ptr));
+  I.exported.emplace(b.id, std::move(e));
+  return b;
+}
+
+void Proxy::releaseShareable(uint32_t id) { impl_->exported.erase(id); }
+
+namespace {
+
+// Sends `req` to `owner`'s proxy and returns its answer and descriptor (owned).
+os::Fd ask(const Proxy::Options& o, int owner, Request req, Reply* rep, os::Fd* keep) {
+  std::string what = fmt::format("rank {} asking rank {}'s proxy for buffer {}", o.rank, owner, req.bufId);
+  os::Fd s = os::connectUnix(proxySocketName(o.commId, owner), what);
+  auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(60));
+  os::sendMsg(s.get(), &req, sizeof(req), -1, deadline, what);
+  os::Fd fd(os::recvMsg(s.get(), rep, sizeof(*rep), deadline, what));
+  if (rep->status != 0 || !fd.valid())
+    fail(StatusCode::kRemoteError, "rank {}: rank {}'s proxy refused buffer {} (status {})", o.rank, owner, req.bufId,
+         rep->status);
+  if (keep) *keep = std::move(s);
+  return fd;
+}
+
+}  // namespace
+
+Mapping Proxy::importShareable(int owner, const ShareableBuffer& b) {
+  if (owner < 0 || owner >= opts_.nRanks) fail(StatusCode::kInvalidArgument, "import from rank {} of {}", owner, opts_.nRanks);
+  Request req;
+  req.commId = opts_.commId;
+  req.rank = opts_.rank;
+  req.kind = kKindBuffer;
+  req.bufId = b.id;
+  Reply rep;
+  os::Fd fd = ask(opts_, owner, req, &rep, nullptr);
+  if (rep.size != b.size || os::fileSize(fd.get()) < b.size)
+    fail(StatusCode::kRemoteError, "rank {}: buffer {} of rank {} has {} bytes, the connect record says {}", opts_.rank,
+         b.id, owner, rep.size, b.size);
+  Mapping m(os::mapShared(fd.get(), b.size), b.size);
+  TC_INFO(log::kP2p, "Proxy : rank {} imported buffer {} of rank {} size {} ptr {}", opts_.rank, b.id, owner, b.size,
+          fmt::ptr(m.data()));
+  return m;
+}
+
+std::shared_ptr<Doorbell> Proxy::importDoorbell(int owner) {
+  if (owner < 0 || owner >= opts_.nRanks) fail(StatusCode::kInvalidArgument, "import from rank {} of {}", owner, opts_.nRanks);
+  Request req;
+  req.commId = opts_.commId;
+  req.rank = opts_.rank;
+  req.kind = kKindDoorbellWatch;
+  Reply rep;
+  os::Fd sock;
+  os::Fd fd = ask(opts_, owner, req, &rep, &sock);
+  auto bell = Doorbell::fromFd(fd.release());
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->newWatches.emplace_back(std::move(sock), owner);
+  }
+  uint64_t one = 1;
+  ssize_t r = ::write(impl_->efd.get(), &one, sizeof(one));
+  (void)r;
+  return bell;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The thread
+
+bool Proxy::Impl::runCalls() {
+  bool did = false;
+  while (true) {
+    Call* c = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (calls.empty()) break;
+      c = calls.front();
+      calls.pop_front();
+    }
+    try {
+      switch (c->msg) {
+        case Msg::kSetup: c->conn->setup(*self, c->req, c->reqSize, c->resp, c->respSize); break;
+        case Msg::kConnect: c->result = c->conn->connect(*self, c->req, c->reqSize, c->resp, c->respSize); break;
+        case Msg::kFree:
+          for (auto it = active.begin(); it != active.end(); ++it)
+            if (it->get() == c->conn) {
+              active.erase(it);
+              break;
+            }
+          c->conn->free(*self);
+          break;
+      }
+    } catch (...) {
+      c->error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      c->done = true;
+    }
+    cv.notify_all();
+    did = true;
+  }
+  return did;
+}
+
+bool Proxy::Impl::takeQueued() {
+  std::lock_guard<std::mutex> lock(mu);
+  bool did = !toActivate.empty() || !toDeactivate.empty() || !newWatches.empty();
+  for (auto& c : toActivate) active.push_back(std::move(c));
+  toActivate.clear();
+  for (ProxyConnection* c : toDeactivate)
+    for (auto it = active.begin(); it != active.end(); ++it)
+      if (it->get() == c) {
+        active.erase(it);
+        break;
+      }
+  toDeactivate.clear();
+  for (auto& w : newWatches) watches.push_back(std::move(w));
+  newWatches.clear();
+  return did;
+}
+
+bool Proxy::Impl::progressActive() {
+  bool did = false;
+  for (size_t i = 0; i < active.size();) {
+    try {
+      did |= active[i]->progress(*self);
+      ++i;
+    } catch (const std::exception& e) {
+      active[i]->failed(e.what());  // it says how bad it is
+      active.erase(active.begin() + static_cast<long>(i));
+      did = true;
+    }
+  }
+  return did;
+}
+
+void Proxy::Impl::peerGone(int rank, const char* how) {
+  auto& gone = self->opts_.peerGone;
+  if (gone && rank >= 0 && rank < static_cast<int>(gone->size()) && !(*gone)[rank].exchange(true)) {
+    TC_INFO(log::kInit | log::kProxy, "Proxy : rank {}: rank {}'s process is gone ({})", self->opts_.rank, rank, how);
+    if (self->opts_.doorbell) self->opts_.doorbell->ring();
+  }
+}
+
+void Proxy::Impl::serveListener() {
+  while (true) {
+    int c = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0) return;
+    Pending p;
+    p.sock = os::Fd(c);
+    p.since = Clock::now();
+    pending.push_back(std::move(p));
+    servePending(pending.size() - 1);
+  }
+}
+
+void Proxy::Impl::servePending(size_t i) {
+  Pending& p = pending[i];
+  while (p.got < sizeof(Request)) {
+    ssize_t n = ::recv(p.sock.get(), reinterpret_cast<char*>(&p.req) + p.got, sizeof(Request) - p.got, 0);
+    if (n > 0) {
+      p.got += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;  // later
+    pending.erase(pending.begin() + static_cast<long>(i));     // closed before a full request
+    return;
+  }
+  Pending done = std::move(p);
+  pending.erase(pending.begin() + static_cast<long>(i));
+  answer(done);
+}
+
+void Proxy::Impl::answer(Pending& p) {
+  const Options& o = self->opts_;
+  const Request& r = p.req;
+  std::string why;
+  int fd = -1;
+  uint64_t size = 0;
+  if (r.magic != kRequestMagic) why = "wrong magic";
+  else if (r.commId != o.commId) why = fmt::format("communicator {:x} is not ours", r.commId);
+  else if (r.rank < 0 || r.rank >= o.nRanks) why = fmt::format("rank {} out of range", r.rank);
+  else if (r.kind == kKindDoorbellWatch) {
+    if (!o.doorbell) why = "no doorbell";
+    else fd = o.doorbell->fd(), size = sizeof(DoorbellPage);
+  } else if (r.kind == kKindBuffer) {
+    auto it = exported.find(r.bufId);
+    if (it == exported.end()) why = fmt::format("no buffer {}", r.bufId);
+    else fd = it->second.fd.get(), size = it->second.mapping.size();
+  } else {
+    why = fmt::format("unknown request {}", r.kind);
+  }
+  Reply rep;
+  rep.status = why.empty() ? 0 : 1;
+  rep.size = size;
+  if (!why.empty()) TC_WARN("Proxy : rank {} refused a request: {}", o.rank, why);
+  try {
+    os::sendMsg(p.sock.get(), &rep, sizeof(rep), why.empty() ? fd : -1, Clock::now() + std::chrono::seconds(2),
+                "answering a proxy request");
+  } catch (const Error& e) {
+    TC_WARN("Proxy : rank {}: {}", o.rank, e.what());
+    return;
+  }
+  if (why.empty() && r.kind == kKindDoorbellWatch) watches.emplace_back(std::move(p.sock), r.rank);
+}
+
+void Proxy::Impl::run() {
+  log::setThreadRank(self->opts_.rank);
+  std::vector<pollfd> fds;
+  while (!stop.load()) {
+    bool did = runCalls();
+    did |= takeQueued();
+    did |= progressActive();
+    if (did) continue;
+    if (!active.empty()) {
+      // Something may move soon: poll the connections for a little while (within the process's spin budget:
+      // Backoff), then sleep in poll() with the engine ringing the eventfd.
+      Backoff spin(20);
+      bool moved = false;
+      while (!moved && opts_doorbell()) {
+        bool sleepNext = false;
+        spin.idle(*opts_doorbell(), [&] { return sleepNext = true; });
+        if (sleepNext) break;
+        moved = progressActive() || runCalls() || takeQueued();
+      }
+      if (moved) continue;
+      sleeping.store(true, std::memory_order_seq_cst);
+      if (progressActive()) {
+        sleeping.store(false);
+        continue;
+      }
+    } else {
+      sleeping.store(true, std::memory_order_seq_cst);
+    }
+    fds.clear();
+    fds.push_back({efd.get(), POLLIN, 0});
+    fds.push_back({listener.get(), POLLIN, 0});
+    size_t pendingAt = fds.size();
+    for (auto& p : pending) fds.push_back({p.sock.get(), POLLIN, 0});
+    size_t watchAt = fds.size();
+    for (auto& w : watches) fds.push_back({w.first.get(), POLLIN, 0});
+    size_t connAt = fds.size();
+    for (auto& c : active) c->pollFds(fds);
+    bool canPoll = fds.size() > connAt;
+    int timeoutMs = active.empty() ? 200 : canPoll ? 50 : 1;
+    int n = ::poll(fds.data(), fds.size(), timeoutMs);
+    sleeping.store(false, std::memory_order_relaxed);
+    if (n <= 0) continue;
+    if (fds[0].revents) {
+      uint64_t v;
+      while (::read(efd.get(), &v, sizeof(v)) > 0) {
+      }
+    }
+    if (fds[1].revents) serveListener();
+    for (size_t i = watchAt; i-- > pendingAt;)
+      if (fds[i].revents && i - pendingAt < pending.size()) servePending(i - pendingAt);
+    for (size_t i = connAt; i-- > watchAt;) {
+      if (!fds[i].revents) continue;
+      size_t w = i - watchAt;
+      char buf[64];
+      ssize_t got = ::recv(watches[w].first.get(), buf, sizeof(buf), 0);
+      if (got > 0 || (got < 0 && (errno == EAGAIN || errno == EINTR))) continue;  // nothing is ever sent on them
+      peerGone(watches[w].second, "its proxy connection closed");
+      watches.erase(watches.begin() + static_cast<long>(w));
+    }
+    // Requests that never completed: drop after a few seconds.
+    auto now = Clock::now();
+    for (size_t i = pending.size(); i-- > 0;)
+      if (now - pending[i].since > std::chrono::seconds(5)) {
+        TC_WARN("Proxy : rank {} dropped an incomplete request", self->opts_.rank);
+        pending.erase(pending.begin() + static_cast<long>(i));
+      }
+  }
+}
+
+}  // namespace topocoll::transport

@@ -1,0 +1,390 @@
+// Point-to-point over every transport, ranks as threads: all-to-all of every type and size, protocol variants,
+// size/type mismatches, abort, timeouts, groups over several communicators, and no leaked descriptor or thread.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "ranks.h"
+#include "topocoll/runtime/communicator.h"
+#include "topocoll/status.h"
+
+namespace topocoll::runtime {
+namespace {
+
+using testing::force;
+using testing::runRanks;
+using testing::Transport;
+using Clock = std::chrono::steady_clock;
+
+uint8_t pattern(int src, int dst, size_t i, int salt) {
+  return static_cast<uint8_t>(src * 131 + dst * 31 + i * 7 + (i >> 9) + salt * 13);
+}
+
+void expectNoErrors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// One grouped all-to-all of `count` elements of `t` (every rank sends to and receives from every rank, itself
+// included, posted in a different order on every rank); returns the bytes that arrived wrong.
+size_t allToAll(Communicator& c, DataType t, size_t count, int salt) {
+  const int n = c.nRanks(), me = c.rank();
+  size_t bytes = count * sizeOf(t);
+  std::vector<std::vector<uint8_t>> out(n), in(n);
+  for (int p = 0; p < n; ++p) {
+    out[p].resize(bytes);
+    in[p].assign(bytes, 0xee);
+    for (size_t i = 0; i < bytes; ++i) out[p][i] = pattern(me, p, i, salt);
+  }
+  groupStart();
+  for (int k = 0; k < n; ++k) {
+    c.recv(in[(me - k + n) % n].data(), count, t, (me - k + n) % n);
+    c.send(out[(me + k) % n].data(), count, t, (me + k) % n);
+  }
+  groupEnd();
+  size_t bad = 0;
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < bytes; ++i) bad += in[p][i] != pattern(p, me, i, salt);
+  return bad;
+}
+
+class AllToAll : public ::testing::TestWithParam<std::tuple<Transport, int>> {};
+
+TEST_P(AllToAll, EveryTypeAndSizeArrivesExactly) {
+  auto [tr, n] = GetParam();
+  auto errors = runRanks(
+      n, [tr = tr](int r, InitOptions& o) { force(tr, r, o.cfg); },
+      [n = n](Communicator& c, int r) {
+        int salt = 0;
+        for (int t = 0; t < kNumDataTypes; ++t) {
+          DataType dt = static_cast<DataType>(t);
+          std::vector<size_t> counts = {0, 1, 7};
+          if (n <= 4 || dt == DataType::kFloat32 || dt == DataType::kInt8) counts.push_back((1 << 20) / sizeOf(dt) + 3);
+          for (size_t count : counts) {
+            size_t bad = allToAll(c, dt, count, ++salt);
+            if (bad) throw Error(StatusCode::kInternal, fmt::format("{} x {}: {} bytes wrong", count, to_string(dt), bad));
+          }
+        }
+      });
+  expectNoErrors(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, AllToAll,
+                         ::testing::Combine(::testing::Values(Transport::kP2p, Transport::kShm, Transport::kNet),
+                                            ::testing::Values(1, 2, 3, 4, 8)),
+                         [](const auto& info) {
+                           return std::string(testing::name(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
+
+// The protocols and modes the knobs select, on two ranks of one process (P2P) and of two "hosts" (NET).
+struct Variant {
+  const char* name;
+  Transport tr;
+  std::function<void(Config&)> set;
+};
+
+class Protocols : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(Protocols, MessagesOfEverySizeArrive) {
+  const Variant& v = GetParam();
+  auto errors = runRanks(
+      2,
+      [&](int r, InitOptions& o) {
+        force(v.tr, r, o.cfg);
+        v.set(o.cfg);
+      },
+      [](Communicator& c, int r) {
+        int salt = 0;
+        for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{4095}, size_t{70000}, size_t{3u << 20}}) {
+          size_t bad = allToAll(c, DataType::kUint8, count, ++salt);
+          if (bad) throw Error(StatusCode::kInternal, fmt::format("{} bytes: {} wrong", count, bad));
+        }
+      });
+  expectNoErrors(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Knobs, Protocols,
+    ::testing::Values(
+        Variant{"ReadMode", Transport::kP2p, [](Config& c) { c.p2pReadEnable = 1; }},
+        Variant{"WriteMode", Transport::kP2p, [](Config& c) { c.p2pReadEnable = 0; }},
+        Variant{"DirectDisabledReadMode", Transport::kP2p,
+                [](Config& c) { c.p2pDirectDisable = 1, c.p2pReadEnable = 1; }},
+        Variant{"DirectDisabledWriteMode", Transport::kP2p, [](Config& c) { c.p2pDirectDisable = 1; }},
+        Variant{"NoSingleCopy", Transport::kP2p, [](Config& c) { c.p2pSingleCopy = -1; }},
+        Variant{"AllLL", Transport::kP2p, [](Config& c) { c.p2pLlThreshold = 1 << 30; }},
+        Variant{"AllSimple", Transport::kP2p, [](Config& c) { c.p2pLlThreshold = 0, c.p2pSingleCopy = -1; }},
+        Variant{"SmallFifo", Transport::kShm, [](Config& c) { c.buffSize = 1 << 16, c.llBuffSize = 1 << 12; }},
+        Variant{"ShmAllLL", Transport::kShm, [](Config& c) { c.p2pLlThreshold = 1 << 30; }},
+        Variant{"NetHelperThreads", Transport::kNet, [](Config& c) { c.socketNthreads = 2, c.nsocksPerThread = 2; }},
+        Variant{"NetSmallChunks", Transport::kNet, [](Config& c) { c.p2pPciChunkSize = 4096; }}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// A receive whose size or type differs from the send: both fail, naming both sides, and the connection is still
+// usable for the next (matching) message. Pairs cover LL against Simple and one part against several.
+class Mismatch : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(Mismatch, BothSidesFailAndTheConnectionStaysUsable) {
+  Transport tr = GetParam();
+  struct Case {
+    size_t sendCount;
+    DataType sendType;
+    size_t recvCount;
+    DataType recvType;
+  };
+  const std::vector<Case> cases = {{8, DataType::kFloat32, 9, DataType::kFloat32},
+                                   {8, DataType::kFloat32, 8, DataType::kInt32},
+                                   {4, DataType::kInt8, 1 << 20, DataType::kInt8},
+                                   {3u << 20, DataType::kInt8, 16, DataType::kInt8},
+                                   {8u << 20, DataType::kFloat64, 1000, DataType::kFloat64},
+                                   {0, DataType::kFloat32, 1, DataType::kFloat32}};
+  std::vector<std::vector<std::string>> seen(2);
+  auto errors = runRanks(
+      2, [tr](int r, InitOptions& o) { force(tr, r, o.cfg); },
+      [&](Communicator& c, int r) {
+        for (const Case& k : cases) {
+          std::vector<uint8_t> buf(std::max(k.sendCount * sizeOf(k.sendType), k.recvCount * sizeOf(k.recvType)));
+          try {
+            if (r == 0) c.send(buf.data(), k.sendCount, k.sendType, 1);
+            else c.recv(buf.data(), k.recvCount, k.recvType, 0);
+            seen[r].push_back("no error");
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), StatusCode::kInvalidUsage) << e.what();
+            seen[r].push_back(e.what());
+          }
+          // The same connection, now with matching sizes.
+          if (allToAll(c, DataType::kInt32, 1000, 7) != 0) throw Error(StatusCode::kInternal, "data wrong after mismatch");
+        }
+      });
+  expectNoErrors(errors);
+  ASSERT_EQ(seen[0].size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
+    std::string s = fmt::format("{} x {}", k.sendCount, to_string(k.sendType));
+    std::string v = fmt::format("{} x {}", k.recvCount, to_string(k.recvType));
+    EXPECT_NE(seen[0][i].find("rank 0: send of " + s + " to rank 1"), std::string::npos) << seen[0][i];
+    EXPECT_NE(seen[0][i].find("mismatch"), std::string::npos) << seen[0][i];
+    EXPECT_NE(seen[0][i].find(v), std::string::npos) << seen[0][i];
+    EXPECT_NE(seen[1][i].find("rank 1: recv of " + v + " from rank 0"), std::string::npos) << seen[1][i];
+    EXPECT_NE(seen[1][i].find(s), std::string::npos) << seen[1][i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::Values(Transport::kP2p, Transport::kShm, Transport::kNet),
+                         [](const auto& info) { return std::string(testing::name(info.param)); });
+
+TEST(SelfSendRecv, CopiesAndChecksSizes) {
+  auto errors = runRanks(
+      1, [](int, InitOptions&) {},
+      [](Communicator& c, int) {
+        std::vector<int32_t> a = {1, 2, 3}, b(3, 0);
+        groupStart();
+        c.recv(b.data(), 3, DataType::kInt32, 0);
+        c.send(a.data(), 3, DataType::kInt32, 0);
+        groupEnd();
+        EXPECT_EQ(a, b);
+        groupStart();
+        c.send(a.data(), 3, DataType::kInt32, 0);
+        c.recv(b.data(), 2, DataType::kInt32, 0);
+        EXPECT_THROW(groupEnd(), Error);
+      });
+  expectNoErrors(errors);
+}
+
+TEST(AsyncRequests, SendsFirstThenReceivesCompleteWithoutAGroup) {
+  auto errors = runRanks(
+      2, [](int r, InitOptions& o) { force(Transport::kP2p, r, o.cfg); },
+      [](Communicator& c, int r) {
+        std::vector<double> out(100000, r + 1.5), in(100000, 0);
+        Request s = c.isend(out.data(), out.size(), DataType::kFloat64, 1 - r);
+        c.recv(in.data(), in.size(), DataType::kFloat64, 1 - r);
+        s.wait();
+        EXPECT_EQ(in[99999], 2.5 - r);
+        // Several in flight to the same peer complete in order.
+        std::vector<int32_t> a(10), b(10, -1);
+        std::vector<Request> reqs;
+        for (int i = 0; i < 10; ++i) {
+          a[i] = 100 * r + i;
+          reqs.push_back(c.isend(&a[i], 1, DataType::kInt32, 1 - r));
+          reqs.push_back(c.irecv(&b[i], 1, DataType::kInt32, 1 - r));
+        }
+        for (auto& q : reqs) q.wait();
+        for (int i = 0; i < 10; ++i) EXPECT_EQ(b[i], 100 * (1 - r) + i);
+      });
+  expectNoErrors(errors);
+}
+
+TEST(Groups, OneThreadDrivesSeveralCommunicators) {
+  // Two ranks' communicators created by two threads; then one thread groups operations of both (NCCL's
+  // single-process multi-GPU pattern): connections are made in parallel, the group completes.
+  auto group = bootstrap::makeInMemoryGroup(2);
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      InitOptions o;
+      o.cfg.hostId = "one-host";
+      comms[r] = Communicator::initWithBootstrap(std::move(group[r]), o);
+    });
+  for (auto& t : ts) t.join();
+  std::vector<float> x(5000, 1.f), y(5000, 2.f), gx(5000), gy(5000);
+  groupStart();
+  comms[0]->send(x.data(), x.size(), DataType::kFloat32, 1);
+  comms[1]->recv(gx.data(), gx.size(), DataType::kFloat32, 0);
+  comms[1]->send(y.data(), y.size(), DataType::kFloat32, 0);
+  comms[0]->recv(gy.data(), gy.size(), DataType::kFloat32, 1);
+  EXPECT_EQ(groupDepth(), 1);
+  groupEnd();
+  EXPECT_EQ(gx, x);
+  EXPECT_EQ(gy, y);
+}
+
+TEST(Faults, AbortFromAnotherThreadUnblocksWaits) {
+  std::atomic<bool> aborted{false};
+  auto errors = runRanks(
+      2, [](int r, InitOptions& o) { force(Transport::kShm, r, o.cfg); },
+      [&](Communicator& c, int r) {
+        c.connectAll();
+        if (r == 1) {
+          while (!aborted.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return;
+        }
+        std::vector<int> buf(100);
+        std::thread killer([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          c.abort();
+        });
+        auto t0 = Clock::now();
+        try {
+          c.recv(buf.data(), buf.size(), DataType::kInt32, 1);
+          ADD_FAILURE() << "the receive completed";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), StatusCode::kAborted) << e.what();
+        }
+        EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3));
+        killer.join();
+        EXPECT_THROW(c.send(buf.data(), 1, DataType::kInt32, 1), Error);
+        aborted = true;
+      });
+  expectNoErrors(errors);
+}
+
+TEST(Faults, AReceiveWithoutSenderTimesOutNamingThePeer) {
+  std::atomic<bool> done{false};
+  auto errors = runRanks(
+      2,
+      [](int r, InitOptions& o) {
+        force(Transport::kP2p, r, o.cfg);
+        o.cfg.timeoutSec = 0.5;
+      },
+      [&](Communicator& c, int r) {
+        c.connectAll();
+        if (r == 1) {
+          while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return;
+        }
+        int x = 0;
+        auto t0 = Clock::now();
+        try {
+          c.recv(&x, 1, DataType::kInt32, 1);
+          ADD_FAILURE() << "the receive completed";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), StatusCode::kTimeout);
+          EXPECT_NE(std::string(e.what()).find("rank 1 did not move"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("rank 0: recv of 1 x int32 from rank 1"), std::string::npos) << e.what();
+        }
+        EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+        done = true;
+      });
+  expectNoErrors(errors);
+}
+
+TEST(BadInput, ClearErrors) {
+  auto errors = runRanks(
+      2, [](int r, InitOptions& o) { force(Transport::kP2p, r, o.cfg); },
+      [](Communicator& c, int r) {
+        int x = 0;
+        auto expectError = [](auto f, StatusCode code, const char* text) {
+          try {
+            f();
+            ADD_FAILURE() << "no error, expected " << text;
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), code) << e.what();
+            EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+          }
+        };
+        expectError([&] { c.send(&x, 1, DataType::kInt32, 2); }, StatusCode::kInvalidArgument, "no such rank");
+        expectError([&] { c.recv(&x, 1, DataType::kInt32, -1); }, StatusCode::kInvalidArgument, "no such rank");
+        expectError([&] { c.send(nullptr, 4, DataType::kInt32, 1 - r); }, StatusCode::kInvalidArgument, "null buffer");
+        expectError([&] { c.send(&x, 1, static_cast<DataType>(42), 1 - r); }, StatusCode::kInvalidArgument,
+                    "unknown data type");
+        expectError([&] { c.send(&x, SIZE_MAX / 2, DataType::kInt64, 1 - r); }, StatusCode::kInvalidArgument,
+                    "overflows");
+        expectError([] { groupEnd(); }, StatusCode::kInvalidUsage, "without groupStart");
+        groupStart();
+        Request q = c.isend(&x, 1, DataType::kInt32, 1 - r);
+        expectError([&] { q.wait(); }, StatusCode::kInvalidUsage, "groupEnd() first");
+        c.recv(&x, 1, DataType::kInt32, 1 - r);
+        groupEnd();
+        q.wait();
+      });
+  expectNoErrors(errors);
+}
+
+TEST(Connections, EachTransportSaysHowItConnects) {
+  for (Transport tr : {Transport::kP2p, Transport::kShm, Transport::kNet}) {
+    std::vector<std::vector<ConnectionInfo>> conns(2);
+    auto errors = runRanks(
+        2, [tr](int r, InitOptions& o) { force(tr, r, o.cfg); },
+        [&](Communicator& c, int r) {
+          c.connectAll();
+          conns[r] = c.connections();
+        });
+    expectNoErrors(errors);
+    const char* expect = tr == Transport::kP2p ? "P2P/direct pointer" : tr == Transport::kShm ? "SHM/direct" : "NET/Socket/0";
+    ASSERT_FALSE(conns[0].empty());
+    bool p2pIndex = false;
+    for (auto& ci : conns[0]) {
+      EXPECT_EQ(ci.via, expect);
+      EXPECT_EQ(ci.peer, 1);
+      p2pIndex |= ci.connIndex == 1;
+    }
+    EXPECT_TRUE(p2pIndex) << "no point-to-point connection";
+  }
+}
+
+TEST(Leaks, NoDescriptorOrThreadOutlivesTheCommunicators) {
+  // A first round creates the process-wide state (the logger's file, the doorbell is per communicator group).
+  for (int round = 0; round < 2; ++round) {
+    int fds = testing::countEntries("/proc/self/fd"), threads = testing::countEntries("/proc/self/task");
+    for (Transport tr : {Transport::kP2p, Transport::kShm, Transport::kNet}) {
+      auto errors = runRanks(
+          3, [tr](int r, InitOptions& o) { force(tr, r, o.cfg); },
+          [](Communicator& c, int) {
+            if (allToAll(c, DataType::kInt32, 5000, 3)) throw Error(StatusCode::kInternal, "wrong data");
+          });
+      expectNoErrors(errors);
+      // A communicator that failed (a receive aborted while waiting) releases everything too.
+      errors = runRanks(
+          2, [tr](int r, InitOptions& o) { force(tr, r, o.cfg); },
+          [](Communicator& c, int r) {
+            c.connectAll();
+            int x = 0;
+            Request q = c.irecv(&x, 1, DataType::kInt32, 1 - r);
+            c.abort();
+            EXPECT_THROW(q.wait(), Error);
+          });
+      expectNoErrors(errors);
+    }
+    if (round == 1) {
+      EXPECT_EQ(testing::countEntries("/proc/self/fd"), fds);
+      EXPECT_EQ(testing::countEntries("/proc/self/task"), threads);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace topocoll::runtime

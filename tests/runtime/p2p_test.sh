@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Point-to-point between processes: each transport forced in turn (P2P, SHM with NCCL_P2P_DISABLE, NET with
+# NCCL_HOSTID), 1..8 ranks, `comm-check --sendrecv` moving and checking data between every pair; mpirun; two
+# "hosts" in network namespaces; NCCL's connection log lines; a rank killed with -9 in the middle of transfers (the
+# others fail within TOPOCOLL_TIMEOUT naming it); nothing left in /dev/shm, no process left behind.
+set -u
+T=${TOPOCOLL:?}
+PERF=${TOPOCOLL_PERF:?}
+tmp=$(mktemp -d)
+fails=0
+shm_before=$(ls /dev/shm | wc -l)
+cleanup() { rm -rf "$tmp"; ip netns del tcp2p1 2>/dev/null; ip netns del tcp2p2 2>/dev/null; }
+trap cleanup EXIT
+# Below the kernel's ephemeral range (32768+), where our own connections could hold the port.
+port() { echo $((20000 + (RANDOM * 7 + $$) % 12000)); }
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+
+# run NAME N HOSTS CMD...: N ranks of `CMD` (topocoll or topocoll-perf arguments via env), hosts of N/HOSTS ranks.
+run() {
+  local name=$1 n=$2 hosts=$3
+  shift 3
+  local p per pids=() rc=0
+  p=$(port)
+  per=$(((n + hosts - 1) / hosts))
+  for ((r = 0; r < n; r++)); do
+    env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % per)) NCCL_COMM_ID=127.0.0.1:$p NCCL_HOSTID=host$((r / per)) \
+      TOPOCOLL_TIMEOUT=${TIMEOUT:-60} ${EXTRA:-} "$@" > "$tmp/$name.$r" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  return $rc
+}
+
+# Each transport, 1..8 ranks, every type at 0, 1, 7 and 1 MiB + 3 elements (8 ranks: two types).
+for tr in P2P SHM NET; do
+  for n in 1 2 3 4 8; do
+    hosts=1
+    extra=""
+    case $tr in
+      SHM) extra="NCCL_P2P_DISABLE=1" ;;
+      NET) hosts=$n ;;
+    esac
+    types=all
+    [ $n = 8 ] && types=float,int8
+    name=$tr-$n
+    if EXTRA=$extra run "$name" $n $hosts "$T" comm-check --sendrecv --types $types; then
+      if grep -q "all correct" "$tmp/$name.0" && { [ $n = 1 ] || grep -q "via $tr/" "$tmp/$name.0"; } &&
+        ! grep -v "via $tr/" "$tmp/$name.0" | grep -q " via "; then
+        ok "$name ($(grep -c ' via ' "$tmp/$name.0") connections via $tr)"
+      else
+        bad "$name" "$(grep -E 'via|sendrecv' "$tmp/$name.0" | head -3)"
+      fi
+    else
+      bad "$name" "$(cat "$tmp/$name".* | grep -i error | head -3)"
+    fi
+  done
+done
+
+# 64 MiB of two types, both ways, over each transport between two processes.
+for tr in P2P SHM NET; do
+  hosts=1
+  extra=""
+  [ $tr = SHM ] && extra="NCCL_P2P_DISABLE=1"
+  [ $tr = NET ] && hosts=2
+  if EXTRA=$extra run big-$tr 2 $hosts "$T" comm-check --sendrecv --sizes 64MB --types float,int8 &&
+    grep -q "all correct" "$tmp/big-$tr.0"; then
+    ok "64 MiB $tr"
+  else
+    bad "64 MiB $tr" "$(cat "$tmp/big-$tr".* | tail -3)"
+  fi
+done
+
+# NCCL's connection lines at NCCL_DEBUG=INFO.
+EXTRA="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM,NET" run log-p2p 2 1 "$T" comm-check
+EXTRA="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM,NET NCCL_P2P_DISABLE=1" run log-shm 2 1 "$T" comm-check
+EXTRA="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM,NET" run log-net 2 2 "$T" comm-check
+prefix='^[^: ]+:[0-9]+:[0-9]+ \[[01]\] NCCL INFO'
+if grep -qE "$prefix Channel 00/0 : 0\[0\] -> 1\[1\] via P2P/IPC$" "$tmp/log-p2p.0" &&
+  grep -qE "$prefix Channel 00 : 0\[0\] -> 1\[1\] via SHM/direct$" "$tmp/log-shm.0" &&
+  grep -qE "$prefix Channel 00/0 : 0\[0\] -> 1\[0\] \[send\] via NET/Socket/0$" "$tmp/log-net.0" &&
+  grep -qE "$prefix Channel 00/0 : 1\[0\] -> 0\[0\] \[receive\] via NET/Socket/0$" "$tmp/log-net.0" &&
+  grep -qE "$prefix Connected all rings" "$tmp/log-net.0"; then
+  ok "NCCL connection lines"
+else
+  bad "NCCL connection lines" "$(grep -h -E 'Channel 00' "$tmp"/log-*.0 | head -5)"
+fi
+
+# OpenMPI's mpirun, oversubscribed.
+if command -v mpirun > /dev/null; then
+  if timeout 120 mpirun --allow-run-as-root --oversubscribe -np 4 -x TOPOCOLL_TIMEOUT=60 "$T" comm-check --sendrecv \
+    --types float,int64 > "$tmp/mpi.out" 2>&1 && grep -q "all correct" "$tmp/mpi.out"; then
+    ok "mpirun -np 4"
+  else
+    bad mpirun "$(tail -3 "$tmp/mpi.out")"
+  fi
+else
+  echo "skip mpirun (not installed)"
+fi
+
+# Two hosts for real: network namespaces joined by a veth pair; NET between them, P2P inside each.
+if ip netns add tcp2p1 2> /dev/null && ip netns add tcp2p2 2> /dev/null &&
+  ip link add tcpv1 type veth peer name tcpv2 2> /dev/null; then
+  ip link set tcpv1 netns tcp2p1 && ip link set tcpv2 netns tcp2p2
+  ip -n tcp2p1 addr add 10.78.0.1/24 dev tcpv1 && ip -n tcp2p2 addr add 10.78.0.2/24 dev tcpv2
+  ip -n tcp2p1 link set tcpv1 up && ip -n tcp2p2 link set tcpv2 up
+  ip -n tcp2p1 link set lo up && ip -n tcp2p2 link set lo up
+  p=$(port)
+  for r in 0 1 2 3; do
+    ip netns exec tcp2p$((r / 2 + 1)) env RANK=$r WORLD_SIZE=4 NCCL_COMM_ID=10.78.0.1:$p NCCL_HOSTID=ns$((r / 2)) \
+      NCCL_SOCKET_IFNAME=tcpv TOPOCOLL_TIMEOUT=30 "$T" comm-check --sendrecv --types float,uint8 > "$tmp/ns.$r" 2>&1 &
+  done
+  wait
+  if grep -q "all correct" "$tmp/ns.0" && grep -q "via NET/Socket/0" "$tmp/ns.0" && grep -q "via P2P/" "$tmp/ns.0"; then
+    ok "netns (NET between namespaces, P2P inside)"
+  else
+    bad netns "$(cat "$tmp"/ns.* | grep -iE 'error|sendrecv' | head -3)"
+  fi
+else
+  echo "skip netns (no rights to create network namespaces)"
+fi
+
+# kill -9 of rank 1 while three ranks exchange 8 MiB messages: ranks 0 and 2 fail within the timeout naming rank 1.
+for tr in P2P SHM NET; do
+  hosts=1
+  extra=""
+  [ $tr = SHM ] && extra="NCCL_P2P_DISABLE=1"
+  [ $tr = NET ] && hosts=3
+  start=$(date +%s)
+  p=$(port)
+  pids=()
+  for r in 0 1 2; do
+    env RANK=$r WORLD_SIZE=3 NCCL_COMM_ID=127.0.0.1:$p NCCL_HOSTID=k$((hosts > 1 ? r : 0)) TOPOCOLL_TIMEOUT=8 $extra \
+      "$PERF" sendrecv_perf -b 8M -e 8M -n 100000 -w 0 -c 0 > "$tmp/kill-$tr.$r" 2>&1 &
+    pids+=($!)
+  done
+  # Once rank 0 printed its column header, the ranks are connected and exchanging 8 MiB messages.
+  for i in $(seq 300); do grep -q "(elements)" "$tmp/kill-$tr.0" 2> /dev/null && break; sleep 0.05; done
+  sleep 0.5
+  kill -9 "${pids[1]}"
+  wait "${pids[1]}" 2> /dev/null
+  wait "${pids[0]}"
+  rc0=$?
+  wait "${pids[2]}"
+  rc2=$?
+  took=$(($(date +%s) - start))
+  if [ $rc0 != 0 ] && [ $rc2 != 0 ] && grep -q "rank 1" "$tmp/kill-$tr.0" && grep -q "rank 1" "$tmp/kill-$tr.2" &&
+    [ $took -le 15 ]; then
+    ok "kill -9 mid-transfer over $tr (${took}s): $(grep -o 'rank 0: [^:]*:[^(]*' "$tmp/kill-$tr.0" | head -1)"
+  else
+    bad "kill -9 over $tr" "took ${took}s, rc $rc0 $rc2: $(tail -2 "$tmp/kill-$tr.0") / $(tail -2 "$tmp/kill-$tr.2")"
+  fi
+done
+
+# Nothing left behind.
+shm_after=$(ls /dev/shm | wc -l)
+[ "$shm_after" -le "$shm_before" ] && ok "/dev/shm clean ($shm_after entries)" || bad "/dev/shm" "$(ls /dev/shm)"
+if pgrep -f "$PERF sendrecv_perf" > /dev/null; then bad "processes" "topocoll-perf still running"; else ok "no process left"; fi
+
+echo "$fails failure(s)"
+[ $fails -eq 0 ]

@@ -1,0 +1,67 @@
+// Ranks as threads of one process over the in-memory bootstrap, each with its own knobs.
+#pragma once
+
+#include <dirent.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "topocoll/runtime/communicator.h"
+
+namespace topocoll::testing {
+
+enum class Transport { kP2p, kShm, kNet };
+inline const char* name(Transport t) { return t == Transport::kP2p ? "P2P" : t == Transport::kShm ? "SHM" : "NET"; }
+
+/// Knobs that force `t` between ranks of one process: P2P by default, NCCL_P2P_DISABLE for SHM, one "host" per rank
+/// (NCCL_HOSTID) for NET.
+inline void force(Transport t, int rank, Config& cfg) {
+  cfg.hostId = t == Transport::kNet ? "net-host" + std::to_string(rank) : "one-host";
+  if (t == Transport::kShm) {
+    cfg.p2pDisable = 1;
+    cfg.p2pLevel = 0;
+  }
+}
+
+/// Runs `body(comm, rank)` on `n` threads, each with a communicator over one in-memory group; `configure` adjusts
+/// each rank's options. Returns each rank's error message ("" when none).
+inline std::vector<std::string> runRanks(int n, const std::function<void(int, runtime::InitOptions&)>& configure,
+                                         const std::function<void(runtime::Communicator&, int)>& body) {
+  bootstrap::Options bo;
+  bo.timeout = std::chrono::seconds(60);
+  auto group = bootstrap::makeInMemoryGroup(n, bo);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        runtime::InitOptions o;
+        o.cfg.timeoutSec = 60;
+        configure(r, o);
+        o.bootstrap = bo;
+        auto comm = runtime::Communicator::initWithBootstrap(std::move(group[r]), o);
+        body(*comm, r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+/// Entries of a /proc directory (open descriptors, threads).
+inline int countEntries(const char* dir) {
+  int n = 0;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+}  // namespace topocoll::testing

@@ -1,0 +1,236 @@
+// The transport layer's pieces on their own: connect-record checks, NCCL's p2p split, the doorbell, the socket
+// network plugin, and the proxy refusing strangers.
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "topocoll/status.h"
+#include "topocoll/transport/doorbell.h"
+#include "topocoll/transport/net.h"
+#include "topocoll/transport/primitives.h"
+#include "topocoll/transport/proxy.h"
+#include "topocoll/transport/transport.h"
+
+namespace topocoll::transport {
+namespace {
+
+ConnectRecord goodRecord() {
+  ConnectRecord r;
+  r.magic = ConnectRecord::kMagic;
+  r.side = static_cast<uint8_t>(Side::kSend);
+  r.connIndex = 1;
+  r.transport = 0;
+  r.commId = 0x1234;
+  r.rank = 2;
+  r.peer = 0;
+  r.channel = 3;
+  return r;
+}
+
+TEST(ConnectRecord, IsRefusedUnlessItIsForThisConnector) {
+  auto check = [](const ConnectRecord& r) { return checkRecord(r, 0x1234, 4, 2, 0, 3, 1, Side::kRecv); };
+  EXPECT_EQ(check(goodRecord()), "");
+  ConnectRecord r = goodRecord();
+  r.magic = 0xdeadbeef;
+  EXPECT_NE(check(r).find("wrong magic"), std::string::npos);
+  r = goodRecord();
+  r.commId = 0x9999;  // a stranger: another communicator
+  EXPECT_NE(check(r).find("belongs to communicator"), std::string::npos);
+  r = goodRecord();
+  r.rank = 7;
+  EXPECT_NE(check(r).find("out of range"), std::string::npos);
+  r = goodRecord();
+  r.rank = 1;
+  EXPECT_NE(check(r).find("came from rank 2"), std::string::npos);
+  r = goodRecord();
+  r.peer = 3;
+  EXPECT_NE(check(r).find("is for rank 3"), std::string::npos);
+  r = goodRecord();
+  r.channel = 4;
+  EXPECT_NE(check(r).find("channel 4/1"), std::string::npos);
+  r = goodRecord();
+  r.side = static_cast<uint8_t>(Side::kRecv);
+  EXPECT_NE(check(r).find("recv record"), std::string::npos);
+  r = goodRecord();
+  r.transport = 9;
+  EXPECT_NE(check(r).find("unknown transport"), std::string::npos);
+  static_assert(sizeof(ConnectRecord) == 128);
+}
+
+TEST(Registry, IsNcclsOrder) {
+  ASSERT_EQ(registry().size(), 3u);
+  EXPECT_STREQ(registry()[0]->name(), "P2P");
+  EXPECT_STREQ(registry()[1]->name(), "SHM");
+  EXPECT_STREQ(registry()[2]->name(), "NET");
+}
+
+TEST(P2pSplit, FollowsNccl) {
+  const size_t chunk = 128 << 10;
+  EXPECT_EQ(p2pParts(0, chunk, 1, 2, 2), 1);
+  EXPECT_EQ(p2pParts(8, chunk, 1, 2, 2), 1);            // below the minimum part (chunk / 8)
+  EXPECT_EQ(p2pParts(16 << 10, chunk, 1, 2, 2), 1);
+  EXPECT_EQ(p2pParts((16 << 10) + 1, chunk, 1, 2, 2), 2);
+  EXPECT_EQ(p2pParts(64 << 20, chunk, 1, 2, 2), 2);     // parts up to 32 chunks, then more channels (max 2)
+  EXPECT_EQ(p2pParts(64 << 20, chunk, 1, 1, 8), 8);
+  EXPECT_EQ(p2pParts(100 << 10, chunk, 2, 4, 4), 2);    // several nodes: minimum part chunk / 2
+  size_t b, e;
+  p2pPartBounds(2, 0, 10000, &b, &e);                   // parts are 4 KiB multiples
+  EXPECT_EQ(b, 0u);
+  EXPECT_EQ(e, 8192u);
+  p2pPartBounds(2, 1, 10000, &b, &e);
+  EXPECT_EQ(b, 8192u);
+  EXPECT_EQ(e, 10000u);
+  p2pPartBounds(4, 3, 100, &b, &e);
+  EXPECT_EQ(b, 100u);
+  EXPECT_EQ(e, 100u);
+}
+
+TEST(Doorbell, RingWakesASleeperAndReadyNeverMissesARing) {
+  auto bell = Doorbell::process();
+  EXPECT_EQ(bell.get(), Doorbell::process().get());  // one per process
+  std::atomic<int> value{0};
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    value.store(1);
+    bell->ring();
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  while (value.load() == 0) bell->sleep([&] { return value.load() != 0; }, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  t.join();
+  // Ready at once: no sleep at all.
+  t0 = std::chrono::steady_clock::now();
+  bell->sleep([] { return true; }, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+}
+
+// Drives a send and a receive until both are done.
+void complete(Net& net, NetRequest* s, NetRequest* r, size_t* got) {
+  bool sd = false, rd = false;
+  size_t n = 0;
+  for (int i = 0; i < 2000000 && !(sd && rd); ++i) {
+    if (!sd) sd = net.test(s, &n);
+    if (!rd) rd = net.test(r, got);
+  }
+  ASSERT_TRUE(sd && rd);
+}
+
+class SocketNet : public ::testing::TestWithParam<int> {};
+
+TEST_P(SocketNet, MovesMessagesInOrderAndRefusesOversizedOnes) {
+  Config cfg;
+  cfg.socketIfname = "lo";
+  cfg.socketNthreads = GetParam();
+  cfg.nsocksPerThread = 2;
+  auto net = makeSocketNet(cfg);
+  ASSERT_GE(net->devices(), 1);
+  EXPECT_STREQ(net->name(), "Socket");
+  EXPECT_EQ(net->getProperties(0).name, "lo");
+  NetHandle h;
+  auto listen = net->listen(0, &h);
+  std::unique_ptr<NetComm> state, send, recv;
+  for (int i = 0; i < 100000 && !(send && recv); ++i) {
+    if (!send) send = net->connect(0, h, &state);
+    if (!recv) recv = net->accept(*listen);
+  }
+  ASSERT_TRUE(send && recv);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{128}, size_t{129}, size_t{70000}, size_t{3} << 20}) {
+    std::vector<uint8_t> out(size), in(size + 16, 0);
+    for (size_t i = 0; i < size; ++i) out[i] = static_cast<uint8_t>(i * 13 + size);
+    NetRequest* s = net->isend(*send, out.data(), size, 0, nullptr);
+    NetRequest* r = net->irecv(*recv, in.data(), in.size(), 0, nullptr);
+    ASSERT_TRUE(s && r);
+    size_t got = 0;
+    complete(*net, s, r, &got);
+    EXPECT_EQ(got, size);
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), in.begin())) << size;
+  }
+  // More bytes than the receive can hold: an error, not a silent truncation.
+  std::vector<uint8_t> big(1000), small(10);
+  NetRequest* s = net->isend(*send, big.data(), big.size(), 0, nullptr);
+  NetRequest* r = net->irecv(*recv, small.data(), small.size(), 0, nullptr);
+  bool threw = false;
+  for (int i = 0; i < 1000000 && !threw; ++i) {
+    net->test(s, nullptr);
+    try {
+      if (net->test(r, nullptr)) break;
+    } catch (const Error& e) {
+      threw = true;
+      EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(threw);
+  send.reset();  // the refused send may still be in flight: close before its buffer goes
+  recv.reset();
+}
+
+INSTANTIATE_TEST_SUITE_P(HelperThreads, SocketNet, ::testing::Values(0, 2));
+
+TEST(SocketNetStrangers, AConnectionWithAWrongMagicIsDropped) {
+  Config cfg;
+  cfg.socketIfname = "lo";
+  auto net = makeSocketNet(cfg);
+  NetHandle h;
+  auto listen = net->listen(0, &h);
+  NetHandle wrong = h;
+  wrong.bytes[0] ^= 0xff;  // the magic
+  std::unique_ptr<NetComm> state, stranger;
+  for (int i = 0; i < 100000 && !stranger; ++i) stranger = net->connect(0, wrong, &state);
+  ASSERT_TRUE(stranger);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(net->accept(*listen), nullptr);
+}
+
+TEST(Proxy, RefusesRequestsFromStrangersAndServesItsRanks) {
+  Proxy::Options o;
+  o.rank = 0;
+  o.nRanks = 2;
+  o.commId = 0xabcdef;
+  o.doorbell = Doorbell::process();
+  o.timeout = std::chrono::seconds(5);
+  Proxy proxy(o);
+  class Alloc : public ProxyConnection {
+   public:
+    void setup(Proxy& p, const void*, size_t, void* resp, size_t) override {
+      char* ptr;
+      *static_cast<ShareableBuffer*>(resp) = p.allocateShareable(8192, &ptr);
+      std::strcpy(ptr, "hello");
+    }
+  } conn;
+  ShareableBuffer b;
+  proxy.callBlocking(conn, Proxy::Msg::kSetup, nullptr, 0, &b, sizeof(b));
+  // A stranger: garbage, then a request with another communicator's id.
+  std::string name = proxySocketName(o.commId, 0);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path + 1, name.data(), name.size());
+    ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), offsetof(sockaddr_un, sun_path) + 1 + name.size()), 0);
+    char junk[32];
+    std::memset(junk, attempt ? 0x41 : 0, sizeof(junk));
+    ASSERT_EQ(::write(s, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
+    int32_t status = 0;
+    ASSERT_GE(::read(s, &status, sizeof(status)), 0);
+    EXPECT_NE(status, 0);
+    ::close(s);
+  }
+  // A rank of the communicator (here: one of another process, as the peer would be) maps it.
+  Proxy::Options peer = o;
+  peer.rank = 1;
+  Proxy other(peer);
+  Mapping m = other.importShareable(0, b);
+  EXPECT_STREQ(m.data(), "hello");
+  ShareableBuffer missing = b;
+  missing.id = 77;
+  EXPECT_THROW(other.importShareable(0, missing), Error);
+  EXPECT_THROW(other.importShareable(5, b), Error);
+}
+
+}  // namespace
+}  // namespace topocoll::transport
