@@ -17,6 +17,7 @@ namespace {
 
 struct PlanArgs {
   std::string topo, gpusList, graphOut, graphIn, drawOut, plotOut, collName, typeName = "float32";
+  std::string netPluginVersion, netDevices;  // set the knobs of the same meaning
   JobSpec job;
   bool json = false, pretty = false, explain = false;
 };
@@ -114,6 +115,9 @@ std::vector<int> parseDevList(const std::string& list) {
 Plan planFor(PlanArgs& a, Config& cfg, std::string* name, std::string* shownName) {
   if (!a.gpusList.empty()) a.job.ranksOnGpus = parseDevList(a.gpusList);
   if (!a.graphIn.empty()) cfg.graphFile = a.graphIn;
+  // Flags that stand for knobs go through the knob's own parser (same validation, same messages).
+  if (!a.netPluginVersion.empty()) findKnob("TOPOCOLL_NET_PLUGIN_VERSION")->set(cfg, a.netPluginVersion);
+  if (!a.netDevices.empty()) findKnob("TOPOCOLL_NET_DEVICES")->set(cfg, a.netDevices);
   auto doc = loadTopology(a.topo, cfg, name);
   Plan p = makePlan(doc, a.job, cfg);
   *shownName = *name;
@@ -147,6 +151,12 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
     c->add_option("--gpus-per-node,-g", a->job.gpusPerNode, "Use the first G GPUs (by dev) of each node")
         ->check(CLI::Range(1, 1 << 16));
     c->add_option("--ranks-on-gpus", a->gpusList, "Comma-separated GPU dev of each local rank, e.g. 0,1,2,3");
+    c->add_option("--net-plugin-version", a->netPluginVersion,
+                  "Net plugin NCCL loads: 0 internal (default; fused NICs of at most 4 ports), 6..12 external "
+                  "(TOPOCOLL_NET_PLUGIN_VERSION)");
+    c->add_option("--net-devices", a->netDevices,
+                  "Network devices the job sees, e.g. 'eth0:25000' or 'mlx5_0@0000:1c:00.0,mlx5_1@0000:9c:00.0' "
+                  "(TOPOCOLL_NET_DEVICES; default: the XML's <net>s, or one 10 Gb/s eth0)");
     c->add_flag("--json", a->json, "One JSON document (field names of shared/conformance/SCHEMA.md)");
     c->add_flag("--pretty", a->pretty, "Indent the JSON");
   };

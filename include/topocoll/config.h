@@ -28,6 +28,8 @@ struct Config {
   int ibMergeNics = 1;           // NCCL_IB_MERGE_NICS
   int netDevsPolicy = 0;         // NCCL_NETDEVS_POLICY: 0 AUTO, 1 ALL, 2 MAX
   int netDevsPolicyMax = -1;     //   n of MAX:n
+  int netPluginVersion = 0;      // TOPOCOLL_NET_PLUGIN_VERSION: 0 = NCCL's internal IB/socket plugins, else v6..v12
+  std::string netDevices;        // TOPOCOLL_NET_DEVICES: the network plugin's devices (empty: the XML's <net>s)
   // Paths
   std::optional<int> p2pLevel;     // NCCL_P2P_LEVEL, or LOC when NCCL_P2P_DISABLE=1 (path type value)
   int p2pDisable = 0;              // NCCL_P2P_DISABLE
@@ -37,6 +39,8 @@ struct Config {
   int pxnDisable = 0;              // NCCL_PXN_DISABLE
   int pxnC2c = 1;                  // NCCL_PXN_C2C
   int nvbDisable = 0;              // NCCL_NVB_DISABLE
+  int netDisableIntra = 0;         // NCCL_NET_DISABLE_INTRA
+  int shmDisable = 0;              // NCCL_SHM_DISABLE
   // Search
   int crossNic = 2;                // NCCL_CROSS_NIC
   int nvlsEnable = 2;              // NCCL_NVLS_ENABLE

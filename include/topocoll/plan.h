@@ -55,7 +55,13 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
 /// `graph_dump_xml`, `connect`, `tuning`, `selection`) plus topocoll's own (documented in docs/plan-json.md).
 std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize = 4, bool pretty = false);
 
-/// Selection table for sizes 8 B .. 8 GiB (powers of two; sizes below one element per rank left out).
+/// The size nccl-tests reports (and NCCL's tuner sees) for a test size `size` (its -b/-e/-f sizes): the size
+/// itself, except for AllGather and ReduceScatter, whose buffer holds a whole number of elements per rank:
+/// floor(size / nRanks / typeSize) x typeSize x nRanks (0 when a rank would get no element).
+uint64_t testSize(int coll, uint64_t size, int typeSize, int nRanks);
+
+/// Selection table for the test sizes 8 B .. 8 GiB (powers of two, rounded by testSize; sizes of 0 elements left
+/// out), collectives in nccl-tests' order.
 std::vector<tuning::Selection> selectionTable(const Plan& plan, int typeSize, int onlyColl = -1);
 
 }  // namespace topocoll

@@ -134,6 +134,27 @@ std::vector<Knob> buildRegistry() {
     };
     r.push_back(std::move(k));
   }
+  {
+    Knob k = intKnob<&Config::netPluginVersion>(
+        "TOPOCOLL_NET_PLUGIN_VERSION", "topology", 0, 12,
+        "Network plugin NCCL loads: 0 = its internal IB/socket plugins (fused NICs of at most 4 ports), 6..12 = an "
+        "external plugin of that version (v12: 8 ports)");
+    k.range = "0 | 6..12";
+    k.set = [](Config& c, const std::string& v) {
+      long long x = parseInteger("TOPOCOLL_NET_PLUGIN_VERSION", v, 0, 12);
+      if (x != 0 && x < 6)
+        fail(StatusCode::kInvalidArgument,
+             "TOPOCOLL_NET_PLUGIN_VERSION={}: NCCL 2.30.7 loads net plugins of versions 6 to 12 (0 = internal)", v);
+      c.netPluginVersion = static_cast<int>(x);
+    };
+    r.push_back(std::move(k));
+  }
+  r.push_back(stringKnob<&Config::netDevices>(
+      "TOPOCOLL_NET_DEVICES", "topology",
+      "The network devices the job sees, in plugin order, instead of the XML's <net>s: 'eth0:25000,mlx5_0@0000:1c:00.0' "
+      "(name[:Mb/s][@PCI bus id]; without a bus id a socket device under the first CPU). Default for an XML without "
+      "<net>: one 10 Gb/s socket device eth0",
+      "name[:speed][@busid],..."));
   // --- paths
   r.push_back(levelKnob<&Config::p2pLevel>("NCCL_P2P_LEVEL", "paths",
                                            "Max path type for GPU peer-to-peer (default: PXB, or SYS on some CPUs)"));
@@ -149,6 +170,12 @@ std::vector<Knob> buildRegistry() {
   r.push_back(intKnob<&Config::pxnC2c>("NCCL_PXN_C2C", "paths", 0, 1, "Allow PXN relays reaching their NIC over P2C"));
   r.push_back(intKnob<&Config::nvbDisable>("NCCL_NVB_DISABLE", "paths", 0, 1,
                                            "1 disables NVLink paths through an intermediate GPU (NVB)"));
+  r.push_back(intKnob<&Config::netDisableIntra>(
+      "NCCL_NET_DISABLE_INTRA", "paths", 0, 1,
+      "1: GPUs of one host never use the network between them (by default they do when both reach a NIC faster "
+      "than each other)"));
+  r.push_back(intKnob<&Config::shmDisable>("NCCL_SHM_DISABLE", "paths", 0, 1,
+                                           "1 disables shared memory: GPUs of one host without P2P then use the network"));
   // --- search
   r.push_back(intKnob<&Config::crossNic>("NCCL_CROSS_NIC", "search", 0, 2,
                                          "Rings/trees may use different NICs in and out: 0 no, 1 yes, 2 if better"));

@@ -73,6 +73,13 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
   return plan;
 }
 
+uint64_t testSize(int coll, uint64_t size, int typeSize, int nRanks) {
+  if (coll != tuning::kAllGather && coll != tuning::kReduceScatter) return size;
+  // nccl-tests' rounding: a whole number of elements per rank, times the ranks.
+  uint64_t count = size / static_cast<uint64_t>(nRanks) / static_cast<uint64_t>(typeSize);
+  return count * static_cast<uint64_t>(typeSize) * static_cast<uint64_t>(nRanks);
+}
+
 std::vector<tuning::Selection> selectionTable(const Plan& plan, int typeSize, int onlyColl) {
   std::vector<tuning::Selection> out;
   static const int order[] = {tuning::kAllReduce, tuning::kBroadcast, tuning::kReduce, tuning::kAllGather,
@@ -80,11 +87,8 @@ std::vector<tuning::Selection> selectionTable(const Plan& plan, int typeSize, in
   for (int coll : order) {
     if (onlyColl >= 0 && coll != onlyColl) continue;
     for (int l = 3; l <= 33; ++l) {
-      uint64_t nBytes = 1ULL << l;
-      uint64_t perRank = (coll == tuning::kAllGather || coll == tuning::kReduceScatter)
-                             ? nBytes / static_cast<uint64_t>(plan.nRanks)
-                             : nBytes;
-      if (perRank < static_cast<uint64_t>(typeSize)) continue;
+      uint64_t nBytes = testSize(coll, 1ULL << l, typeSize, plan.nRanks);
+      if (nBytes < static_cast<uint64_t>(typeSize)) continue;  // nccl-tests leaves sizes of 0 elements out
       out.push_back(plan.select(coll, nBytes));
     }
   }

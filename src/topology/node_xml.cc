@@ -11,7 +11,11 @@ namespace topocoll::topology {
 
 namespace {
 
-constexpr int kMaxDevsPerNic = 8;  // NCCL_NET_MAX_DEVS_PER_NIC for net plugin v12
+// Ports per virtual NIC (src/graph/topo.cc ncclTopoGetSystem: netInfo.maxDevsPerNic): NCCL_NET_MAX_DEVS_PER_NIC (8)
+// for a net plugin of version 12 or later, NCCL_NET_MAX_DEVS_PER_NIC_V11 (4) otherwise. NCCL's internal IB and
+// socket plugins leave comm->ncclNetVer at 0, so they get 4.
+constexpr int kMaxDevsPerNicV12 = 8, kMaxDevsPerNicV11 = 4;
+int maxDevsPerNic(const Config& cfg) { return cfg.netPluginVersion >= 12 ? kMaxDevsPerNicV12 : kMaxDevsPerNicV11; }
 constexpr int kPathPort = 1, kPathPix = 4, kPathPxb = 5, kPathPhb = 8, kPathSys = 9, kPathDis = 11;
 
 void collect(XmlNode& n, const char* name, std::vector<XmlNode*>& out) {
@@ -268,9 +272,11 @@ std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
       if (g.size() != want.size())
         fail(StatusCode::kInvalidArgument, "NCCL_NET_FORCE_MERGE={}: only matched {} devices of '{}'",
              cfg.netForceMerge, g.size(), grp);
-      if (g.size() > kMaxDevsPerNic)
-        fail(StatusCode::kInvalidArgument, "NCCL_NET_FORCE_MERGE={}: group '{}' has more than {} devices",
-             cfg.netForceMerge, grp, kMaxDevsPerNic);
+      if (static_cast<int>(g.size()) > maxDevsPerNic(cfg))
+        fail(StatusCode::kInvalidArgument,
+             "NCCL_NET_FORCE_MERGE={}: group '{}' has more than {} devices (the most a virtual NIC may have with net "
+             "plugin version {}; TOPOCOLL_NET_PLUGIN_VERSION)",
+             cfg.netForceMerge, grp, maxDevsPerNic(cfg), cfg.netPluginVersion);
       for (int d : g) placed[d] = 1;
       if (g.size() > 1) groups.push_back(g);
     }
@@ -291,7 +297,7 @@ std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
         g.push_back(j);
         placed[j] = 1;
       }
-      if (static_cast<int>(g.size()) == kMaxDevsPerNic) break;
+      if (static_cast<int>(g.size()) == maxDevsPerNic(cfg)) break;
     }
     if (g.size() > 1) groups.push_back(g);
   }
