@@ -3,6 +3,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli.h"
 #include "plot.h"
@@ -28,7 +29,7 @@ std::string channelOverlay(const Plan& plan) {
   const auto& g = plan.graphs[search::kGraphRing];
   const auto& sys = plan.system;
   std::string out;
-  int n = plan.localRanks;
+  const int n = plan.system.count(topology::NodeType::GPU);
   for (int c = 0; c < g.nChannels; ++c) {
     for (int i = 0; i < n; ++i) {
       int a = sys.gpuIndexOfRank(g.intra[c * n + i]);
@@ -54,6 +55,13 @@ std::string planText(const Plan& plan, bool explain) {
   std::string out;
   const auto& sys = plan.system;
   out += fmt::format("Job: {} node(s) x {} GPU(s) = {} ranks\n", plan.job.nNodes, plan.localRanks, plan.nRanks);
+  if (plan.hostDomains.size() > 1) {
+    out += fmt::format("Each host is {} NCCL nodes (its GPUs of different nodes talk through the network):",
+                       plan.hostDomains.size());
+    for (size_t d = 0; d < plan.hostDomains.size(); ++d)
+      out += fmt::format("{} local ranks {}", d ? ";" : "", fmt::join(plan.hostDomains[d], ","));
+    out += fmt::format(" ({} NCCL nodes in all)\n", plan.connect.nNodes);
+  }
   for (int gi = 0; gi < search::kNumGraphs; ++gi) {
     if (!plan.graphAvailable[gi]) continue;
     const auto& g = plan.graphs[gi];

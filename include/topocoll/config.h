@@ -17,6 +17,14 @@
 
 namespace topocoll {
 
+/// One network device of TOPOCOLL_NET_DEVICES: `name[:speed][@busid]`.
+struct NetDeviceSpec {
+  std::string name;
+  int speedMbps = 10000;  // what NCCL's socket plugin reports when an interface's speed is unknown
+  std::string busId;      // PCI device it sits on; empty: a socket device under the first CPU
+  bool operator==(const NetDeviceSpec&) const = default;
+};
+
 /// Parsed configuration. Field initialisers are the defaults.
 struct Config {
   // Topology
@@ -30,6 +38,7 @@ struct Config {
   int netDevsPolicyMax = -1;     //   n of MAX:n
   int netPluginVersion = 0;      // TOPOCOLL_NET_PLUGIN_VERSION: 0 = NCCL's internal IB/socket plugins, else v6..v12
   std::string netDevices;        // TOPOCOLL_NET_DEVICES: the network plugin's devices (empty: the XML's <net>s)
+  std::vector<NetDeviceSpec> netDeviceSpecs;  //   parsed
   // Paths
   std::optional<int> p2pLevel;     // NCCL_P2P_LEVEL, or LOC when NCCL_P2P_DISABLE=1 (path type value)
   int p2pDisable = 0;              // NCCL_P2P_DISABLE

@@ -16,6 +16,7 @@
 #include "topocoll/config.h"
 #include "topocoll/search/connect.h"
 #include "topocoll/search/graph.h"
+#include "topocoll/search/node_search.h"
 #include "topocoll/topology/system.h"
 #include "topocoll/topology/xml.h"
 #include "topocoll/tuning/tuning.h"
@@ -29,6 +30,9 @@ struct JobSpec {
   std::vector<int> ranksOnGpus;    // explicit `dev` of each local rank (overrides gpusPerNode)
 };
 
+/// The most ranks a plan may have (NCCL's ranks are ints; the per-rank tables must fit in memory too).
+constexpr int64_t kMaxPlanRanks = int64_t{1} << 24;
+
 struct Plan {
   JobSpec job;
   Config cfg;
@@ -36,7 +40,8 @@ struct Plan {
   std::vector<int> localDevs;                 // GPU dev of local rank i
   topology::XmlDoc nodeXml;                   // the fused per-host XML the system was built from
   topology::System system;                    // rank 0's system after paths, trim and paths again
-  std::array<search::Graph, search::kNumGraphs> graphs;  // node 0's graphs, as searched
+  std::vector<std::vector<int>> hostDomains;  // the NCCL nodes one host splits into: their local ranks
+  std::array<search::Graph, search::kNumGraphs> graphs;  // rank 0's node's graphs, as searched
   std::array<bool, search::kNumGraphs> graphAvailable = {};
   search::Connect connect;
   tuning::Model model;

@@ -149,12 +149,45 @@ std::vector<Knob> buildRegistry() {
     };
     r.push_back(std::move(k));
   }
-  r.push_back(stringKnob<&Config::netDevices>(
-      "TOPOCOLL_NET_DEVICES", "topology",
-      "The network devices the job sees, in plugin order, instead of the XML's <net>s: 'eth0:25000,mlx5_0@0000:1c:00.0' "
-      "(name[:Mb/s][@PCI bus id]; without a bus id a socket device under the first CPU). Default for an XML without "
-      "<net>: one 10 Gb/s socket device eth0",
-      "name[:speed][@busid],..."));
+  {
+    Knob k = stringKnob<&Config::netDevices>(
+        "TOPOCOLL_NET_DEVICES", "topology",
+        "The network devices the job sees, in plugin order, instead of the XML's <net>s: name[:Mb/s][@PCI bus id], "
+        "e.g. 'eth0:25000' or 'mlx5_0@0000:1c:00.0,mlx5_1@0000:9c:00.0'. Without a bus id a socket device under the "
+        "first CPU (no GPU Direct, never fused), with one an RDMA NIC on that PCI device. An XML without <net> gets "
+        "one 10 Gb/s socket device eth0",
+        "name[:speed][@busid],...");
+    k.set = [](Config& c, const std::string& v) {
+      std::vector<NetDeviceSpec> specs;
+      size_t pos = 0;
+      while (pos <= v.size()) {
+        size_t comma = v.find(',', pos);
+        std::string tok = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        pos = comma == std::string::npos ? v.size() + 1 : comma + 1;
+        NetDeviceSpec d;
+        if (size_t at = tok.find('@'); at != std::string::npos) {
+          d.busId = tok.substr(at + 1);
+          tok.resize(at);
+          if (d.busId.empty())
+            fail(StatusCode::kInvalidArgument, "TOPOCOLL_NET_DEVICES={}: '@' without a PCI bus id", v);
+        }
+        if (size_t colon = tok.find(':'); colon != std::string::npos) {
+          d.speedMbps = static_cast<int>(parseInteger("TOPOCOLL_NET_DEVICES", tok.substr(colon + 1), 1, 1 << 30));
+          tok.resize(colon);
+        }
+        d.name = tok;
+        if (d.name.empty())
+          fail(StatusCode::kInvalidArgument, "TOPOCOLL_NET_DEVICES={}: a device without a name (name[:Mb/s][@busid])", v);
+        for (auto& o : specs)
+          if (o.name == d.name)
+            fail(StatusCode::kInvalidArgument, "TOPOCOLL_NET_DEVICES={}: device {} named twice", v, d.name);
+        specs.push_back(d);
+      }
+      c.netDevices = v;
+      c.netDeviceSpecs = std::move(specs);
+    };
+    r.push_back(std::move(k));
+  }
   // --- paths
   r.push_back(levelKnob<&Config::p2pLevel>("NCCL_P2P_LEVEL", "paths",
                                            "Max path type for GPU peer-to-peer (default: PXB, or SYS on some CPUs)"));

@@ -126,6 +126,21 @@ int gpuIndex(const System& sys, int rank) {
 
 }  // namespace
 
+bool useNetBetween(const System& sys, const Config& cfg, int g1, int g2) {
+  if (cfg.netDisableIntra) return false;
+  const Node& gpu1 = sys.of(NodeType::GPU)[g1];
+  const Node& gpu2 = sys.of(NodeType::GPU)[g2];
+  const float speed = gpu1.paths[T(NodeType::GPU)][g2].bw;
+  float netSpeed1 = 0, netSpeed2 = 0;
+  for (int n = 0; n < sys.count(NodeType::NET); ++n) {
+    const Path& p1 = gpu1.paths[T(NodeType::NET)][n];
+    const Path& p2 = gpu2.paths[T(NodeType::NET)][n];
+    if (P(p1.type) <= P(PathType::PXB)) netSpeed1 = std::max(netSpeed1, p1.bw);
+    if (P(p2.type) <= P(PathType::PXB)) netSpeed2 = std::max(netSpeed2, p2.bw);
+  }
+  return netSpeed1 > speed && netSpeed2 > speed;
+}
+
 std::vector<int> getLocal(const System& sys, NodeType type, int index, NodeType resultType, PathType* pathType) {
   std::vector<int> locals;
   const auto& paths = sys.of(type)[index].paths[T(resultType)];
@@ -277,30 +292,32 @@ void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDev
         if (n.paths[t].empty() && !sys.nodes[t].empty()) n.paths[t].resize(sys.nodes[t].size());
 
   const int nGpus = sys.count(NodeType::GPU);
+  auto shmOf = [&](int rank) {
+    return rank >= 0 && rank < static_cast<int>(shmDevByRank.size()) ? shmDevByRank[rank] : 0;
+  };
   // GPU pairs without P2P go through the CPU local to the destination GPU.
   for (int g = 0; g < nGpus; ++g) {
     for (int p = 0; p < nGpus; ++p) {
       int rp = sys.of(NodeType::GPU)[p].rank, rg = sys.of(NodeType::GPU)[g].rank;
-      bool sameShm = shmDevByRank.empty() || (rp < static_cast<int>(shmDevByRank.size()) &&
-                                               rg < static_cast<int>(shmDevByRank.size()) &&
-                                               shmDevByRank[rp] == shmDevByRank[rg]);
-      if (!sameShm || !checkP2p(sys, cfg, rp, rg)) {
+      if (shmOf(rp) != shmOf(rg) || !checkP2p(sys, cfg, rp, rg)) {
         int cpu = localCpu(sys, g);
         addInterStep(sys, NodeType::CPU, cpu, NodeType::GPU, p, NodeType::GPU, g);
       }
     }
   }
-  // Peers in another container share neither P2P nor SHM: mark them unreachable (trimmed later).
-  auto shmOf = [&](int rank) {
-    return rank >= 0 && rank < static_cast<int>(shmDevByRank.size()) ? shmDevByRank[rank] : 0;
-  };
-  if (!shmDevByRank.empty()) {
-    for (int g = 0; g < nGpus; ++g) {
-      for (int p = 0; p < nGpus; ++p) {
-        if (p == g) continue;
-        if (shmOf(sys.of(NodeType::GPU)[p].rank) != shmOf(sys.of(NodeType::GPU)[g].rank))
-          sys.of(NodeType::GPU)[p].paths[T(NodeType::GPU)][g].type = PathType::NET;
-      }
+  // Peers that can use neither P2P nor SHM (the P2P and SHM transports' canConnect) are marked NET: trimming
+  // separates them into different NCCL nodes. Both transports refuse a pair that the network serves better.
+  for (int g = 0; g < nGpus; ++g) {
+    for (int p = 0; p < nGpus; ++p) {
+      if (p == g) continue;
+      const Node& src = sys.of(NodeType::GPU)[p];
+      const Node& dst = sys.of(NodeType::GPU)[g];
+      const bool net = useNetBetween(sys, cfg, p, g);
+      const bool sameHost = topology::systemIdOf(src.id) == topology::systemIdOf(dst.id);
+      const bool sameShm = shmOf(src.rank) == shmOf(dst.rank);
+      const bool p2p = !net && sameShm && checkP2p(sys, cfg, src.rank, dst.rank);
+      const bool shm = !cfg.shmDisable && !net && sameHost && sameShm;
+      if (!p2p && !shm) sys.of(NodeType::GPU)[p].paths[T(NodeType::GPU)][g].type = PathType::NET;
     }
   }
   // C2C + PHB: a GPU reaching its local NIC over C2C then PCI is P2C.
@@ -352,18 +369,26 @@ void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDev
     sys.of(NodeType::NET)[n].localGpu = localGpuOfNet(sys, cfg, sys.of(NodeType::NET)[n].id);
 }
 
-void trimSystem(System& sys, int myRank, int nRanks) {
-  int ngpus = sys.count(NodeType::GPU);
+std::vector<int> gpuDomains(const System& sys) {
+  const int ngpus = sys.count(NodeType::GPU);
   std::vector<int> domains(ngpus);
-  std::vector<int64_t> ids(ngpus);
-  int myDomain = 0;
   for (int g = 0; g < ngpus; ++g) {
     const Node& gpu = sys.of(NodeType::GPU)[g];
     domains[g] = g;
-    ids[g] = gpu.id;
     for (int p = 0; p < g; ++p)
       if (P(gpu.paths[T(NodeType::GPU)][p].type) < P(PathType::NET)) domains[g] = std::min(domains[g], domains[p]);
-    if (gpu.rank == myRank) myDomain = domains[g];
+  }
+  return domains;
+}
+
+void trimSystem(System& sys, int myRank, int nRanks) {
+  const std::vector<int> domains = gpuDomains(sys);
+  const int ngpus = static_cast<int>(domains.size());
+  std::vector<int64_t> ids(ngpus);
+  int myDomain = 0;
+  for (int g = 0; g < ngpus; ++g) {
+    ids[g] = sys.of(NodeType::GPU)[g].id;
+    if (sys.of(NodeType::GPU)[g].rank == myRank) myDomain = domains[g];
   }
   for (int i = 0; i < ngpus; ++i) {
     if (domains[i] == myDomain) continue;

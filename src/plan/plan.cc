@@ -1,5 +1,8 @@
 #include "topocoll/plan.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
 
 #include <nlohmann/json.hpp>
@@ -14,60 +17,102 @@ using topology::NodeType;
 using topology::PathType;
 
 
-Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg) {
-  auto t0 = std::chrono::steady_clock::now();
-  Plan plan;
-  plan.job = job;
-  plan.cfg = cfg;
-  if (job.nNodes < 1) fail(StatusCode::kInvalidArgument, "--nodes must be >= 1 (got {})", job.nNodes);
-  if (job.nNodes > (1 << 20)) fail(StatusCode::kInvalidArgument, "--nodes {} is more than this planner supports (1048576)", job.nNodes);
+namespace {
+
+// The GPU devs each local rank drives, from the job description.
+std::vector<int> localDevsOf(const topology::XmlDoc& topo, const JobSpec& job) {
   std::vector<int> devs = topology::gpuDevs(topo);
   if (devs.empty()) fail(StatusCode::kInvalidArgument, "{}: the topology has no <gpu>: nothing to plan", topo.source);
   if (!job.ranksOnGpus.empty()) {
     for (int d : job.ranksOnGpus)
       if (std::find(devs.begin(), devs.end(), d) == devs.end())
         fail(StatusCode::kInvalidArgument, "--ranks-on-gpus names GPU dev {}, which {} does not have", d, topo.source);
-    plan.localDevs = job.ranksOnGpus;
-  } else if (job.gpusPerNode > 0) {
+    return job.ranksOnGpus;
+  }
+  if (job.gpusPerNode > 0) {
     if (job.gpusPerNode > static_cast<int>(devs.size()))
       fail(StatusCode::kInvalidArgument, "--gpus-per-node {} but {} has only {} GPUs", job.gpusPerNode, topo.source,
            devs.size());
-    plan.localDevs.assign(devs.begin(), devs.begin() + job.gpusPerNode);
-  } else {
-    plan.localDevs = devs;
+    devs.resize(job.gpusPerNode);
   }
+  return devs;
+}
+
+// Bytes the plan's per-rank tables take at most: the rings and trees of every channel, the NVLS links, the
+// connect's working arrays (ring neighbours, base trees), all per rank.
+constexpr uint64_t kPlanBytesPerRank =
+    search::kMaxChannels * (sizeof(int) + 2 * sizeof(search::TreeLinks) + sizeof(int)) +
+    2 * sizeof(search::NvlsLinks) + 3 * sizeof(std::vector<int>) + 64;
+
+// A job too large for this machine fails before anything is allocated, naming what it would need.
+void checkPlanMemory(int64_t nRanks) {
+  const uint64_t need = static_cast<uint64_t>(nRanks) * kPlanBytesPerRank;
+  uint64_t have = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  rlimit lim{};
+  if (getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) have = std::min<uint64_t>(have, lim.rlim_cur);
+  if (need > have / 2)
+    fail(StatusCode::kInvalidArgument,
+         "a job of {} ranks needs up to {:.1f} GiB for its rings and trees; this machine allows {:.1f} GiB (half of "
+         "its memory or address-space limit): plan fewer --nodes",
+         nRanks, need / 1073741824.0, have / 2 / 1073741824.0);
+}
+
+}  // namespace
+
+Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg) {
+  auto t0 = std::chrono::steady_clock::now();
+  Plan plan;
+  plan.job = job;
+  plan.cfg = cfg;
+  if (job.nNodes < 1) fail(StatusCode::kInvalidArgument, "--nodes must be >= 1 (got {})", job.nNodes);
+  plan.localDevs = localDevsOf(topo, job);
   plan.localRanks = static_cast<int>(plan.localDevs.size());
-  int64_t nRanks64 = static_cast<int64_t>(plan.localRanks) * job.nNodes;
-  if (nRanks64 > (1 << 24)) fail(StatusCode::kInvalidArgument, "{} ranks is more than this planner supports", nRanks64);
+  const int64_t nRanks64 = static_cast<int64_t>(plan.localRanks) * job.nNodes;
+  if (nRanks64 > kMaxPlanRanks)
+    fail(StatusCode::kInvalidArgument, "{} ranks is more than this planner supports ({})", nRanks64, kMaxPlanRanks);
+  checkPlanMemory(nRanks64);
   plan.nRanks = static_cast<int>(nRanks64);
 
   std::vector<topology::LocalGpu> locals;
   for (int i = 0; i < plan.localRanks; ++i) locals.push_back({i, plan.localDevs[i]});
   plan.nodeXml = topology::prepareNodeXml(topo, locals, cfg);
-  plan.system = topology::buildSystem(plan.nodeXml);
-  auto& sys = plan.system;
-  if (job.nNodes > 1 && sys.count(NodeType::NET) == 0)
-    fail(StatusCode::kInvalidArgument, "{}: a job on {} nodes needs a network device (<net>) in the topology",
-         topo.source, job.nNodes);
-  paths::prepareForSearch(sys, cfg, 0, plan.nRanks);
+  const topology::System host = topology::buildSystem(plan.nodeXml);
 
-  search::NodeGraphs node0 = search::searchNode(sys, cfg, plan.nRanks);
-  plan.graphs = node0.graphs;
-  plan.graphAvailable = node0.available;
-  plan.searchMs = node0.searchMs;
-  std::vector<search::NodeGraphs> nodes(job.nNodes);
-  for (int n = 0; n < job.nNodes; ++n) {
-    auto& ng = nodes[n];
-    ng = node0;
-    ng.firstRank = n * plan.localRanks;
-    if (n > 0) {
-      for (auto& g : ng.graphs)
-        for (auto& r : g.intra) r += ng.firstRank;
+  // One host may split into several NCCL nodes (domains whose GPUs talk through the network); each is searched
+  // once, as its ranks would search it, and repeated on every host.
+  std::vector<int> domainOf;
+  {
+    topology::System withPaths = host;
+    paths::computePaths(withPaths, cfg);
+    const std::vector<int> dom = paths::gpuDomains(withPaths);
+    domainOf.assign(plan.localRanks, -1);
+    for (int g = 0; g < withPaths.count(NodeType::GPU); ++g) domainOf[withPaths.of(NodeType::GPU)[g].rank] = dom[g];
+  }
+  std::vector<search::NodeGraphs> nodes;
+  for (int r = 0; r < plan.localRanks; ++r) {
+    bool first = true;
+    for (int q = 0; q < r; ++q) first &= domainOf[q] != domainOf[r];
+    if (!first) continue;
+    topology::System sys = host;
+    paths::prepareForSearch(sys, cfg, r, plan.nRanks);
+    if (sys.inter && sys.count(NodeType::NET) == 0)
+      fail(StatusCode::kInvalidArgument, "{}: GPUs of this job talk through the network, but it has no network device",
+           topo.source);
+    nodes.push_back(search::searchNode(sys, cfg, plan.nRanks));
+    std::vector<int> members;
+    for (int q = r; q < plan.localRanks; ++q)
+      if (domainOf[q] == domainOf[r]) members.push_back(q);
+    plan.hostDomains.push_back(members);
+    if (r == 0) {
+      plan.system = std::move(sys);
+      plan.graphs = nodes.back().graphs;
+      plan.graphAvailable = nodes.back().available;
+      plan.searchMs = nodes.back().searchMs;
     }
   }
-  plan.connect = search::connectJob(nodes, cfg);
+  plan.connect = search::connectRanks(search::ReplicatedNodes(nodes, plan.localRanks, job.nNodes), cfg);
 
-  tuning::JobInfo ji = tuning::jobInfo(plan.connect, sys.count(NodeType::NVS));
+  tuning::JobInfo ji = tuning::jobInfo(plan.connect, plan.system.count(NodeType::NVS));
   plan.model = tuning::tuneModel(ji, plan.connect.aligned, cfg);
   plan.wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;
@@ -117,7 +162,7 @@ nlohmann::ordered_json graphJson(const Plan& plan, int gi) {
   j["searchTimedOut"] = g.timedOut;
   j["searchSteps"] = g.searchSteps;
   j["fromFile"] = g.fromFile;
-  int n = plan.localRanks;
+  const int n = plan.system.count(NodeType::GPU);  // the GPUs of rank 0's NCCL node
   auto chans = nlohmann::ordered_json::array();
   for (int c = 0; c < g.nChannels; ++c) {
     nlohmann::ordered_json ch;

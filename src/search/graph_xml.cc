@@ -55,7 +55,7 @@ std::string graphsToXml(const System& sys, const std::vector<const Graph*>& grap
         int rank = g->intra[ngpus * c + i];
         x->set("dev", hexLong(gpuDevId(sys, rank)));
         x->set("rank", std::to_string(rank));
-        if (g->id == 3) break;
+        if (g->id == kGraphIdNvls) break;  // NVLS channels name their head only
       }
       if (sys.inter) ch->addChild("net")->set("dev", hexLong(g->inter[2 * c + 1]));
     }

@@ -2,7 +2,7 @@
 #include <chrono>
 
 #include "topocoll/paths/paths.h"
-#include "topocoll/search/connect.h"
+#include "topocoll/search/node_search.h"
 
 namespace topocoll::search {
 
@@ -24,17 +24,17 @@ NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks) {
   NodeGraphs out;
   auto t0 = std::chrono::steady_clock::now();
   auto& G = out.graphs;
-  G[kGraphRing] = makeGraph(0, kPatternRing, 1, kMaxChannels / 2);
+  G[kGraphRing] = makeGraph(kGraphIdRing, kPatternRing, 1, kMaxChannels / 2);
   compute(sys, cfg, G[kGraphRing]);
   int ringCh = G[kGraphRing].nChannels;
-  G[kGraphTree] = makeGraph(1, kPatternBalancedTree, ringCh, ringCh);
+  G[kGraphTree] = makeGraph(kGraphIdTree, kPatternBalancedTree, ringCh, ringCh);
   compute(sys, cfg, G[kGraphTree]);
   out.available[kGraphRing] = out.available[kGraphTree] = true;
   bool anyColl = false;
   for (auto& n : sys.of(NodeType::NET)) anyColl |= n.collSupport != 0;
   out.collnetSupport = cfg.collnetEnable == 1 && anyColl && sys.inter;
-  G[kGraphCollnetChain] = makeGraph(2, kPatternTree, ringCh, ringCh, 1);
-  G[kGraphCollnetDirect] = makeGraph(4, kPatternCollnetDirect, 1, kMaxChannels, 1);
+  G[kGraphCollnetChain] = makeGraph(kGraphIdCollnetChain, kPatternTree, ringCh, ringCh, 1);
+  G[kGraphCollnetDirect] = makeGraph(kGraphIdCollnetDirect, kPatternCollnetDirect, 1, kMaxChannels, 1);
   if (out.collnetSupport) {
     compute(sys, cfg, G[kGraphCollnetChain]);
     compute(sys, cfg, G[kGraphCollnetDirect]);
@@ -48,7 +48,7 @@ NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks) {
   // NVLS: multicast is taken as available on sm90+ GPUs behind an NVSwitch (NCCL asks the driver).
   if (cfg.nvlsEnable != 0 && sys.count(NodeType::GPU) >= 2)
     out.nvlsSupport = cfg.nvlsEnable == 1 || (ccMin >= 90 && sys.count(NodeType::NVS) > 0);
-  G[kGraphNvls] = makeGraph(3, kPatternNvls, 1, kMaxChannels);
+  G[kGraphNvls] = makeGraph(kGraphIdNvls, kPatternNvls, 1, kMaxChannels);
   if (out.nvlsSupport) {
     compute(sys, cfg, G[kGraphNvls]);
     out.available[kGraphNvls] = true;

@@ -705,6 +705,11 @@ bool splitNvLink(const System& sys) {
 
 }  // namespace
 
+const char* graphName(int index) {
+  static const char* names[] = {"ring", "tree", "collnet_chain", "collnet_direct", "nvls"};
+  return names[index];
+}
+
 void dupChannels(Graph& graph, int ccMin, int ngpus) {
   if (graph.nChannels == 0) return;
   if (graph.pattern == kPatternNvls) return;
@@ -919,7 +924,7 @@ std::string describe(const System& sys, const Graph& g) {
       int gi = sys.gpuIndexOfRank(g.intra[n * c + i]);
       int64_t id = gi >= 0 ? sys.of(NodeType::GPU)[gi].id : 0;
       out += fmt::format(" GPU/{:x}-{:x}", topology::systemIdOf(id), topology::localIdOf(id));
-      if (g.id == 3) break;
+      if (g.id == kGraphIdNvls) break;  // NVLS channels name their head only
     }
     if (sys.inter)
       out += fmt::format(" NET/{:x}-{:x}", topology::systemIdOf(g.inter[2 * c + 1]), topology::localIdOf(g.inter[2 * c + 1]));

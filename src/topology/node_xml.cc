@@ -229,11 +229,94 @@ std::vector<int> gpuDevs(const XmlDoc& doc) {
 }
 
 namespace {
-// Which physical NET devices (by document order) fuse into virtual NICs. Depends only on the file, so it is
-// computed once per host and applied to every rank's copy.
-std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
+// The network plugin's devices in its order: the XML's <net>s in document order, or TOPOCOLL_NET_DEVICES' order.
+std::vector<XmlNode*> pluginNets(XmlNode& root, const Config& cfg) {
   std::vector<XmlNode*> nets;
   collect(root, "net", nets);
+  if (!cfg.netDeviceSpecs.empty()) {
+    auto order = [&](const XmlNode* n) {
+      const std::string* name = n->attr("name");
+      for (size_t i = 0; i < cfg.netDeviceSpecs.size(); ++i)
+        if (name && *name == cfg.netDeviceSpecs[i].name) return i;
+      return cfg.netDeviceSpecs.size();
+    };
+    std::stable_sort(nets.begin(), nets.end(), [&](auto* a, auto* b) { return order(a) < order(b); });
+  }
+  return nets;
+}
+
+// A socket device (NCCL's socket plugin: no PCI path, so under the first CPU, no GPU Direct).
+void addSocketNet(XmlNode& cpu, const std::string& name, int speedMbps) {
+  XmlNode* nic = cpu.child("nic") ? cpu.child("nic") : cpu.addChild("nic");
+  XmlNode* net = nic->addChild("net");
+  net->set("name", name);
+  net->set("dev", "0");  // renumbered in plugin order
+  net->set("speed", std::to_string(speedMbps));
+  net->set("latency", "0");
+  net->set("port", "0");
+  net->set("guid", "0x0");
+  net->set("maxconn", "65536");
+  net->set("gdr", "0");
+}
+
+// NCCL's socket plugin cannot fuse devices (its mergeDevices is NULL): only an RDMA plugin's devices are fused.
+bool socketDevicesOnly(const Config& cfg, bool addedDefault) {
+  if (addedDefault) return true;
+  if (cfg.netDeviceSpecs.empty()) return false;
+  for (auto& d : cfg.netDeviceSpecs)
+    if (!d.busId.empty()) return false;
+  return true;
+}
+}  // namespace
+
+bool applyPluginDevices(XmlDoc& doc, const Config& cfg) {
+  XmlNode& root = *doc.root;
+  XmlNode* cpu = root.find("cpu");
+  if (!cpu) fail(StatusCode::kInvalidArgument, "{}: <system> has no <cpu>", doc.source);
+  std::vector<XmlNode*> nets;
+  collect(root, "net", nets);
+  if (cfg.netDeviceSpecs.empty()) {
+    if (!nets.empty()) return false;
+    addSocketNet(*cpu, "eth0", 10000);  // a machine with one Ethernet interface, speed unknown
+    return true;
+  }
+  // The devices the plugin reports: an XML <net> of the same name is that device (its attributes win, as NCCL's
+  // xmlInitAttr leaves set attributes alone); the XML's other <net>s are not the job's and go.
+  for (XmlNode* n : nets) {
+    const std::string* name = n->attr("name");
+    bool listed = false;
+    for (auto& d : cfg.netDeviceSpecs) listed |= name && *name == d.name;
+    if (!listed) n->parent->removeChild(n);
+  }
+  for (auto& d : cfg.netDeviceSpecs) {
+    if (root.findWith("net", "name", d.name)) continue;
+    if (d.busId.empty()) {
+      addSocketNet(*cpu, d.name, d.speedMbps);
+      continue;
+    }
+    XmlNode* pci = root.findWith("pci", "busid", d.busId);
+    if (!pci)
+      fail(StatusCode::kInvalidArgument, "TOPOCOLL_NET_DEVICES: device {} is on PCI bus id {}, which {} does not have",
+           d.name, d.busId, doc.source);
+    XmlNode* nic = pci->child("nic") ? pci->child("nic") : pci->addChild("nic");
+    XmlNode* net = nic->addChild("net");
+    net->set("name", d.name);
+    net->set("dev", "0");
+    net->set("speed", std::to_string(d.speedMbps));
+    net->set("latency", "0");
+    net->set("port", "1");
+    net->set("guid", "0x0");
+    net->set("maxconn", "131072");
+    net->set("gdr", "1");
+  }
+  return socketDevicesOnly(cfg, false);
+}
+
+namespace {
+// Which physical NET devices (by plugin order) fuse into virtual NICs. Depends only on the file, so it is
+// computed once per host and applied to every rank's copy.
+std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
+  std::vector<XmlNode*> nets = pluginNets(root, cfg);
   const int nPhys = static_cast<int>(nets.size());
   std::vector<std::vector<int>> groups;
   if (nPhys == 0 || cfg.ibMergeNics == 0) return groups;
@@ -308,8 +391,7 @@ std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
 void processNets(XmlNode& root, const Config& cfg) { applyNets(root, cfg, netGroups(root, cfg)); }
 
 void applyNets(XmlNode& root, const Config& cfg, const std::vector<std::vector<int>>& groups) {
-  std::vector<XmlNode*> nets;
-  collect(root, "net", nets);
+  std::vector<XmlNode*> nets = pluginNets(root, cfg);
   const int nPhys = static_cast<int>(nets.size());
   for (int n = 0; n < nPhys; ++n) {
     nets[n]->set("keep", "1");
@@ -386,11 +468,13 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
              file.where(*l), *target);
     }
   }
-  const auto groups = netGroups(*file.root, cfg);
+  XmlDoc base = file.clone();
+  const bool socketOnly = applyPluginDevices(base, cfg);
+  const auto groups = socketOnly ? std::vector<std::vector<int>>{} : netGroups(*base.root, cfg);
   XmlDoc fused;
   fused.source = file.source;
   for (auto& r : ranks) {
-    XmlDoc d = file.clone();
+    XmlDoc d = base.clone();
     XmlNode* gpu = nullptr;
     for (XmlNode* g : localGpuElements(*d.root))
       if (g->attr("dev") && std::atoi(g->attr("dev")->c_str()) == r.dev) gpu = g;
@@ -407,8 +491,8 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
   }
   if (!fused.root) {
     // No rank on this host: keep the whole machine (nothing would be kept by trimming).
-    fused = file.clone();
-    processNets(*fused.root, cfg);
+    fused = std::move(base);
+    applyNets(*fused.root, cfg, groups);
     fused.root->visit([](XmlNode& n) { n.unset("keep"); });
   }
   return fused;

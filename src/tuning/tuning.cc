@@ -148,7 +148,8 @@ JobInfo jobInfo(const search::Connect& c, int nvsCount) {
   JobInfo ji;
   ji.nRanks = c.nRanks;
   ji.nNodes = c.nNodes;
-  ji.localRanks = ji.maxLocalRanks = c.localRanks;
+  ji.localRanks = c.localRanks;
+  ji.maxLocalRanks = c.maxLocalRanks;
   ji.minCompCap = c.minCompCap;
   ji.maxCompCap = c.maxCompCap;
   ji.cpuArch = c.cpuArch;

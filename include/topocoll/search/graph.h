@@ -23,6 +23,14 @@ enum Pattern : int {
   kPatternCollnetDirect = 6,
 };
 
+/// Graph indices in NCCL's algorithm order (the graphs[] of initTransportsRank).
+enum GraphIndex { kGraphRing = 0, kGraphTree = 1, kGraphCollnetChain = 2, kGraphCollnetDirect = 3, kGraphNvls = 4 };
+constexpr int kNumGraphs = 5;
+const char* graphName(int index);  // "ring", "tree", "collnet_chain", "collnet_direct", "nvls"
+
+/// The ids NCCL gives its graphs (ncclTopoGraph::id, the `id` of graph XML): not the index above.
+constexpr int kGraphIdRing = 0, kGraphIdTree = 1, kGraphIdCollnetChain = 2, kGraphIdNvls = 3, kGraphIdCollnetDirect = 4;
+
 /// ncclTopoGraph. `intra[c * ngpus + i]` is the rank at position i of channel c; `inter[c * 2 + {0,1}]` the ids
 /// of the NET the channel enters and leaves the node through.
 struct Graph {
