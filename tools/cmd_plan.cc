@@ -165,7 +165,7 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
     c->add_option("--net-devices", a->netDevices,
                   "Network devices the job sees, e.g. 'eth0:25000' or 'mlx5_0@0000:1c:00.0,mlx5_1@0000:9c:00.0' "
                   "(TOPOCOLL_NET_DEVICES; default: the XML's <net>s, or one 10 Gb/s eth0)");
-    c->add_flag("--json", a->json, "One JSON document (field names of shared/conformance/SCHEMA.md)");
+    c->add_flag("--json", a->json, "One JSON document (field names of tests/conformance/SCHEMA.md)");
     c->add_flag("--pretty", a->pretty, "Indent the JSON");
   };
   auto* plan = app.add_subcommand("plan", "Channels, rings and trees NCCL would build for a job");

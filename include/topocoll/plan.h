@@ -56,7 +56,7 @@ struct Plan {
 /// Builds the plan. Throws Error with a message naming the input at fault.
 Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg);
 
-/// The plan as one JSON document, with the field names of shared/conformance/SCHEMA.md (`system`, `graphs`,
+/// The plan as one JSON document, with the field names of tests/conformance/SCHEMA.md (`system`, `graphs`,
 /// `graph_dump_xml`, `connect`, `tuning`, `selection`) plus topocoll's own (documented in docs/plan-json.md).
 std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize = 4, bool pretty = false);
 
