@@ -69,4 +69,37 @@ inline std::string nvswitchDomainXml(int nGpus, int nvlinks = 18, int sm = 90, b
   return x + "</system>\n";
 }
 
+// A random but valid machine: 1-2 sockets, 1-3 PCIe switches per socket, 1-4 GPUs per switch, maybe a NIC per
+// switch, maybe an NVSwitch connecting every GPU.
+inline std::string randomPcieMachine(int sockets, int switches, int gpusPer, bool nics, bool nvswitch, int sm, int genIdx) {
+  static const char* speeds[] = {"8.0 GT/s PCIe", "16.0 GT/s PCIe", "32.0 GT/s PCIe"};
+  std::string x = "<system version=\"1\">\n";
+  int gpu = 0, net = 0, bus = 0x10;
+  for (int s = 0; s < sockets; ++s) {
+    x += fmt::format("<cpu host_hash=\"0x5\" numaid=\"{}\" affinity=\"f\" arch=\"x86_64\" vendor=\"AuthenticAMD\">\n", s);
+    for (int w = 0; w < switches; ++w) {
+      x += fmt::format("<pci busid=\"0000:{:02x}:00.0\" class=\"0x060400\" link_speed=\"{}\" link_width=\"16\">\n", bus++,
+                       speeds[genIdx]);
+      for (int g = 0; g < gpusPer; ++g) {
+        x += fmt::format("<pci busid=\"0000:{:02x}:00.0\" class=\"0x030200\" link_speed=\"{}\" link_width=\"16\">\n", bus++,
+                         speeds[genIdx]);
+        x += fmt::format("<gpu dev=\"{}\" sm=\"{}\" rank=\"{}\" gdr=\"1\">", gpu, sm, gpu);
+        if (nvswitch) x += "<nvlink target=\"fffffff:ffff:ff\" count=\"12\" tclass=\"0x068000\"/>";
+        x += "</gpu></pci>\n";
+        ++gpu;
+      }
+      if (nics) {
+        x += fmt::format("<pci busid=\"0000:{:02x}:00.0\" class=\"0x020000\" link_speed=\"{}\" link_width=\"16\"><nic>", bus++,
+                         speeds[genIdx]);
+        x += fmt::format("<net name=\"mlx5_{}\" dev=\"{}\" speed=\"200000\" port=\"1\" guid=\"0x{:x}\" gdr=\"1\"/></nic></pci>\n",
+                         net, net, 0x100 + net);
+        ++net;
+      }
+      x += "</pci>\n";
+    }
+    x += "</cpu>\n";
+  }
+  return x + "</system>\n";
+}
+
 }  // namespace topocoll::testing

@@ -62,6 +62,7 @@ struct Config {
   std::string graphFile;           // NCCL_GRAPH_FILE
   std::string graphDumpFile;       // NCCL_GRAPH_DUMP_FILE
   int searchTimeoutScale = 1;      // TOPOCOLL_SEARCH_TIMEOUT_SCALE
+  int searchMemo = 1;              // TOPOCOLL_SEARCH_MEMO
   // Tuning
   std::string algo;                // NCCL_ALGO
   std::string proto;               // NCCL_PROTO

@@ -243,6 +243,10 @@ std::vector<Knob> buildRegistry() {
                                                  "Where to write the searched graphs (graph XML)"));
   r.push_back(intKnob<&Config::searchTimeoutScale>("TOPOCOLL_SEARCH_TIMEOUT_SCALE", "search", 1, 1 << 10,
                                                    "Multiply NCCL's search step budgets (1 = NCCL's)"));
+  r.push_back(intKnob<&Config::searchMemo>(
+      "TOPOCOLL_SEARCH_MEMO", "search", 0, 1,
+      "1: the search charges a failed sub-search it has walked before instead of walking it again (same result, "
+      "less work); 0 walks every step as NCCL does"));
   // --- tuning
   r.push_back(stringKnob<&Config::algo>("NCCL_ALGO", "tuning",
                                         "Algorithms allowed: 'ring,tree', '^nvls', 'allreduce:tree;allgather:ring'",

@@ -24,11 +24,13 @@ NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks) {
   NodeGraphs out;
   auto t0 = std::chrono::steady_clock::now();
   auto& G = out.graphs;
+  Searches searches(sys, cfg);
+  auto compute = [&](Graph& g) { searches.compute(g); };
   G[kGraphRing] = makeGraph(kGraphIdRing, kPatternRing, 1, kMaxChannels / 2);
-  compute(sys, cfg, G[kGraphRing]);
+  compute(G[kGraphRing]);
   int ringCh = G[kGraphRing].nChannels;
   G[kGraphTree] = makeGraph(kGraphIdTree, kPatternBalancedTree, ringCh, ringCh);
-  compute(sys, cfg, G[kGraphTree]);
+  compute(G[kGraphTree]);
   out.available[kGraphRing] = out.available[kGraphTree] = true;
   bool anyColl = false;
   for (auto& n : sys.of(NodeType::NET)) anyColl |= n.collSupport != 0;
@@ -36,8 +38,8 @@ NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks) {
   G[kGraphCollnetChain] = makeGraph(kGraphIdCollnetChain, kPatternTree, ringCh, ringCh, 1);
   G[kGraphCollnetDirect] = makeGraph(kGraphIdCollnetDirect, kPatternCollnetDirect, 1, kMaxChannels, 1);
   if (out.collnetSupport) {
-    compute(sys, cfg, G[kGraphCollnetChain]);
-    compute(sys, cfg, G[kGraphCollnetDirect]);
+    compute(G[kGraphCollnetChain]);
+    compute(G[kGraphCollnetDirect]);
     out.available[kGraphCollnetChain] = out.available[kGraphCollnetDirect] = true;
   }
   int ccMin = 1 << 30, ccMax = 0;
@@ -50,7 +52,7 @@ NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks) {
     out.nvlsSupport = cfg.nvlsEnable == 1 || (ccMin >= 90 && sys.count(NodeType::NVS) > 0);
   G[kGraphNvls] = makeGraph(kGraphIdNvls, kPatternNvls, 1, kMaxChannels);
   if (out.nvlsSupport) {
-    compute(sys, cfg, G[kGraphNvls]);
+    compute(G[kGraphNvls]);
     out.available[kGraphNvls] = true;
   }
   out.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

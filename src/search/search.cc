@@ -3,6 +3,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <unordered_map>
 
 #include "topocoll/paths/paths.h"
@@ -29,6 +30,7 @@ constexpr int64_t kGlobalTimeout = 1LL << 19;
 constexpr int kTimeout = 1 << 14;
 constexpr int kTimeoutTree = 1 << 14;
 constexpr int kTimeoutSameChannels = 1 << 8;
+constexpr int kMemoMinSteps = 16;
 constexpr int kForcedOrderPci = 1;
 constexpr int kForcedOrderReplay = 2;
 constexpr int kMaxNvlsArity = 32;
@@ -92,9 +94,179 @@ struct Score {
   int g, startIndex, intraNhops, intraBw, interNhops, interPciBw, interBw;
 };
 
+// Two independent 64-bit mixes (splitmix64's and MurmurHash3's finalizers): a 128-bit state key, so that two
+// different search states sharing a key is not a practical possibility.
+inline uint64_t mixA(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+inline uint64_t mixB(uint64_t x) {
+  x ^= 0x2545f4914f6cdd1dULL;
+  x = (x ^ (x >> 33)) * 0xff51afd7ed558ccdULL;
+  x = (x ^ (x >> 33)) * 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+inline uint64_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+struct Key128 {
+  uint64_t a = 0, b = 0;
+  void add(uint64_t x) { a += mixA(x), b += mixB(x); }
+  void sub(uint64_t x) { a -= mixA(x), b -= mixB(x); }
+  void toggle(uint64_t x) { a ^= mixA(x), b ^= mixB(x); }
+  void fold(uint64_t x) { a = mixA(a ^ x), b = mixB(b + x); }
+};
+
+// A state key as a sum of words times per-slot odd constants (two independent lanes), mixed once at the end:
+// cheaper than mixing every word, and two states differing in any word collide with probability ~2^-128.
+constexpr uint64_t slotConstant(uint64_t i, uint64_t seed) {
+  uint64_t x = i * 0x9e3779b97f4a7c15ULL + seed;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return (x ^ (x >> 31)) | 1;
+}
+constexpr int kMaxGpusInKey = 72;  // prefix words of a completing key; a larger node wraps around (still exact)
+constexpr int kKeySlots = 256;
+constexpr std::array<uint64_t, kKeySlots> slotTable(uint64_t seed) {
+  std::array<uint64_t, kKeySlots> t{};
+  for (int i = 0; i < kKeySlots; ++i) t[i] = slotConstant(static_cast<uint64_t>(i), seed);
+  return t;
+}
+constexpr std::array<uint64_t, kKeySlots> kMulA = slotTable(0x243f6a8885a308d3ULL);
+constexpr std::array<uint64_t, kKeySlots> kMulB = slotTable(0x13198a2e03707344ULL);
+struct KeyAcc {
+  static constexpr int kSlots = kKeySlots, kCompletingSlots = 96;
+  uint64_t a = 0, b = 0;
+  int slot = 0;
+  void add(uint64_t w) {
+    a += w * kMulA[slot & (kSlots - 1)];
+    b += w * kMulB[slot & (kSlots - 1)];
+    ++slot;
+  }
+  void add(uint64_t wa, uint64_t wb) {
+    a += wa * kMulA[slot & (kSlots - 1)];
+    b += wb * kMulB[slot & (kSlots - 1)];
+    ++slot;
+  }
+  Key128 finish() const { return Key128{mixA(a), mixB(b ^ 0x6a09e667f3bcc909ULL)}; }
+};
+
+// Steps each failed sub-search took, by the state it started from: open addressing, grown at half load.
+class StepMemo {
+ public:
+  const int* find(const Key128& k) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = k.a & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (!s.used) return nullptr;
+      if (s.a == k.a && s.b == k.b) return &s.steps;
+    }
+  }
+  void insert(const Key128& k, int steps) {
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    for (size_t i = k.a & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (!s.used) {
+        s = Slot{k.a, k.b, steps, true};
+        ++count_;
+        return;
+      }
+      if (s.a == k.a && s.b == k.b) return;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t a = 0, b = 0;
+    int steps = 0;
+    bool used = false;
+  };
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
+    mask_ = slots_.size() - 1;
+    count_ = 0;
+    for (const Slot& s : old)
+      if (s.used) insert(Key128{s.a, s.b}, s.steps);
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, count_ = 0;
+};
+
+int ccMinOf(const System& sys) {
+  int mn = 1 << 30;
+  for (auto& d : sys.of(NodeType::DEV)) mn = std::min(mn, d.cudaCompCap);
+  if (sys.of(NodeType::DEV).empty()) fail(StatusCode::kInvalidArgument, "the topology has no GPU");
+  return mn;
+}
+
+bool splitNvLink(const System& sys) {
+  int n = sys.count(NodeType::GPU);
+  std::vector<int> domain(n), count(n, 0);
+  for (int g = 0; g < n; ++g) domain[g] = g;
+  for (int g = 0; g < n; ++g)
+    for (int p = g + 1; p < n; ++p)
+      if (sys.of(NodeType::GPU)[g].paths[T(NodeType::GPU)][p].type == PathType::NVL) domain[p] = domain[g];
+  for (int g = 0; g < n; ++g) count[domain[g]]++;
+  int domains = 0;
+  for (int g = 0; g < n; ++g)
+    if (count[g] > 1) ++domains;
+  return domains == 2;
+}
+
+
+// The speeds NCCL tries, fastest first, by architecture and whether the graph crosses nodes.
+struct Speeds {
+  const float* v;
+  int n;
+};
+Speeds speedsFor(int ccMin, bool inter) {
+  if (!inter) {
+    if (ccMin >= 100) return {kSm100SpeedIntra, static_cast<int>(std::size(kSm100SpeedIntra))};
+    if (ccMin >= 90) return {kSm90SpeedIntra, static_cast<int>(std::size(kSm90SpeedIntra))};
+    return {kSpeedIntra, static_cast<int>(std::size(kSpeedIntra))};
+  }
+  if (ccMin >= 100) return {kSm100SpeedInter, static_cast<int>(std::size(kSm100SpeedInter))};
+  if (ccMin >= 90) return {kSm90SpeedInter, static_cast<int>(std::size(kSm90SpeedInter))};
+  return {kSpeedInter, static_cast<int>(std::size(kSpeedInter))};
+}
+
+// The path-type ranges a search may relax within, and the cross-NIC setting (ncclTopoCompute's preamble).
+struct Limits {
+  int minTypeIntra = P(PathType::LOC), maxTypeIntra = P(PathType::SYS);
+  int minTypeInter = P(PathType::PIX), maxTypeInter = P(PathType::SYS);
+  int crossNic = 0, ccMin = 0;
+};
+Limits limitsFor(const System& sys, const Config& cfg, const Graph& graph) {
+  Limits l;
+  l.ccMin = ccMinOf(sys);
+  l.crossNic = sys.count(NodeType::NET) > 1 && (graph.pattern == kPatternRing || graph.pattern == kPatternBalancedTree ||
+                                               graph.pattern == kPatternSplitTree)
+                   ? cfg.crossNic
+                   : 0;
+  if (sys.count(NodeType::GPU) > 1) {
+    l.minTypeIntra = paths::gpuMinPath(sys, NodeType::GPU);
+    l.maxTypeIntra = paths::gpuMaxPath(sys, NodeType::GPU);
+  }
+  if (sys.inter) {
+    l.minTypeInter = paths::gpuMinPath(sys, NodeType::NET);
+    l.maxTypeInter = paths::gpuMaxPath(sys, NodeType::NET);
+    l.maxTypeIntra = l.maxTypeInter;
+  }
+  // Ampere relies on balanced trees, which sometimes need to come back through SYS or PHB.
+  if (l.ccMin < 90) l.maxTypeInter = P(PathType::SYS);
+  return l;
+}
+
+
 class Searcher {
  public:
-  Searcher(System& sys, const Config& cfg) : sys_(sys), cfg_(cfg) { buildHopCache(); }
+  Searcher(System& sys, const Config& cfg) : sys_(sys), cfg_(cfg), ngpus_(sys.count(NodeType::GPU)) { buildHopCache(); }
 
   // Every path the search follows, flattened once into direct link pointers (the links do not move while a
   // search runs): followPath is the hot loop of the search.
@@ -102,6 +274,7 @@ class Searcher {
     Link* link;
     Link* rev;     // reverse link that is charged too, or null
     float revMul;  // 1/8 for pre-Ampere DEV targets (not from a GPU), 1 for POWER NVLink to the CPU
+    Key128 z, revZ;  // the links' weights in the state key (linkState_)
   };
   struct HopPath {
     std::vector<Hop> hops;
@@ -126,6 +299,7 @@ class Searcher {
             const Path& path = paths[i2];
             HopPath& hp = hopPath(t1, i1, t2, i2);
             hp.type = P(path.type);
+            ((t1 == NodeType::NET || t2 == NodeType::NET) ? interTypes_ : intraTypes_) |= 1u << hp.type;
             for (int step = 0; step < path.count(); ++step) {
               const Node& n = sys_.at(sys_.link(path.list[step]).rem);
               if (n.type == NodeType::CPU && path.type == PathType::PHB && t1 == NodeType::GPU &&
@@ -135,15 +309,17 @@ class Searcher {
             NodeRef node = start;
             for (int step = 0; step < path.count(); ++step) {
               Link& link = sys_.link(path.list[step]);
-              Hop h{&link, nullptr, 0.0f};
+              Hop h{&link, nullptr, 0.0f, linkWeight(&link), {}};
               const Node& rem = sys_.at(link.rem);
               if (link.rem.type == NodeType::DEV && rem.cudaCompCap < 80 && t1 != NodeType::GPU) {
                 h.rev = findRev(node, link.rem, link.type);
                 h.revMul = 0.125f;
+                h.revZ = linkWeight(h.rev);
               }
               if (link.rem.type == NodeType::CPU && rem.arch == topology::kCpuArchPower && link.type == LinkType::NVL) {
                 h.rev = findRev(node, link.rem, link.type);
                 h.revMul = 1.0f;
+                h.revZ = linkWeight(h.rev);
               }
               hp.hops.push_back(h);
               node = link.rem;
@@ -154,6 +330,47 @@ class Searcher {
     }
   }
 
+  // A random odd weight per link: the state key holds sum(weight x bits of the link's bandwidth) over all links.
+  std::unordered_map<const Link*, Key128> weights_;
+  Key128 linkWeight(const Link* l) {
+    auto it = weights_.find(l);
+    if (it != weights_.end()) return it->second;
+    const uint64_t id = weights_.size() + 1;
+    return weights_[l] = Key128{mixA(id) | 1, mixB(id) | 1};
+  }
+  void charge(float& bw, float amount, const Key128& z) {
+    const int64_t before = floatBits(bw);
+    subRound(bw, amount);
+    const uint64_t delta = static_cast<uint64_t>(static_cast<int64_t>(floatBits(bw)) - before);
+    linkState_.a += z.a * delta;
+    linkState_.b += z.b * delta;
+  }
+
+  // The GPUs closest to each NET (ncclTopoGetLocal): paths do not change during a search.
+  struct LocalGpus {
+    std::vector<int> gpus;
+    PathType type = PathType::DIS;
+  };
+  std::vector<LocalGpus> netLocals_;
+  const LocalGpus& netLocalGpus(int net) {
+    if (netLocals_.empty()) {
+      netLocals_.resize(sys_.count(NodeType::NET));
+      for (int i = 0; i < sys_.count(NodeType::NET); ++i)
+        netLocals_[i].gpus = paths::getLocal(sys_, NodeType::NET, i, NodeType::GPU, &netLocals_[i].type);
+    }
+    return netLocals_[net];
+  }
+
+  // recNet's NIC accounting (no rounding: NCCL subtracts the integer part of bwInter), in the state key too.
+  void chargeNet(Node& net, float amount) {
+    const int64_t before = floatBits(net.bw);
+    net.bw -= amount;
+    const uint64_t delta = static_cast<uint64_t>(static_cast<int64_t>(floatBits(net.bw)) - before);
+    const uint64_t id = 0x4e4554ULL << 32 | static_cast<uint64_t>(&net - sys_.of(NodeType::NET).data());
+    linkState_.a += (mixA(id) | 1) * delta;
+    linkState_.b += (mixB(id) | 1) * delta;
+  }
+
   int followHops(const HopPath& hp, int maxSteps, float bw) {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
     for (int step = 0; step < maxSteps; ++step) {
@@ -161,8 +378,8 @@ class Searcher {
       float fwBw = h.link->type == LinkType::PCI ? pciBw : bw;
       float revBw = h.rev ? fwBw * h.revMul : 0.0f;
       if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return step;
-      subRound(h.link->bw, fwBw);
-      if (revBw != 0) subRound(h.rev->bw, revBw);
+      charge(h.link->bw, fwBw, h.z);
+      if (revBw != 0) charge(h.rev->bw, revBw, h.revZ);
     }
     return maxSteps;
   }
@@ -339,7 +556,9 @@ class Searcher {
     if (!follow(g, type, index, NodeType::GPU, gi, 1)) return;
     Node& gpu = sys_.of(NodeType::GPU)[gi];
     gpu.used ^= flag;
+    usedState_[g.nChannels].toggle(static_cast<uint64_t>(gi));
     recGpu(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time);
+    usedState_[g.nChannels].toggle(static_cast<uint64_t>(gi));
     sys_.of(NodeType::GPU)[gi].used ^= flag;
     follow(g, type, index, NodeType::GPU, gi, -1);
   }
@@ -503,13 +722,104 @@ class Searcher {
     return true;
   }
 
+  // --- Memo of failed sub-searches.
+  // NCCL's search walks orders of the GPUs under step budgets. Different orders of the same GPUs often leave the
+  // links in the same state (each path charges its own links, whatever the order), so NCCL walks the same
+  // sub-search again and again. A sub-search that completes no channel changes nothing but the budget, and how many
+  // steps it takes depends only on the state it starts from. We remember that count by state and charge it instead
+  // of walking again: the budgets run out at the same step, the results are NCCL's, the work is smaller.
+  Key128 linkState_;
+  std::array<Key128, kMaxChannels + 1> usedState_{};  // the GPUs each channel uses so far
+  StepMemo memo_;
+  long completions_ = 0;
+
+  // Everything a sub-search that completes no channel reads: the links' bandwidths, the GPUs this channel uses,
+  // the search's parameters, where it stands, the channel's first GPU and NETs, and of the channels before it only
+  // what a replay (the previous channel's order) or the cross-NIC rule (the previous channel's first NET) reads.
+  // A type limit only matters through the paths it admits: two limits admitting the same path types of the system
+  // give the same search. The key holds the highest type that occurs at or below the limit.
+  uint32_t intraTypes_ = 0, interTypes_ = 0;  // path types that occur, GPU/NVS to GPU/NVS and GPU to/from NET
+  static int effectiveType(int limit, uint32_t types) {
+    for (int t = std::min(limit, 31); t >= 0; --t)
+      if (types >> t & 1) return t;
+    return -1;
+  }
+
+  KeyAcc stateKey(const Graph& g, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder) const {
+    const int c = g.nChannels, n = ngpus_;
+    KeyAcc k;
+    k.a = linkState_.a;
+    k.b = linkState_.b;
+    k.add(usedState_[c].a, usedState_[c].b);
+    k.add((static_cast<uint64_t>(c) << 48) | (static_cast<uint64_t>(gi + 1) << 32) |
+          (static_cast<uint64_t>(step + 1) << 16) | static_cast<uint64_t>(forcedOrder));
+    k.add((static_cast<uint64_t>(backToNet + 1) << 48) | (static_cast<uint64_t>(backToFirstRank + 1) << 32) |
+          (static_cast<uint64_t>(g.pattern) << 16) | static_cast<uint64_t>(g.crossNic));
+    k.add((static_cast<uint64_t>(effectiveType(g.typeIntra, intraTypes_) + 1) << 32) |
+          static_cast<uint64_t>(effectiveType(g.typeInter, interTypes_) + 1));
+    k.add((floatBits(g.bwIntra) << 32) | floatBits(g.bwInter));
+    k.add(static_cast<uint64_t>(g.intra[c * n]));
+    if (forcedOrder == kForcedOrderReplay && c > 0)
+      for (int i = 0; i < n; ++i) k.add(static_cast<uint64_t>(g.intra[(c - 1) * n + i]));
+    if (sys_.inter) {
+      k.add(static_cast<uint64_t>(g.inter[c * 2]));
+      if (g.pattern == kPatternBalancedTree) k.add(static_cast<uint64_t>(g.inter[c * 2 + 1]));
+      if (g.pattern == kPatternRing && g.crossNic == 2 && (c & 1)) k.add(static_cast<uint64_t>(g.inter[(c - 1) * 2]));
+    }
+    return k;
+  }
+
+  // A sub-search that completes channels also reads, from the moment the first one completes: the channel's whole
+  // order (the next channel replays it), the hop count and channel limits (which solutions count as better), the
+  // NICs' remaining bandwidth (in linkState_) and the channel's last NET. Walked again from the same state it finds
+  // solutions equal to those of its first walk, which the saved graph is at least as good as: it copies nothing.
+  KeyAcc completingKey(KeyAcc k, const Graph& g, int step) const {
+    const int c = g.nChannels, n = ngpus_;
+    k.slot = KeyAcc::kCompletingSlots;  // apart from the slots a state key uses
+    // Only a replay reads a finished channel's order: always within a node, with sameChannels across nodes.
+    if (!sys_.inter || g.sameChannels == 1)
+      for (int i = 1; i <= step; ++i) k.add(static_cast<uint64_t>(g.intra[c * n + i]));
+    k.slot = KeyAcc::kCompletingSlots + kMaxGpusInKey;
+    k.add((static_cast<uint64_t>(g.nHops) << 32) | (static_cast<uint64_t>(g.minChannels) << 16) |
+          static_cast<uint64_t>(g.maxChannels));
+    k.add((static_cast<uint64_t>(g.sameChannels) << 32) | static_cast<uint64_t>(g.collNet) | 1);
+    if (sys_.inter) k.add(static_cast<uint64_t>(g.inter[c * 2 + 1]));
+    return k;
+  }
+
   void recGpu(Graph& g, Graph& save, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder,
               int* time) {
     if (*time <= 0) return;
+    const int n = ngpus_;
+    if (!cfg_.searchMemo || step == n || g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect) {
+      recGpuSteps(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time);
+      return;
+    }
+    g.intra[g.nChannels * n + step] = sys_.of(NodeType::GPU)[gi].rank;
+    const KeyAcc acc = stateKey(g, gi, step, backToNet, backToFirstRank, forcedOrder);
+    const Key128 key = acc.finish();
+    const Key128 key2 = completingKey(acc, g, step).finish();
+    const int* steps = memo_.find(key);
+    if (!steps && (steps = memo_.find(key2))) ++completions_;  // the skipped sub-search completes channels
+    if (steps) {
+      const int taken = std::min(*steps, *time);
+      steps_ += taken;
+      *time -= taken;
+      return;
+    }
+    const int before = *time;
+    const long completions = completions_;
+    recGpuSteps(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time);
+    if (*time > 0 && before - *time >= kMemoMinSteps) memo_.insert(completions_ == completions ? key : key2, before - *time);
+  }
+
+  void recGpuSteps(Graph& g, Graph& save, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder,
+                   int* time) {
     (*time)--;
     ++steps_;
-    int n = ngpus();
+    int n = ngpus_;
     if (step == n) {
+      ++completions_;
       g.nChannels++;
       if (compareGraphs(g, save)) {
         copyGraph(save, g);
@@ -588,7 +898,7 @@ class Searcher {
       const uint64_t asic = net.asic;
       const int port = net.port;
       for (auto& other : sys_.of(NodeType::NET))
-        if (other.asic == asic && other.port == port) other.bw -= bw;
+        if (other.asic == asic && other.port == port) chargeNet(other, static_cast<float>(bw));
       if (g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect) {
         if (g.nChannels < netCount) {
           int gpu = sys_.of(NodeType::NET)[n].localGpu;
@@ -615,18 +925,17 @@ class Searcher {
           int localGpu = sys_.of(NodeType::NET)[n].localGpu;
           if (localGpu != -1)
             tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, T(NodeType::NET), n, localGpu);
-          PathType pathType = PathType::DIS;
-          std::vector<int> locals = paths::getLocal(sys_, NodeType::NET, n, NodeType::GPU, &pathType);
+          const LocalGpus& locals = netLocalGpus(n);
           // NCCL skips this NIC here without giving its bandwidth back; kept for fidelity.
-          if (pathType == PathType::DIS) continue;
-          for (int lg : locals) {
+          if (locals.type == PathType::DIS) continue;
+          for (int lg : locals.gpus) {
             if (lg == localGpu) continue;
             tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, T(NodeType::NET), n, lg);
           }
         }
       }
       for (auto& other : sys_.of(NodeType::NET))
-        if (other.asic == asic && other.port == port) other.bw += bw;
+        if (other.asic == asic && other.port == port) chargeNet(other, -static_cast<float>(bw));
     }
   }
 
@@ -640,6 +949,12 @@ class Searcher {
       *backToFirstRank = pattern == kPatternRing ? n - 1 : -1;
     }
   }
+
+  void run(Graph& graph);
+  void searchLoop(Graph& graph, const Limits& l);
+  void simpleOrder(Graph& graph);
+  // A new pass of the search loop: the memo carries over (its keys hold the pass's parameters).
+  void startPass() {}
 
   void searchRec(Graph& g, Graph& save, int* time) {
     int backToNet, backToFirstRank;
@@ -680,28 +995,9 @@ class Searcher {
   std::unordered_map<int, std::vector<int>> netCache_;
   System& sys_;
   const Config& cfg_;
+  const int ngpus_;
 };
 
-int ccMinOf(const System& sys) {
-  int mn = 1 << 30;
-  for (auto& d : sys.of(NodeType::DEV)) mn = std::min(mn, d.cudaCompCap);
-  if (sys.of(NodeType::DEV).empty()) fail(StatusCode::kInvalidArgument, "the topology has no GPU");
-  return mn;
-}
-
-bool splitNvLink(const System& sys) {
-  int n = sys.count(NodeType::GPU);
-  std::vector<int> domain(n), count(n, 0);
-  for (int g = 0; g < n; ++g) domain[g] = g;
-  for (int g = 0; g < n; ++g)
-    for (int p = g + 1; p < n; ++p)
-      if (sys.of(NodeType::GPU)[g].paths[T(NodeType::GPU)][p].type == PathType::NVL) domain[p] = domain[g];
-  for (int g = 0; g < n; ++g) count[domain[g]]++;
-  int domains = 0;
-  for (int g = 0; g < n; ++g)
-    if (count[g] > 1) ++domains;
-  return domains == 2;
-}
 
 }  // namespace
 
@@ -724,94 +1020,38 @@ void dupChannels(Graph& graph, int ccMin, int ngpus) {
   graph.nChannels = dup;
 }
 
-void compute(System& sys, const Config& cfg, Graph& graph) {
-  auto t0 = std::chrono::steady_clock::now();
-  const int ccMin = ccMinOf(sys);
-  const int ngpus = sys.count(NodeType::GPU);
-  const int ndevs = sys.count(NodeType::DEV);
-  graph.intra.assign(static_cast<size_t>(kMaxChannels) * std::max(ngpus, 1), 0);
-  graph.inter.assign(kMaxChannels * 2, 0);
-  int crossNic = (sys.count(NodeType::NET) > 1) && (graph.pattern == kPatternRing ||
-                                                    graph.pattern == kPatternBalancedTree ||
-                                                    graph.pattern == kPatternSplitTree)
-                     ? cfg.crossNic
-                     : 0;
-  graph.crossNic = crossNic == 1 ? 1 : 0;
-  graph.bwIntra = graph.bwInter = 0;
-  graph.latencyInter = 0;
-  int minTypeIntra = P(PathType::LOC), minTypeInter = P(PathType::PIX);
-  int maxTypeIntra = P(PathType::SYS), maxTypeInter = P(PathType::SYS);
-  if (ngpus > 1) {
-    minTypeIntra = paths::gpuMinPath(sys, NodeType::GPU);
-    maxTypeIntra = paths::gpuMaxPath(sys, NodeType::GPU);
-  }
-  if (sys.inter) {
-    minTypeInter = paths::gpuMinPath(sys, NodeType::NET);
-    maxTypeInter = paths::gpuMaxPath(sys, NodeType::NET);
-    maxTypeIntra = maxTypeInter;
-  }
-  if (ccMin < 90) maxTypeInter = P(PathType::SYS);
-  graph.typeIntra = minTypeIntra;
-  graph.typeInter = minTypeInter;
-  graph.nChannels = 0;
+
+// ncclTopoCompute's search loop: pass 1 relaxes the constraints one at a time (same channels off, a simple tree on
+// Hopper+, intra then inter path types up, cross NIC, lower speed) until a solution reaches the total bandwidth or
+// the global budget runs out; pass 2 raises the speed again for the channels found.
+void Searcher::searchLoop(Graph& graph, const Limits& l) {
+  const Speeds sp = speedsFor(l.ccMin, sys_.inter != 0);
   const int trySameChannels = graph.pattern == kPatternNvls ? 0 : 1;
-  graph.sameChannels = trySameChannels;
-  const Node& cpu0 = sys.of(NodeType::CPU)[0];
-
-  if (!cfg.graphFile.empty()) {
-    auto doc = topology::loadXmlFile(cfg.graphFile);
-    if (graphFromXml(doc, sys, cfg, graph) > 0 && graph.nChannels > 0) {
-      graph.fromFile = true;
-      return;
-    }
-  }
-
-  auto finish = [&]() {
-    graph.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  if (graph.pattern == kPatternNvls && (sys.count(NodeType::NVS) == 0 || ccMin < 90)) return finish();
-  if (graph.pattern == kPatternNvls) graph.maxChannels = std::min(kMaxNvlsArity, ngpus);
-  if (graph.pattern == kPatternCollnetDirect) graph.maxChannels = std::min(kMaxDirectArity + 1, ngpus);
-  if (ngpus == 1 && graph.pattern != kPatternRing) graph.pattern = kPatternTree;
-  if (sys.inter == 0 && graph.pattern == kPatternNvls) graph.minChannels = graph.maxChannels;
-  if (graph.pattern == kPatternRing && splitNvLink(sys) && graph.maxChannels >= 2 && graph.minChannels == 1)
-    graph.minChannels = 2;
-
+  const int ndevs = sys_.count(NodeType::DEV);
+  const Node& cpu0 = sys_.of(NodeType::CPU)[0];
+  const bool amdSys = cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd;
   Graph tmp = graph;
-  const float* speedArray;
-  int nspeeds;
-  if (sys.inter == 0) {
-    speedArray = ccMin >= 100 ? kSm100SpeedIntra : ccMin >= 90 ? kSm90SpeedIntra : kSpeedIntra;
-    nspeeds = ccMin >= 100 ? std::size(kSm100SpeedIntra) : ccMin >= 90 ? std::size(kSm90SpeedIntra) : std::size(kSpeedIntra);
-  } else {
-    speedArray = ccMin >= 100 ? kSm100SpeedInter : ccMin >= 90 ? kSm90SpeedInter : kSpeedInter;
-    nspeeds = ccMin >= 100 ? std::size(kSm100SpeedInter) : ccMin >= 90 ? std::size(kSm90SpeedInter) : std::size(kSpeedInter);
-  }
-  int pass = 1;
-  int speedIndex = 0;
-  float maxBw = sys.maxBw;
-  float totalBw = sys.totalBw;
+  int pass = 1, speedIndex = 0;
+  const float maxBw = sys_.maxBw;
+  float totalBw = sys_.totalBw;
   if (ndevs > 1 && graph.pattern != kPatternRing) totalBw = static_cast<float>(totalBw * (ndevs * 1.0 / (ndevs - 1)));
-  while ((speedArray[speedIndex] > maxBw || speedArray[speedIndex] * graph.minChannels > totalBw) &&
-         speedIndex < nspeeds - 1)
+  while ((sp.v[speedIndex] > maxBw || sp.v[speedIndex] * graph.minChannels > totalBw) && speedIndex < sp.n - 1)
     speedIndex++;
-  tmp.bwIntra = tmp.bwInter = speedArray[speedIndex];
-  int64_t globalTimeout = kGlobalTimeout * cfg.searchTimeoutScale;
-  Searcher s(sys, cfg);
+  tmp.bwIntra = tmp.bwInter = sp.v[speedIndex];
+  int64_t globalTimeout = kGlobalTimeout * cfg_.searchTimeoutScale;
   int time = 0;
-
   while (true) {
-    // search:
     time = (tmp.sameChannels ? kTimeoutSameChannels : tmp.pattern == kPatternTree ? kTimeoutTree : kTimeout) *
-           cfg.searchTimeoutScale;
+           cfg_.searchTimeoutScale;
     tmp.nChannels = 0;
     globalTimeout -= time;
-    s.searchRec(tmp, graph, &time);
+    startPass();
+    searchRec(tmp, graph, &time);
     if (time == 0) graph.timedOut = true;
-    bool done = time == -1 || static_cast<float>(graph.nChannels) * graph.bwInter >= sys.totalBw;
+    bool done = time == -1 || static_cast<float>(graph.nChannels) * graph.bwInter >= sys_.totalBw;
     if (!done && pass == 1) {
-      if (tmp.sameChannels == 1 && !(cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd &&
-                                     tmp.typeIntra == P(PathType::SYS))) {
+      // Same channels first (AMD CPUs keep them when going through SYS).
+      if (tmp.sameChannels == 1 && !(amdSys && tmp.typeIntra == P(PathType::SYS))) {
         tmp.sameChannels = 0;
         continue;
       }
@@ -821,61 +1061,60 @@ void compute(System& sys, const Config& cfg, Graph& graph) {
       if (globalTimeout < 0 && graph.nChannels) {
         done = true;
       } else {
-        if (ccMin >= 90 && tmp.pattern == kPatternBalancedTree) {
+        if (l.ccMin >= 90 && tmp.pattern == kPatternBalancedTree) {
           tmp.pattern = kPatternTree;
           continue;
         }
         tmp.pattern = graph.pattern;
-        int maxIntra = sys.inter ? tmp.typeInter : maxTypeIntra;
+        const int maxIntra = sys_.inter ? tmp.typeInter : l.maxTypeIntra;
         if (tmp.typeIntra < maxIntra && (graph.nChannels == 0 || tmp.typeIntra < graph.typeIntra)) {
           tmp.typeIntra += 1;
           if (tmp.typeIntra < P(PathType::DIS)) continue;
         }
-        tmp.typeIntra = minTypeIntra;
-        if (sys.inter && tmp.typeInter < maxTypeInter &&
+        tmp.typeIntra = l.minTypeIntra;
+        if (sys_.inter && tmp.typeInter < l.maxTypeInter &&
             (graph.nChannels == 0 || tmp.typeInter < graph.typeInter || tmp.typeInter < P(PathType::PXN))) {
           tmp.typeInter += 1;
           if (tmp.typeInter < P(PathType::DIS)) continue;
         }
-        tmp.typeInter = minTypeInter;
-        if (crossNic == 2 && tmp.crossNic == 0 &&
+        tmp.typeInter = l.minTypeInter;
+        if (l.crossNic == 2 && tmp.crossNic == 0 &&
             (graph.pattern == kPatternRing || graph.pattern == kPatternBalancedTree)) {
           tmp.crossNic = 2;
           continue;
         }
-        tmp.crossNic = crossNic == 1 ? 1 : 0;
-        if (speedIndex < nspeeds - 1 &&
-            (graph.nChannels == 0 || speedArray[speedIndex + 1] / graph.bwInter > .49)) {
-          tmp.bwInter = tmp.bwIntra = speedArray[++speedIndex];
+        tmp.crossNic = l.crossNic == 1 ? 1 : 0;
+        if (speedIndex < sp.n - 1 && (graph.nChannels == 0 || sp.v[speedIndex + 1] / graph.bwInter > .49)) {
+          tmp.bwInter = tmp.bwIntra = sp.v[++speedIndex];
           continue;
         }
         speedIndex = 0;
-        while (speedArray[speedIndex] > maxBw && speedIndex < nspeeds - 1) speedIndex++;
-        tmp.bwIntra = tmp.bwInter = speedArray[speedIndex];
+        while (sp.v[speedIndex] > maxBw && speedIndex < sp.n - 1) speedIndex++;
+        tmp.bwIntra = tmp.bwInter = sp.v[speedIndex];
       }
     }
-    // done:
     if (pass == 1) {
       time = -1;
-      dupChannels(graph, ccMin, ngpus);
+      dupChannels(graph, l.ccMin, ngpus_);
       tmp = graph;
       speedIndex = 0;
-      while (speedArray[speedIndex] > graph.bwInter && speedIndex < nspeeds - 1) speedIndex++;
-      tmp.bwIntra = tmp.bwInter = speedArray[speedIndex];
+      while (sp.v[speedIndex] > graph.bwInter && speedIndex < sp.n - 1) speedIndex++;
+      tmp.bwIntra = tmp.bwInter = sp.v[speedIndex];
       tmp.minChannels = graph.nChannels;
       pass = 2;
     }
     if (pass == 2) {
+      // Try to raise the speed of the channels found: rings both ways, NVLS bwInter, trees bwIntra.
       if (time != 0 && speedIndex > 0) {
         if (graph.pattern == kPatternRing) {
-          tmp.bwIntra = tmp.bwInter = speedArray[--speedIndex];
+          tmp.bwIntra = tmp.bwInter = sp.v[--speedIndex];
           continue;
         } else if (graph.pattern == kPatternNvls && tmp.bwInter == graph.bwInter && tmp.bwInter < tmp.bwIntra * 2) {
           tmp.minChannels = tmp.maxChannels = graph.nChannels;
-          tmp.bwInter = speedArray[--speedIndex];
+          tmp.bwInter = sp.v[--speedIndex];
           continue;
         } else if (tmp.bwIntra == graph.bwIntra && tmp.bwIntra < tmp.bwInter * 2) {
-          tmp.bwIntra = speedArray[--speedIndex];
+          tmp.bwIntra = sp.v[--speedIndex];
           continue;
         }
       }
@@ -884,32 +1123,82 @@ void compute(System& sys, const Config& cfg, Graph& graph) {
     }
     break;
   }
+}
 
-  if (graph.nChannels == 0 && graph.collNet == 0 && graph.pattern != kPatternNvls) {
-    for (int i = 0; i < ngpus; ++i) graph.intra[i] = sys.of(NodeType::GPU)[i].rank;
-    graph.bwIntra = 0.1f;
-    graph.typeIntra = P(PathType::SYS);
-    auto first = [&](int gpu) -> int64_t {
-      // ncclTopoSelectNets with typeInter -1: the GPU's preferred NETs only.
-      Searcher s2(sys, cfg);
-      auto nets = sys.count(NodeType::NET) ? s2.selectNets(-1, gpu) : std::vector<int>{};
-      return nets.empty() ? -1 : sys.of(NodeType::NET)[nets[0]].id;
-    };
-    graph.inter[0] = first(0);
-    graph.inter[1] = first(ngpus - 1);
-    if (graph.inter[0] != -1 && graph.inter[1] != -1) {
-      graph.bwInter = 0.1f;
-      graph.typeInter = P(PathType::SYS);
-    } else {
-      graph.inter[0] = graph.inter[1] = -1;
-      graph.bwInter = 0;
-      graph.typeInter = P(PathType::DIS);
-    }
-    graph.nChannels = 1;
+// Nothing found: one channel in GPU order at 0.1 GB/s through the first and last GPUs' preferred NETs.
+void Searcher::simpleOrder(Graph& graph) {
+  for (int i = 0; i < ngpus_; ++i) graph.intra[i] = sys_.of(NodeType::GPU)[i].rank;
+  graph.bwIntra = 0.1f;
+  graph.typeIntra = P(PathType::SYS);
+  auto first = [&](int gpu) -> int64_t {
+    if (sys_.count(NodeType::NET) == 0) return -1;
+    const std::vector<int>& nets = selectNets(-1, gpu);  // ncclTopoSelectNets with typeInter -1: preferred only
+    return nets.empty() ? -1 : sys_.of(NodeType::NET)[nets[0]].id;
+  };
+  graph.inter[0] = first(0);
+  graph.inter[1] = first(ngpus_ - 1);
+  if (graph.inter[0] != -1 && graph.inter[1] != -1) {
+    graph.bwInter = 0.1f;
+    graph.typeInter = P(PathType::SYS);
+  } else {
+    graph.inter[0] = graph.inter[1] = -1;
+    graph.bwInter = 0;
+    graph.typeInter = P(PathType::DIS);
   }
-  graph.searchSteps = static_cast<int>(s.steps_);
+  graph.nChannels = 1;
+}
+
+void Searcher::run(Graph& graph) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto finish = [&]() {
+    graph.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  steps_ = 0;
+  memo_ = StepMemo{};
+  completions_ = 0;
+  graph.intra.assign(static_cast<size_t>(kMaxChannels) * std::max(ngpus_, 1), 0);
+  graph.inter.assign(kMaxChannels * 2, 0);
+  const Limits l = limitsFor(sys_, cfg_, graph);
+  graph.crossNic = l.crossNic == 1 ? 1 : 0;
+  graph.bwIntra = graph.bwInter = 0;
+  graph.latencyInter = 0;
+  graph.typeIntra = l.minTypeIntra;
+  graph.typeInter = l.minTypeInter;
+  graph.nChannels = 0;
+  graph.sameChannels = graph.pattern == kPatternNvls ? 0 : 1;
+
+  if (!cfg_.graphFile.empty()) {
+    auto doc = topology::loadXmlFile(cfg_.graphFile);
+    if (graphFromXml(doc, sys_, cfg_, graph) > 0 && graph.nChannels > 0) {
+      graph.fromFile = true;
+      return;
+    }
+  }
+  if (graph.pattern == kPatternNvls && (sys_.count(NodeType::NVS) == 0 || l.ccMin < 90)) return finish();
+  // NVLS and CollNet Direct graphs have at most one channel per GPU (their heads).
+  if (graph.pattern == kPatternNvls) graph.maxChannels = std::min(kMaxNvlsArity, ngpus_);
+  if (graph.pattern == kPatternCollnetDirect) graph.maxChannels = std::min(kMaxDirectArity + 1, ngpus_);
+  if (ngpus_ == 1 && graph.pattern != kPatternRing) graph.pattern = kPatternTree;
+  // Intra-node NVLS pulls evenly from all GPUs.
+  if (sys_.inter == 0 && graph.pattern == kPatternNvls) graph.minChannels = graph.maxChannels;
+  // Two NVLink domains joined by a slower link: trees need two channels, and rings the same count as trees.
+  if (graph.pattern == kPatternRing && splitNvLink(sys_) && graph.maxChannels >= 2 && graph.minChannels == 1)
+    graph.minChannels = 2;
+
+  searchLoop(graph, l);
+  if (graph.nChannels == 0 && graph.collNet == 0 && graph.pattern != kPatternNvls) simpleOrder(graph);
+  graph.searchSteps = static_cast<int>(steps_);
   finish();
 }
+
+struct Searches::Impl {
+  Searcher searcher;
+};
+Searches::Searches(System& sys, const Config& cfg) : impl_(new Impl{Searcher(sys, cfg)}) {}
+Searches::~Searches() = default;
+void Searches::compute(Graph& graph) { impl_->searcher.run(graph); }
+
+void compute(System& sys, const Config& cfg, Graph& graph) { Searcher(sys, cfg).run(graph); }
 
 std::string describe(const System& sys, const Graph& g) {
   std::string out = fmt::format("Pattern {}, crossNic {}, nChannels {}, bw {:f}/{:f}, type {}/{}, sameChannels {}\n",

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,23 @@ struct Graph {
   bool timedOut = false;
   int searchSteps = 0;
   bool fromFile = false;
+};
+
+/// NCCL's searches for several graphs of one system (ncclTopoCompute each), sharing what depends only on the
+/// system's paths (flattened routes, candidate orders, preferred NETs). The system's paths must not change while
+/// it lives.
+class Searches {
+ public:
+  Searches(topology::System& sys, const Config& cfg);
+  ~Searches();
+  Searches(const Searches&) = delete;
+  Searches& operator=(const Searches&) = delete;
+  /// ncclTopoCompute for `graph` (id, pattern, collNet, minChannels, maxChannels are inputs).
+  void compute(Graph& graph);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 /// Runs NCCL's search for one pattern (ncclTopoCompute). The graph's id, pattern, collNet, minChannels and
