@@ -1,4 +1,5 @@
-// Path computation and policy, rule by rule as NCCL 2.30.7's src/graph/paths.cc.
+// Path computation and policy. Follows NCCL 2.30.7 src/graph/paths.cc (ncclTopoSetPaths, ncclTopoComputePaths,
+// ncclTopoCheckP2p/Gdr/Net, ncclTopoTrimSystem, ncclTopoSearchInit) (Apache-2.0), rule by rule.
 #include "topocoll/paths/paths.h"
 
 #include <algorithm>
@@ -279,34 +280,45 @@ GdrMode checkGdr(const System& sys, const Config& cfg, int rank, int64_t netId, 
   return GdrMode::kDefault;
 }
 
-void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank) {
+namespace {
+
+// ncclTopoComputePaths' steps, in its order.
+
+// Bottleneck-bandwidth BFS from every CPU, DEV, GPU, NET and NVSwitch.
+void allBestPaths(System& sys, const Config& cfg) {
   for (auto& vec : sys.nodes)
     for (auto& n : vec)
       for (auto& p : n.paths) p.clear();
   for (NodeType t : {NodeType::CPU, NodeType::DEV, NodeType::GPU, NodeType::NET, NodeType::NVS})
     for (int i = 0; i < sys.count(t); ++i) setPaths(sys, {t, i}, cfg);
-  // Make sure every node has path arrays towards every type that exists (unreachable = DIS).
+  // Every node gets path arrays towards every type that exists (unreachable = DIS).
   for (auto& vec : sys.nodes)
     for (auto& n : vec)
       for (int t = 0; t < topology::kNodeTypes; ++t)
         if (n.paths[t].empty() && !sys.nodes[t].empty()) n.paths[t].resize(sys.nodes[t].size());
+}
 
+// A rank's shared-memory device (its container); 0 when none is given.
+int shmOf(const std::vector<int>& shmDevByRank, int rank) {
+  return rank >= 0 && rank < static_cast<int>(shmDevByRank.size()) ? shmDevByRank[rank] : 0;
+}
+
+// GPU pairs without P2P go through the CPU local to the destination GPU.
+void divertWithoutP2p(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank) {
   const int nGpus = sys.count(NodeType::GPU);
-  auto shmOf = [&](int rank) {
-    return rank >= 0 && rank < static_cast<int>(shmDevByRank.size()) ? shmDevByRank[rank] : 0;
-  };
-  // GPU pairs without P2P go through the CPU local to the destination GPU.
   for (int g = 0; g < nGpus; ++g) {
     for (int p = 0; p < nGpus; ++p) {
-      int rp = sys.of(NodeType::GPU)[p].rank, rg = sys.of(NodeType::GPU)[g].rank;
-      if (shmOf(rp) != shmOf(rg) || !checkP2p(sys, cfg, rp, rg)) {
-        int cpu = localCpu(sys, g);
-        addInterStep(sys, NodeType::CPU, cpu, NodeType::GPU, p, NodeType::GPU, g);
-      }
+      const int rp = sys.of(NodeType::GPU)[p].rank, rg = sys.of(NodeType::GPU)[g].rank;
+      if (shmOf(shmDevByRank, rp) != shmOf(shmDevByRank, rg) || !checkP2p(sys, cfg, rp, rg))
+        addInterStep(sys, NodeType::CPU, localCpu(sys, g), NodeType::GPU, p, NodeType::GPU, g);
     }
   }
-  // Peers that can use neither P2P nor SHM (the P2P and SHM transports' canConnect) are marked NET: trimming
-  // separates them into different NCCL nodes. Both transports refuse a pair that the network serves better.
+}
+
+// Peers that can use neither P2P nor SHM (the P2P and SHM transports' canConnect) are marked NET: trimming
+// separates them into different NCCL nodes. Both transports refuse a pair that the network serves better.
+void markNetPeers(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank) {
+  const int nGpus = sys.count(NodeType::GPU);
   for (int g = 0; g < nGpus; ++g) {
     for (int p = 0; p < nGpus; ++p) {
       if (p == g) continue;
@@ -314,15 +326,18 @@ void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDev
       const Node& dst = sys.of(NodeType::GPU)[g];
       const bool net = useNetBetween(sys, cfg, p, g);
       const bool sameHost = topology::systemIdOf(src.id) == topology::systemIdOf(dst.id);
-      const bool sameShm = shmOf(src.rank) == shmOf(dst.rank);
+      const bool sameShm = shmOf(shmDevByRank, src.rank) == shmOf(shmDevByRank, dst.rank);
       const bool p2p = !net && sameShm && checkP2p(sys, cfg, src.rank, dst.rank);
       const bool shm = !cfg.shmDisable && !net && sameHost && sameShm;
       if (!p2p && !shm) sys.of(NodeType::GPU)[p].paths[T(NodeType::GPU)][g].type = PathType::NET;
     }
   }
-  // C2C + PHB: a GPU reaching its local NIC over C2C then PCI is P2C.
-  for (int g = 0; g < nGpus; ++g) {
-    int c = localCpu(sys, g);
+}
+
+// C2C + PHB: a GPU reaching its closest NIC over C2C then PCI is P2C (other NICs stay PHB: PXN is preferred).
+void c2cNetPaths(System& sys) {
+  for (int g = 0; g < sys.count(NodeType::GPU); ++g) {
+    const int c = localCpu(sys, g);
     for (int n : getLocal(sys, NodeType::GPU, g, NodeType::NET)) {
       Node& gpu = sys.of(NodeType::GPU)[g];
       Node& net = sys.of(NodeType::NET)[n];
@@ -335,38 +350,52 @@ void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDev
       }
     }
   }
-  // NICs: PXN relays, and CPU detours when GPU Direct RDMA is off.
+}
+
+// PXN: GPU g reaches NIC n through the NVLink peer that uses n first, when that peer reaches it at P2C (or PXB with
+// NCCL_PXN_C2C=0) with GDR, on the same host, and either has more bandwidth or avoids the CPU.
+bool usePxn(const System& sys, const Config& cfg, int g, int n, int lg) {
+  const Node& peer = sys.of(NodeType::GPU)[lg];
+  const Node& gpu = sys.of(NodeType::GPU)[g];
+  const int pxnType = cfg.pxnC2c ? P(PathType::P2C) : P(PathType::PXB);
+  const Path& peerNet = peer.paths[T(NodeType::NET)][n];
+  const Path& gpuNet = gpu.paths[T(NodeType::NET)][n];
+  return P(peerNet.type) <= pxnType &&
+         checkGdr(sys, cfg, peer.rank, sys.of(NodeType::NET)[n].id, true) != GdrMode::kDisable &&
+         P(peer.paths[T(NodeType::GPU)][g].type) <= P(PathType::NVL) &&
+         topology::systemIdOf(peer.id) == topology::systemIdOf(gpu.id) &&
+         (peerNet.bw > gpuNet.bw || P(gpuNet.type) > P(PathType::PXN));
+}
+
+// GPU to NIC paths: PXN relays (GPU to NIC direction only), and CPU detours where GPU Direct RDMA is off.
+void netPaths(System& sys, const Config& cfg) {
   for (int n = 0; n < sys.count(NodeType::NET); ++n) {
-    int64_t netId = sys.of(NodeType::NET)[n].id;
-    for (int g = 0; g < nGpus; ++g) {
+    const int64_t netId = sys.of(NodeType::NET)[n].id;
+    for (int g = 0; g < sys.count(NodeType::GPU); ++g) {
       if (cfg.pxnDisable != 1) {
-        int lg = localGpuOfNet(sys, cfg, netId);
-        if (lg != g && lg != -1) {
-          const Node& peer = sys.of(NodeType::GPU)[lg];
-          const Node& gpu = sys.of(NodeType::GPU)[g];
-          GdrMode gdr = checkGdr(sys, cfg, peer.rank, netId, true);
-          int pxnType = cfg.pxnC2c ? P(PathType::P2C) : P(PathType::PXB);
-          const Path& peerNet = peer.paths[T(NodeType::NET)][n];
-          const Path& gpuNet = gpu.paths[T(NodeType::NET)][n];
-          if (P(peerNet.type) <= pxnType && gdr != GdrMode::kDisable &&
-              P(peer.paths[T(NodeType::GPU)][g].type) <= P(PathType::NVL) &&
-              topology::systemIdOf(peer.id) == topology::systemIdOf(gpu.id) &&
-              (peerNet.bw > gpuNet.bw || P(gpuNet.type) > P(PathType::PXN))) {
-            addInterStep(sys, NodeType::GPU, lg, NodeType::GPU, g, NodeType::NET, n);
-          }
-        }
+        const int lg = localGpuOfNet(sys, cfg, netId);
+        if (lg != g && lg != -1 && usePxn(sys, cfg, g, n, lg))
+          addInterStep(sys, NodeType::GPU, lg, NodeType::GPU, g, NodeType::NET, n);
       }
-      if (P(sys.of(NodeType::GPU)[g].paths[T(NodeType::NET)][n].type) < P(PathType::PHB)) {
-        if (checkGdr(sys, cfg, sys.of(NodeType::GPU)[g].rank, netId, false) == GdrMode::kDisable) {
-          int c = localCpu(sys, g);
-          addInterStep(sys, NodeType::CPU, c, NodeType::NET, n, NodeType::GPU, g);
-          addInterStep(sys, NodeType::CPU, c, NodeType::GPU, g, NodeType::NET, n);
-        }
+      if (P(sys.of(NodeType::GPU)[g].paths[T(NodeType::NET)][n].type) < P(PathType::PHB) &&
+          checkGdr(sys, cfg, sys.of(NodeType::GPU)[g].rank, netId, false) == GdrMode::kDisable) {
+        const int c = localCpu(sys, g);
+        addInterStep(sys, NodeType::CPU, c, NodeType::NET, n, NodeType::GPU, g);
+        addInterStep(sys, NodeType::CPU, c, NodeType::GPU, g, NodeType::NET, n);
       }
     }
   }
-  for (int n = 0; n < sys.count(NodeType::NET); ++n)
-    sys.of(NodeType::NET)[n].localGpu = localGpuOfNet(sys, cfg, sys.of(NodeType::NET)[n].id);
+}
+
+}  // namespace
+
+void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank) {
+  allBestPaths(sys, cfg);
+  divertWithoutP2p(sys, cfg, shmDevByRank);
+  markNetPeers(sys, cfg, shmDevByRank);
+  c2cNetPaths(sys);
+  netPaths(sys, cfg);
+  for (auto& net : sys.of(NodeType::NET)) net.localGpu = localGpuOfNet(sys, cfg, net.id);
 }
 
 std::vector<int> gpuDomains(const System& sys) {

@@ -179,17 +179,26 @@ nlohmann::ordered_json graphJson(const Plan& plan, int gi) {
 
 }  // namespace
 
-std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize, bool pretty) {
-  using json = nlohmann::ordered_json;
-  const auto& sys = plan.system;
-  json j;
-  j["topocoll_version"] = "0.1.0";
-  j["nccl_version"] = "2.30.7";
-  j["topo"] = topoName;
-  j["nodes"] = plan.job.nNodes;
-  j["gpus_per_node"] = plan.localRanks;
-  j["nranks"] = plan.nRanks;
-  j["dtype"] = typeSize == 4 ? "float" : std::to_string(typeSize) + "-byte";
+namespace {
+
+using json = nlohmann::ordered_json;
+
+json pathsJson(const topology::System& sys, const topology::Node& gpu, NodeType type) {
+  json out = json::array();
+  const auto& paths = gpu.paths[static_cast<int>(type)];
+  for (int i = 0; i < sys.count(type); ++i) {
+    const auto& path = paths[i];
+    if (type == NodeType::GPU)
+      out.push_back({{"gpu", i}, {"type", topology::to_string(path.type)}, {"bw", path.bw}, {"hops", path.count()}});
+    else
+      out.push_back({{"net", sys.of(type)[i].dev}, {"type", topology::to_string(path.type)}, {"bw", path.bw},
+                     {"hops", path.count()}});
+  }
+  return out;
+}
+
+// `system`: rank 0's system after paths, trim and paths again.
+json systemJson(const topology::System& sys) {
   json s;
   s["maxBw"] = sys.maxBw;
   s["totalBw"] = sys.totalBw;
@@ -208,18 +217,8 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
     x["sm"] = gpu.cudaCompCap;
     x["gdr"] = gpu.gdrSupport;
     x["cpuAffinity"] = paths::cpuAffinity(sys, g);
-    json tg = json::array(), tn = json::array();
-    for (int p = 0; p < sys.count(NodeType::GPU); ++p) {
-      const auto& path = gpu.paths[static_cast<int>(NodeType::GPU)][p];
-      tg.push_back({{"gpu", p}, {"type", topology::to_string(path.type)}, {"bw", path.bw}, {"hops", path.count()}});
-    }
-    for (int n = 0; n < sys.count(NodeType::NET); ++n) {
-      const auto& path = gpu.paths[static_cast<int>(NodeType::NET)][n];
-      tn.push_back({{"net", sys.of(NodeType::NET)[n].dev}, {"type", topology::to_string(path.type)}, {"bw", path.bw},
-                    {"hops", path.count()}});
-    }
-    x["toGpu"] = tg;
-    x["toNet"] = tn;
+    x["toGpu"] = pathsJson(sys, gpu, NodeType::GPU);
+    x["toNet"] = pathsJson(sys, gpu, NodeType::NET);
     gpus.push_back(x);
   }
   s["gpus"] = gpus;
@@ -229,16 +228,11 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
                     {"gdr", n.gdrSupport}, {"localGpu", n.localGpu}, {"name", n.name}});
   }
   s["nets"] = nets;
-  j["system"] = s;
-  json graphs;
-  for (int gi = 0; gi < search::kNumGraphs; ++gi) graphs[search::graphName(gi)] = graphJson(plan, gi);
-  j["graphs"] = graphs;
-  {
-    const search::Graph* order[] = {&plan.graphs[search::kGraphRing], &plan.graphs[search::kGraphTree],
-                                    &plan.graphs[search::kGraphCollnetDirect], &plan.graphs[search::kGraphCollnetChain],
-                                    &plan.graphs[search::kGraphNvls]};
-    j["graph_dump_xml"] = search::graphsToXml(sys, std::vector<const search::Graph*>(std::begin(order), std::end(order)));
-  }
+  return s;
+}
+
+// `connect`: the job-wide values after the allgather, preset and postset.
+json connectJson(const Plan& plan) {
   const auto& c = plan.connect;
   json cj;
   cj["nNodes"] = c.nNodes;
@@ -255,7 +249,7 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
   json aligned;
   for (int gi = 0; gi < search::kNumGraphs; ++gi) {
     const auto& g = c.aligned[gi];
-    bool avail = plan.graphAvailable[gi];
+    const bool avail = plan.graphAvailable[gi];
     aligned[search::graphName(gi)] = {{"nChannels", avail ? g.nChannels : 0},
                                       {"bwIntra", avail ? g.bwIntra : 0.0f},
                                       {"bwInter", avail ? g.bwInter : 0.0f},
@@ -281,27 +275,33 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
     nv.push_back(rj);
   }
   cj["nvls"] = nv;
-  j["connect"] = cj;
+  return cj;
+}
+
+// `tuning`: the latency, bandwidth and thread tables.
+json tuningJson(const tuning::Model& m) {
   json tj;
   tj["protocols"] = {"LL", "LL128", "Simple"};
   json lat, bw, mt;
   for (int coll = 0; coll < tuning::kNumColls; ++coll) {
     json la, ba;
     for (int a = 0; a < tuning::kNumAlgos; ++a) {
-      la[tuning::algoName(a)] = {plan.model.latencies[coll][a][0], plan.model.latencies[coll][a][1],
-                                 plan.model.latencies[coll][a][2]};
-      ba[tuning::algoName(a)] = {plan.model.bandwidths[coll][a][0], plan.model.bandwidths[coll][a][1],
-                                 plan.model.bandwidths[coll][a][2]};
+      la[tuning::algoName(a)] = {m.latencies[coll][a][0], m.latencies[coll][a][1], m.latencies[coll][a][2]};
+      ba[tuning::algoName(a)] = {m.bandwidths[coll][a][0], m.bandwidths[coll][a][1], m.bandwidths[coll][a][2]};
     }
     lat[tuning::collName(coll)] = la;
     bw[tuning::collName(coll)] = ba;
   }
   for (int a = 0; a < tuning::kNumAlgos; ++a)
-    mt[tuning::algoName(a)] = {plan.model.maxThreads[a][0], plan.model.maxThreads[a][1], plan.model.maxThreads[a][2]};
+    mt[tuning::algoName(a)] = {m.maxThreads[a][0], m.maxThreads[a][1], m.maxThreads[a][2]};
   tj["latencies"] = lat;
   tj["bandwidths"] = bw;
   tj["maxThreads"] = mt;
-  j["tuning"] = tj;
+  return tj;
+}
+
+// `selection`: NCCL's choice for every test size.
+json selectionJson(const Plan& plan, int typeSize) {
   json sel = json::array();
   for (auto& x : selectionTable(plan, typeSize)) {
     json e;
@@ -319,7 +319,34 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
     }
     sel.push_back(e);
   }
-  j["selection"] = sel;
+  return sel;
+}
+
+}  // namespace
+
+std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize, bool pretty) {
+  json j;
+  j["topocoll_version"] = "0.1.0";
+  j["nccl_version"] = "2.30.7";
+  j["topo"] = topoName;
+  j["nodes"] = plan.job.nNodes;
+  j["gpus_per_node"] = plan.localRanks;
+  j["nranks"] = plan.nRanks;
+  j["dtype"] = typeSize == 4 ? "float" : std::to_string(typeSize) + "-byte";
+  j["system"] = systemJson(plan.system);
+  json graphs;
+  for (int gi = 0; gi < search::kNumGraphs; ++gi) graphs[search::graphName(gi)] = graphJson(plan, gi);
+  j["graphs"] = graphs;
+  {
+    const search::Graph* order[] = {&plan.graphs[search::kGraphRing], &plan.graphs[search::kGraphTree],
+                                    &plan.graphs[search::kGraphCollnetDirect], &plan.graphs[search::kGraphCollnetChain],
+                                    &plan.graphs[search::kGraphNvls]};
+    j["graph_dump_xml"] =
+        search::graphsToXml(plan.system, std::vector<const search::Graph*>(std::begin(order), std::end(order)));
+  }
+  j["connect"] = connectJson(plan);
+  j["tuning"] = tuningJson(plan.model);
+  j["selection"] = selectionJson(plan, typeSize);
   j["searchTimeMs"] = {{"rank0", plan.searchMs}};
   j["wallMs"] = plan.wallMs;
   return j.dump(pretty ? 1 : -1);

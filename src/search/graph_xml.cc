@@ -1,4 +1,5 @@
-// Graph XML, as NCCL_GRAPH_DUMP_FILE writes it and NCCL_GRAPH_FILE reads it.
+// Graph XML, as NCCL_GRAPH_DUMP_FILE writes it and NCCL_GRAPH_FILE reads it. Follows NCCL 2.30.7
+// src/graph/search.cc (ncclTopoGetXmlFromGraphs, ncclTopoGetGraphFromXml) (Apache-2.0).
 #include <set>
 
 #include "topocoll/search/graph.h"

@@ -1,4 +1,5 @@
-// One rank's searches for its node, in initTransportsRank's order.
+// One rank's searches for its node. Follows the graph part of NCCL 2.30.7 src/init.cc initTransportsRank (the
+// order of the searches, NVLS/CollNet support, ncclTopoComputeP2pChannelsPerPeer, ncclTopoGetMinNetBw) (Apache-2.0).
 #include <chrono>
 
 #include "topocoll/paths/paths.h"

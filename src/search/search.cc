@@ -1,4 +1,6 @@
-// The channel search, rule by rule as NCCL 2.30.7's src/graph/search.cc.
+// The channel search. Follows NCCL 2.30.7 src/graph/search.cc (ncclTopoCompute, ncclTopoSearchRec* and their
+// helpers, ncclTopoDupChannels) (Apache-2.0) rule by rule, with a memo of sub-searches that changes the work, not
+// the result (see Searcher's memo section).
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -30,11 +32,12 @@ constexpr int64_t kGlobalTimeout = 1LL << 19;
 constexpr int kTimeout = 1 << 14;
 constexpr int kTimeoutTree = 1 << 14;
 constexpr int kTimeoutSameChannels = 1 << 8;
-constexpr int kMemoMinSteps = 16;
+constexpr int kTopoMaxNodes = 640;  // NCCL_TOPO_MAX_NODES (src/include/graph.h)
+constexpr int kMemoMinSteps = 16;  // smaller sub-searches are cheaper to walk than to remember
 constexpr int kForcedOrderPci = 1;
 constexpr int kForcedOrderReplay = 2;
-constexpr int kMaxNvlsArity = 32;
-constexpr int kMaxDirectArity = 7;
+constexpr int kMaxNvlsArity = 32;   // NCCL_MAX_NVLS_ARITY
+constexpr int kMaxDirectArity = 7;  // NCCL_MAX_DIRECT_ARITY
 
 const float kSpeedIntra[] = {40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0};
 const float kSpeedInter[] = {48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0,
@@ -685,7 +688,7 @@ class Searcher {
 
   std::vector<int> selectNetsUncached(int typeInter, int gpu) {
     std::vector<int> nets = sys_.hostHashes.size() > 1 ? prefNetsGpuFirst(gpu) : prefNetsChannelFirst(gpu);
-    int maxDevCount = 640;
+    int maxDevCount = kTopoMaxNodes;  // NETDEVS_POLICY other than MAX: no limit
     if (cfg_.netDevsPolicy == 2) {
       maxDevCount = cfg_.netDevsPolicyMax * (gpu == -1 ? ngpus() : 1);
       if (static_cast<int>(nets.size()) >= maxDevCount) return nets;

@@ -1,3 +1,6 @@
+// The per-host XML NCCL builds its system from. Follows NCCL 2.30.7 src/graph/topo.cc (ncclTopoGetSystem:
+// ncclTopoProcessNet, ncclTopoPopulateNics, ncclTopoMakeVNics with ncclTopoGetPath/ncclTopoGetVNicParent for NIC
+// fusion, then trimming and fusing the ranks' XMLs) (Apache-2.0).
 #include "topocoll/topology/node_xml.h"
 
 #include <algorithm>

@@ -1,4 +1,5 @@
-// Building the system graph from XML, following NCCL 2.30.7's src/graph/topo.cc rule by rule.
+// Building the system graph from XML. Follows NCCL 2.30.7 src/graph/topo.cc (ncclTopoGetSystemFromXml and the
+// ncclTopoAdd* functions, BCM switch flattening, ncclTopoConnectCpus, ncclTopoSortSystem) (Apache-2.0) rule by rule.
 #include "topocoll/topology/system.h"
 
 #include <algorithm>
