@@ -69,6 +69,39 @@ inline std::string nvswitchDomainXml(int nGpus, int nvlinks = 18, int sm = 90, b
   return x + "</system>\n";
 }
 
+/// The CPU of a generated socket: NCCL's arch/vendor/model decide the bandwidth between sockets
+/// (src/graph/topo.h: BDW 6, SKL 10, SRP 22, ERP 40 GB/s for Intel; 16 for AMD).
+struct CpuKind {
+  const char* vendor = "GenuineIntel";
+  int family = 6, model = 0x8F;  // Sapphire Rapids
+};
+constexpr CpuKind kSapphireRapids{"GenuineIntel", 6, 0x8F}, kEmeraldRapids{"GenuineIntel", 6, 0xCF},
+    kSkylake{"GenuineIntel", 6, 0x55}, kZen{"AuthenticAMD", 25, 1};
+
+/// Two sockets, each with one PCIe switch holding `gpusPerSocket` GPUs and one NIC of `nicMbps` (the shape of the
+/// conformance's generated nc-spr / nc-emr machines). GPUs on `gpuSpeed` x16, switch and NIC on Gen5 x16.
+inline std::string twoSocketPcieXml(CpuKind cpu, int gpusPerSocket, int nicMbps,
+                                    const char* gpuSpeed = "16.0 GT/s PCIe", int sm = 89) {
+  std::string x = "<system version=\"1\">\n";
+  int gpu = 0;
+  for (int s = 0; s < 2; ++s) {
+    x += fmt::format("  <cpu numaid=\"{}\" affinity=\"ff\" arch=\"x86_64\" vendor=\"{}\" familyid=\"{}\" modelid=\"{}\">\n", s,
+                     cpu.vendor, cpu.family, cpu.model);
+    const int bus = 0x18 + 0x80 * s;
+    x += fmt::format("    <pci busid=\"0000:{:02x}:00.0\" class=\"0x060400\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n", bus);
+    for (int g = 0; g < gpusPerSocket; ++g, ++gpu) {
+      x += fmt::format("      <pci busid=\"0000:{:02x}:00.0\" class=\"0x030200\" link_speed=\"{}\" link_width=\"16\">\n", bus + 2 + g,
+                       gpuSpeed);
+      x += fmt::format("        <gpu dev=\"{}\" sm=\"{}\" rank=\"{}\" gdr=\"1\"/>\n      </pci>\n", gpu, sm, gpu);
+    }
+    x += fmt::format("      <pci busid=\"0000:{:02x}:00.0\" class=\"0x020700\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n", bus + 0x40);
+    x += fmt::format("        <nic><net name=\"mlx5_{}\" dev=\"{}\" speed=\"{}\" port=\"1\" guid=\"0x{:x}\" maxconn=\"131072\" gdr=\"1\"/></nic>\n", s, s,
+                     nicMbps, 0x100 + s);
+    x += "      </pci>\n    </pci>\n  </cpu>\n";
+  }
+  return x + "</system>\n";
+}
+
 // A random but valid machine: 1-2 sockets, 1-3 PCIe switches per socket, 1-4 GPUs per switch, maybe a NIC per
 // switch, maybe an NVSwitch connecting every GPU.
 inline std::string randomPcieMachine(int sockets, int switches, int gpusPer, bool nics, bool nvswitch, int sm, int genIdx) {
