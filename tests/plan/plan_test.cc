@@ -158,12 +158,15 @@ TEST(PluginDevices, NetDevicesDescribeSocketDevices) {
 // given, as a plugin numbers them; the XML's other <net>s are not the job's.
 TEST(PluginDevices, NetDevicesOnPciDevicesInPluginOrder) {
   const auto doc = topology::loadXmlFile(testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml"));
-  Config cfg = envConfig({{"TOPOCOLL_NET_DEVICES", "mlx5_1,mlx5_0"}});
+  Config cfg = envConfig({{"TOPOCOLL_NET_DEVICES", "mlx5_2,mlx5_1"}});
   topology::System sys = topology::buildSystem(topology::prepareNodeXml(doc, {{0, 0}}, cfg));
   ASSERT_EQ(sys.count(NodeType::NET), 2);
+  // NET nodes stay in the XML's order (as NCCL adds them); their dev is the plugin's index.
   EXPECT_EQ(sys.of(NodeType::NET)[0].name, "mlx5_1");
-  EXPECT_EQ(sys.of(NodeType::NET)[0].dev, 0);
-  EXPECT_EQ(sys.of(NodeType::NET)[1].name, "mlx5_0");
+  EXPECT_EQ(sys.of(NodeType::NET)[0].dev, 1);
+  EXPECT_EQ(sys.of(NodeType::NET)[1].name, "mlx5_2");
+  EXPECT_EQ(sys.of(NodeType::NET)[1].dev, 0);
+  EXPECT_EQ(sys.of(NodeType::NET)[1].gdrSupport, 1);  // the XML's attributes: an RDMA NIC
 
   const auto partial = topology::parseXml(testing::twoSocketPcieXml(testing::kSapphireRapids, 1, 400000), "p.xml");
   Config onPci = envConfig({{"TOPOCOLL_NET_DEVICES", "ib0:200000@0000:58:00.0"}});
