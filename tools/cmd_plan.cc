@@ -55,6 +55,9 @@ std::string planText(const Plan& plan, bool explain) {
   std::string out;
   const auto& sys = plan.system;
   out += fmt::format("Job: {} node(s) x {} GPU(s) = {} ranks\n", plan.job.nNodes, plan.localRanks, plan.nRanks);
+  if (plan.cliqueHosts > 1)
+    out += fmt::format("Multi-node NVLink: cliques of {} hosts, {} NCCL node(s), the network only between cliques\n",
+                       plan.cliqueHosts, plan.connect.nNodes);
   if (plan.hostDomains.size() > 1) {
     out += fmt::format("Each host is {} NCCL nodes (its GPUs of different nodes talk through the network):",
                        plan.hostDomains.size());
@@ -159,6 +162,10 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
     c->add_option("--gpus-per-node,-g", a->job.gpusPerNode, "Use the first G GPUs (by dev) of each node")
         ->check(CLI::Range(1, 1 << 16));
     c->add_option("--ranks-on-gpus", a->gpusList, "Comma-separated GPU dev of each local rank, e.g. 0,1,2,3");
+    c->add_option("--clique-hosts", a->job.cliqueHosts,
+                  "Hosts per multi-node NVLink clique when the topology describes several hosts (default: as many "
+                  "as the job and the topology divide into; 1 = no multi-node NVLink, like NCCL_MNNVL_ENABLE=0)")
+        ->check(CLI::Range(1, 256));
     c->add_option("--net-plugin-version", a->netPluginVersion,
                   "Net plugin NCCL loads: 0 internal (default; fused NICs of at most 4 ports), 6..12 external "
                   "(TOPOCOLL_NET_PLUGIN_VERSION)");

@@ -63,6 +63,7 @@ struct Config {
   std::string graphDumpFile;       // NCCL_GRAPH_DUMP_FILE
   int searchTimeoutScale = 1;      // TOPOCOLL_SEARCH_TIMEOUT_SCALE
   int searchMemo = 1;              // TOPOCOLL_SEARCH_MEMO
+  int mnnvlEnable = 2;             // NCCL_MNNVL_ENABLE
   // Tuning
   std::string algo;                // NCCL_ALGO
   std::string proto;               // NCCL_PROTO

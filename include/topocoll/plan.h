@@ -23,11 +23,16 @@
 
 namespace topocoll {
 
-/// The job: `nNodes` hosts, each described by the same topology; ranks numbered node by node.
+/// The job: `nNodes` hosts, ranks numbered host by host (GPUs by `dev` within a host). A topology describes one
+/// host, or (several host_hash values) the trays of one multi-node NVLink domain: job host i is then the
+/// topology's host i mod H, and `cliqueHosts` consecutive hosts form an NVLink clique (one NCCL node, the network
+/// only between cliques).
 struct JobSpec {
   int nNodes = 1;
-  int gpusPerNode = 0;             // 0: every GPU of the topology; else the first G GPUs by `dev`
+  int gpusPerNode = 0;             // 0: every GPU of a host; else the first G GPUs by `dev`
   std::vector<int> ranksOnGpus;    // explicit `dev` of each local rank (overrides gpusPerNode)
+  int cliqueHosts = 0;             // hosts per NVLink clique; 0: gcd(nNodes, the topology's hosts), 1 with
+                                   // NCCL_MNNVL_ENABLE=0
 };
 
 /// The most ranks a plan may have (NCCL's ranks are ints; the per-rank tables must fit in memory too).
@@ -36,11 +41,12 @@ constexpr int64_t kMaxPlanRanks = int64_t{1} << 24;
 struct Plan {
   JobSpec job;
   Config cfg;
-  int nRanks = 0, localRanks = 0;
-  std::vector<int> localDevs;                 // GPU dev of local rank i
-  topology::XmlDoc nodeXml;                   // the fused per-host XML the system was built from
+  int nRanks = 0, localRanks = 0;            // localRanks: ranks per host
+  int cliqueHosts = 1;                        // hosts per NVLink clique (1: no multi-node NVLink)
+  std::vector<int> localDevs;                 // GPU dev of local rank i (of every host)
+  topology::XmlDoc nodeXml;                   // the fused XML rank 0's system was built from (its host or clique)
   topology::System system;                    // rank 0's system after paths, trim and paths again
-  std::vector<std::vector<int>> hostDomains;  // the NCCL nodes one host splits into: their local ranks
+  std::vector<std::vector<int>> hostDomains;  // the NCCL nodes of one host (or clique): their ranks in it
   std::array<search::Graph, search::kNumGraphs> graphs;  // rank 0's node's graphs, as searched
   std::array<bool, search::kNumGraphs> graphAvailable = {};
   search::Connect connect;

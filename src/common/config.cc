@@ -243,6 +243,10 @@ std::vector<Knob> buildRegistry() {
                                                  "Where to write the searched graphs (graph XML)"));
   r.push_back(intKnob<&Config::searchTimeoutScale>("TOPOCOLL_SEARCH_TIMEOUT_SCALE", "search", 1, 1 << 10,
                                                    "Multiply NCCL's search step budgets (1 = NCCL's)"));
+  r.push_back(intKnob<&Config::mnnvlEnable>(
+      "NCCL_MNNVL_ENABLE", "search", 0, 2,
+      "Multi-node NVLink: 2 (auto) and 1 plan the hosts of a multi-host topology XML as NVLink cliques, 0 plans "
+      "each host as its own node"));
   r.push_back(intKnob<&Config::searchMemo>(
       "TOPOCOLL_SEARCH_MEMO", "search", 0, 1,
       "1: the search charges a failed sub-search it has walked before instead of walking it again (same result, "

@@ -230,7 +230,8 @@ bool checkP2p(const System& sys, const Config& cfg, int rank1, int rank2, bool* 
   if (g2 < 0) return false;
   const Node& gpu1 = sys.of(NodeType::GPU)[g1];
   const Node& gpu2 = sys.of(NodeType::GPU)[g2];
-  if (topology::systemIdOf(gpu1.id) != topology::systemIdOf(gpu2.id)) return false;  // different hosts
+  // GPUs of different hosts share a system only in a multi-node NVLink clique, where NCCL's ncclTopoCheckMNNVL lets
+  // them use P2P (same fabric, same clique): the path decides, as within a host.
   const Path& path = gpu1.paths[T(NodeType::GPU)][g2];
   if (path.count() == 4 && interRank) {
     NodeRef mid = sys.link(path.list[1]).rem;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -20,22 +21,81 @@ using topology::PathType;
 namespace {
 
 // The GPU devs each local rank drives, from the job description.
-std::vector<int> localDevsOf(const topology::XmlDoc& topo, const JobSpec& job) {
-  std::vector<int> devs = topology::gpuDevs(topo);
-  if (devs.empty()) fail(StatusCode::kInvalidArgument, "{}: the topology has no <gpu>: nothing to plan", topo.source);
+std::vector<int> localDevsOf(const topology::XmlDoc& topo, const JobSpec& job, int host) {
+  std::vector<int> devs = topology::gpuDevs(topo, host);
+  const std::string where = host ? fmt::format("{} (host {})", topo.source, host) : topo.source;
+  if (devs.empty()) fail(StatusCode::kInvalidArgument, "{}: the topology has no <gpu>: nothing to plan", where);
   if (!job.ranksOnGpus.empty()) {
     for (int d : job.ranksOnGpus)
       if (std::find(devs.begin(), devs.end(), d) == devs.end())
-        fail(StatusCode::kInvalidArgument, "--ranks-on-gpus names GPU dev {}, which {} does not have", d, topo.source);
+        fail(StatusCode::kInvalidArgument, "--ranks-on-gpus names GPU dev {}, which {} does not have", d, where);
     return job.ranksOnGpus;
   }
   if (job.gpusPerNode > 0) {
     if (job.gpusPerNode > static_cast<int>(devs.size()))
-      fail(StatusCode::kInvalidArgument, "--gpus-per-node {} but {} has only {} GPUs", job.gpusPerNode, topo.source,
+      fail(StatusCode::kInvalidArgument, "--gpus-per-node {} but {} has only {} GPUs", job.gpusPerNode, where,
            devs.size());
     devs.resize(job.gpusPerNode);
   }
   return devs;
+}
+
+// How the job's hosts group into NVLink cliques: `clique` hosts each, the topology's hosts repeating.
+int cliqueHostsOf(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg) {
+  const int xmlHosts = std::max(1, topology::xmlHostCount(topo));
+  if (cfg.mnnvlEnable == 0 && job.cliqueHosts > 1)
+    fail(StatusCode::kInvalidArgument, "--clique-hosts {} asks for multi-node NVLink, NCCL_MNNVL_ENABLE=0 disables it",
+         job.cliqueHosts);
+  // By default the largest clique both the job and the topology divide into.
+  const int k = job.cliqueHosts > 0 ? job.cliqueHosts : cfg.mnnvlEnable == 0 ? 1 : std::gcd(xmlHosts, job.nNodes);
+  if (k > xmlHosts || xmlHosts % k != 0)
+    fail(StatusCode::kInvalidArgument,
+         "--clique-hosts {}: {} describes {} host(s); a clique is 1 host or a divisor of the hosts it describes", k,
+         topo.source, xmlHosts);
+  if (job.nNodes % k != 0)
+    fail(StatusCode::kInvalidArgument, "--nodes {} is not a whole number of NVLink cliques of {} hosts", job.nNodes, k);
+  return k;
+}
+
+// One kind of unit (a host, or a clique of hosts): its NCCL nodes, each searched as its ranks search it (a host can
+// split into domains whose GPUs talk through the network).
+struct Unit {
+  topology::XmlDoc xml;
+  std::vector<search::NodeGraphs> nodes;
+  std::vector<std::vector<int>> domains;  // unit-local ranks of each node
+  topology::System rank0System;           // the system of the unit's rank 0
+};
+
+Unit searchUnit(const topology::XmlDoc& unitDoc, const std::vector<topology::LocalGpu>& locals, int nRanks,
+                const Config& cfg) {
+  Unit u;
+  u.xml = topology::prepareNodeXml(unitDoc, locals, cfg);
+  const topology::System whole = topology::buildSystem(u.xml);
+  const int unitRanks = static_cast<int>(locals.size());
+  std::vector<int> domainOf(unitRanks, -1);
+  {
+    topology::System withPaths = whole;
+    paths::computePaths(withPaths, cfg);
+    const std::vector<int> dom = paths::gpuDomains(withPaths);
+    for (int g = 0; g < withPaths.count(NodeType::GPU); ++g) domainOf[withPaths.of(NodeType::GPU)[g].rank] = dom[g];
+  }
+  for (int r = 0; r < unitRanks; ++r) {
+    bool first = true;
+    for (int q = 0; q < r; ++q) first &= domainOf[q] != domainOf[r];
+    if (!first) continue;
+    topology::System sys = whole;
+    paths::prepareForSearch(sys, cfg, r, nRanks);
+    if (sys.inter && sys.count(NodeType::NET) == 0)
+      fail(StatusCode::kInvalidArgument, "{}: GPUs of this job talk through the network, but it has no network device",
+           unitDoc.source);
+    u.nodes.push_back(search::searchNode(sys, cfg, nRanks));
+    std::vector<int> members;
+    for (int q = r; q < unitRanks; ++q)
+      if (domainOf[q] == domainOf[r]) members.push_back(q);
+    u.domains.push_back(members);
+    if (r == 0) u.rank0System = std::move(sys);
+  }
+  return u;
 }
 
 // Bytes the plan's per-rank tables take at most: the rings and trees of every channel, the NVLS links, the
@@ -65,7 +125,16 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
   plan.job = job;
   plan.cfg = cfg;
   if (job.nNodes < 1) fail(StatusCode::kInvalidArgument, "--nodes must be >= 1 (got {})", job.nNodes);
-  plan.localDevs = localDevsOf(topo, job);
+  const int xmlHosts = std::max(1, topology::xmlHostCount(topo));
+  plan.cliqueHosts = cliqueHostsOf(topo, job, cfg);
+  std::vector<std::vector<int>> devsOf;  // [topology host] the devs of its ranks
+  for (int h = 0; h < xmlHosts; ++h) {
+    devsOf.push_back(localDevsOf(topo, job, h));
+    if (devsOf[h].size() != devsOf[0].size())
+      fail(StatusCode::kInvalidArgument, "{}: host {} has {} GPUs for the job, host 0 has {}; hosts must match",
+           topo.source, h, devsOf[h].size(), devsOf[0].size());
+  }
+  plan.localDevs = devsOf[0];
   plan.localRanks = static_cast<int>(plan.localDevs.size());
   const int64_t nRanks64 = static_cast<int64_t>(plan.localRanks) * job.nNodes;
   if (nRanks64 > kMaxPlanRanks)
@@ -73,44 +142,28 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
   checkPlanMemory(nRanks64);
   plan.nRanks = static_cast<int>(nRanks64);
 
-  std::vector<topology::LocalGpu> locals;
-  for (int i = 0; i < plan.localRanks; ++i) locals.push_back({i, plan.localDevs[i]});
-  plan.nodeXml = topology::prepareNodeXml(topo, locals, cfg);
-  const topology::System host = topology::buildSystem(plan.nodeXml);
-
-  // One host may split into several NCCL nodes (domains whose GPUs talk through the network); each is searched
-  // once, as its ranks would search it, and repeated on every host.
-  std::vector<int> domainOf;
-  {
-    topology::System withPaths = host;
-    paths::computePaths(withPaths, cfg);
-    const std::vector<int> dom = paths::gpuDomains(withPaths);
-    domainOf.assign(plan.localRanks, -1);
-    for (int g = 0; g < withPaths.count(NodeType::GPU); ++g) domainOf[withPaths.of(NodeType::GPU)[g].rank] = dom[g];
-  }
-  std::vector<search::NodeGraphs> nodes;
-  for (int r = 0; r < plan.localRanks; ++r) {
-    bool first = true;
-    for (int q = 0; q < r; ++q) first &= domainOf[q] != domainOf[r];
-    if (!first) continue;
-    topology::System sys = host;
-    paths::prepareForSearch(sys, cfg, r, plan.nRanks);
-    if (sys.inter && sys.count(NodeType::NET) == 0)
-      fail(StatusCode::kInvalidArgument, "{}: GPUs of this job talk through the network, but it has no network device",
-           topo.source);
-    nodes.push_back(search::searchNode(sys, cfg, plan.nRanks));
-    std::vector<int> members;
-    for (int q = r; q < plan.localRanks; ++q)
-      if (domainOf[q] == domainOf[r]) members.push_back(q);
-    plan.hostDomains.push_back(members);
-    if (r == 0) {
-      plan.system = std::move(sys);
-      plan.graphs = nodes.back().graphs;
-      plan.graphAvailable = nodes.back().available;
-      plan.searchMs = nodes.back().searchMs;
+  // The job is units of `cliqueHosts` hosts (one host without multi-node NVLink); the topology's hosts give
+  // xmlHosts / cliqueHosts kinds of unit, repeating. Each kind is searched once and repeated with shifted ranks.
+  const int k = plan.cliqueHosts, unitRanks = k * plan.localRanks;
+  std::vector<std::vector<search::NodeGraphs>> unitTypes;
+  for (int t = 0; t < xmlHosts / k; ++t) {
+    std::vector<topology::LocalGpu> locals;
+    for (int h = 0; h < k; ++h)
+      for (int i = 0; i < plan.localRanks; ++i) locals.push_back({h * plan.localRanks + i, devsOf[t * k + h][i], h});
+    Unit u = xmlHosts == 1 ? searchUnit(topo, locals, plan.nRanks, cfg)
+                           : searchUnit(topology::selectHosts(topo, t * k, k), locals, plan.nRanks, cfg);
+    if (t == 0) {
+      plan.nodeXml = std::move(u.xml);
+      plan.system = std::move(u.rank0System);
+      plan.hostDomains = u.domains;
+      plan.graphs = u.nodes[0].graphs;
+      plan.graphAvailable = u.nodes[0].available;
+      plan.searchMs = u.nodes[0].searchMs;
     }
+    unitTypes.push_back(std::move(u.nodes));
   }
-  plan.connect = search::connectRanks(search::ReplicatedNodes(nodes, plan.localRanks, job.nNodes), cfg);
+  plan.connect =
+      search::connectRanks(search::ReplicatedNodes(unitTypes, unitRanks, job.nNodes / k), cfg);
 
   tuning::JobInfo ji = tuning::jobInfo(plan.connect, plan.system.count(NodeType::NVS));
   plan.model = tuning::tuneModel(ji, plan.connect.aligned, cfg);
@@ -332,6 +385,7 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
   j["nodes"] = plan.job.nNodes;
   j["gpus_per_node"] = plan.localRanks;
   j["nranks"] = plan.nRanks;
+  j["cliqueHosts"] = plan.cliqueHosts;
   j["dtype"] = typeSize == 4 ? "float" : std::to_string(typeSize) + "-byte";
   j["system"] = systemJson(plan.system);
   json graphs;

@@ -380,26 +380,31 @@ RankTopo presetRank(int rank, const NodeGraphs& node, int rankOffset) {
   return t;
 }
 
-ReplicatedNodes::ReplicatedNodes(const std::vector<NodeGraphs>& nodes, int unitRanks, int units)
-    : nodes_(nodes), unitRanks_(unitRanks), units_(units), nodeOf_(unitRanks, -1) {
-  if (unitRanks < 1 || units < 1) fail(StatusCode::kInvalidArgument, "a job needs at least one rank");
-  for (size_t n = 0; n < nodes.size(); ++n) {
-    const NodeGraphs& ng = nodes[n];
-    const Graph& ring = ng.graphs[kGraphRing];
-    for (int i = 0; i < ng.ranks; ++i) {
-      const int r = static_cast<int>(ring.intra.size()) > i ? ring.intra[i] : -1;
-      if (r < 0 || r >= unitRanks || nodeOf_[r] >= 0)
-        fail(StatusCode::kInvalidArgument, "node {} names rank {}, which is outside its unit or in another node", n, r);
-      nodeOf_[r] = static_cast<int>(n);
+ReplicatedNodes::ReplicatedNodes(const std::vector<std::vector<NodeGraphs>>& unitTypes, int unitRanks, int units)
+    : types_(unitTypes), unitRanks_(unitRanks), units_(units) {
+  if (unitRanks < 1 || units < 1 || unitTypes.empty()) fail(StatusCode::kInvalidArgument, "a job needs at least one rank");
+  for (size_t t = 0; t < unitTypes.size(); ++t) {
+    std::vector<int> nodeOf(unitRanks, -1);
+    for (size_t n = 0; n < unitTypes[t].size(); ++n) {
+      const NodeGraphs& ng = unitTypes[t][n];
+      const Graph& ring = ng.graphs[kGraphRing];
+      for (int i = 0; i < ng.ranks; ++i) {
+        const int r = static_cast<int>(ring.intra.size()) > i ? ring.intra[i] : -1;
+        if (r < 0 || r >= unitRanks || nodeOf[r] >= 0)
+          fail(StatusCode::kInvalidArgument, "node {} names rank {}, which is outside its unit or in another node", n, r);
+        nodeOf[r] = static_cast<int>(n);
+      }
     }
+    for (int r = 0; r < unitRanks; ++r)
+      if (nodeOf[r] < 0) fail(StatusCode::kInvalidArgument, "rank {} of the unit is in no node", r);
+    nodeOf_.push_back(std::move(nodeOf));
   }
-  for (int r = 0; r < unitRanks; ++r)
-    if (nodeOf_[r] < 0) fail(StatusCode::kInvalidArgument, "rank {} of the unit is in no node", r);
 }
 
 const RankTopo& ReplicatedNodes::get(int rank, RankTopo& scratch) const {
   const int unit = rank / unitRanks_;
-  scratch = presetRank(rank, nodes_[nodeOf_[rank % unitRanks_]], unit * unitRanks_);
+  const size_t type = static_cast<size_t>(unit) % types_.size();
+  scratch = presetRank(rank, types_[type][nodeOf_[type][rank % unitRanks_]], unit * unitRanks_);
   return scratch;
 }
 

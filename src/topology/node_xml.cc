@@ -198,23 +198,52 @@ std::string hostOf(const XmlNode* n) {
     if (n->name == "cpu") return n->attr("host_hash") ? *n->attr("host_hash") : "";
   return "";
 }
-std::string firstHost(const XmlNode& root) {
-  XmlNode* cpu = const_cast<XmlNode&>(root).find("cpu");
-  return cpu ? hostOf(cpu) : "";
+std::vector<std::string> hostList(const XmlNode& root) {
+  std::vector<std::string> hosts;
+  for (auto& c : root.subs) {
+    if (c->name != "cpu") continue;
+    const std::string h = hostOf(c.get());
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  return hosts;
 }
-// GPUs of the first host only: a multi-host (multi-node NVLink) XML is planned as its first host for now.
-std::vector<XmlNode*> localGpuElements(const XmlNode& root) {
+// The <gpu>s of host `host` (index in document order).
+std::vector<XmlNode*> hostGpuElements(const XmlNode& root, int host) {
   std::vector<XmlNode*> gpus, out;
   collect(const_cast<XmlNode&>(root), "gpu", gpus);
-  std::string host = firstHost(root);
+  const std::vector<std::string> hosts = hostList(root);
+  if (host < 0 || host >= static_cast<int>(hosts.size())) return out;
   for (XmlNode* g : gpus)
-    if (hostOf(g) == host) out.push_back(g);
+    if (hostOf(g) == hosts[host]) out.push_back(g);
   return out;
 }
 }  // namespace
 
-std::vector<int> gpuDevs(const XmlDoc& doc) {
-  std::vector<XmlNode*> gpus = localGpuElements(*doc.root);
+int xmlHostCount(const XmlDoc& doc) {
+  XmlNode* top = doc.root ? doc.root->find("system") : nullptr;
+  return top ? static_cast<int>(hostList(*top).size()) : 0;
+}
+
+XmlDoc selectHosts(const XmlDoc& doc, int first, int count) {
+  XmlDoc out = doc.clone();
+  XmlNode* top = out.root->find("system");
+  if (!top) fail(StatusCode::kInvalidArgument, "{}: no <system> element", doc.source);
+  const std::vector<std::string> hosts = hostList(*top);
+  if (first < 0 || count < 1 || first + count > static_cast<int>(hosts.size()))
+    fail(StatusCode::kInvalidArgument, "{}: hosts {}..{} asked for, it describes {}", doc.source, first,
+         first + count - 1, hosts.size());
+  std::vector<XmlNode*> drop;
+  for (auto& c : top->subs) {
+    if (c->name != "cpu") continue;
+    const auto at = std::find(hosts.begin(), hosts.end(), hostOf(c.get())) - hosts.begin();
+    if (at < first || at >= first + count) drop.push_back(c.get());
+  }
+  for (XmlNode* c : drop) top->removeChild(c);
+  return out;
+}
+
+std::vector<int> gpuDevs(const XmlDoc& doc, int host) {
+  std::vector<XmlNode*> gpus = hostGpuElements(*doc.root->find("system"), host);
   std::vector<int> devs;
   for (XmlNode* g : gpus) {
     const std::string* d = g->attr("dev");
@@ -444,9 +473,9 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
   if (!file.root || !file.root->find("system"))
     fail(StatusCode::kInvalidArgument, "{}: no <system> element", file.source);
   {
-    std::set<int> seen;
+    std::set<std::pair<int, int>> seen;
     for (auto& r : ranks)
-      if (!seen.insert(r.dev).second)
+      if (!seen.insert({r.host, r.dev}).second)
         fail(StatusCode::kInvalidArgument, "Duplicate GPU detected: ranks use GPU dev {} twice on one host", r.dev);
   }
   // Every PCI device needs its bus id before NIC fusion looks at them.
@@ -471,32 +500,47 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
              file.where(*l), *target);
     }
   }
-  XmlDoc base = file.clone();
-  const bool socketOnly = applyPluginDevices(base, cfg);
-  const auto groups = socketOnly ? std::vector<std::vector<int>>{} : netGroups(*base.root, cfg);
+  // Each host's network plugin sees its own devices and numbers them from 0 (a multi-host XML is the fused view of
+  // an NVLink domain: every host contributes its ranks' XMLs).
+  const int nHosts = std::max(1, xmlHostCount(file));
+  std::vector<XmlDoc> hostDocs;
+  std::vector<std::vector<std::vector<int>>> groups;
+  for (int h = 0; h < nHosts; ++h) {
+    hostDocs.push_back(nHosts == 1 ? file.clone() : selectHosts(file, h, 1));
+    const bool socketOnly = applyPluginDevices(hostDocs.back(), cfg);
+    groups.push_back(socketOnly ? std::vector<std::vector<int>>{} : netGroups(*hostDocs.back().root, cfg));
+  }
   XmlDoc fused;
   fused.source = file.source;
+  auto fuse = [&](XmlDoc d) {
+    if (!fused.root) fused.root = std::move(d.root);
+    else fuseXml(*fused.root, *d.root);
+  };
   for (auto& r : ranks) {
-    XmlDoc d = base.clone();
+    if (r.host < 0 || r.host >= nHosts)
+      fail(StatusCode::kInvalidArgument, "{}: rank {} is on host {}, the topology describes {}", file.source, r.rank,
+           r.host, nHosts);
+    XmlDoc d = hostDocs[r.host].clone();
     XmlNode* gpu = nullptr;
-    for (XmlNode* g : localGpuElements(*d.root))
+    for (XmlNode* g : hostGpuElements(*d.root->find("system"), 0))
       if (g->attr("dev") && std::atoi(g->attr("dev")->c_str()) == r.dev) gpu = g;
     if (!gpu)
-      fail(StatusCode::kInvalidArgument, "{}: rank {} uses GPU dev {}, which the topology does not have", file.source,
-           r.rank, r.dev);
+      fail(StatusCode::kInvalidArgument, "{}: rank {} uses GPU dev {}{}, which the topology does not have", file.source,
+           r.rank, r.dev, r.host ? fmt::format(" of host {}", r.host) : std::string());
     gpu->set("keep", "1");
     gpu->set("rank", std::to_string(r.rank));
     gpu->setIfUnset("gdr", "1");
-    applyNets(*d.root, cfg, groups);
+    applyNets(*d.root, cfg, groups[r.host]);
     trimXml(*d.root);
-    if (!fused.root) fused.root = std::move(d.root);
-    else fuseXml(*fused.root, *d.root);
+    fuse(std::move(d));
   }
   if (!fused.root) {
-    // No rank on this host: keep the whole machine (nothing would be kept by trimming).
-    fused = std::move(base);
-    applyNets(*fused.root, cfg, groups);
-    fused.root->visit([](XmlNode& n) { n.unset("keep"); });
+    // No rank: keep the whole machine (nothing would be kept by trimming).
+    for (int h = 0; h < nHosts; ++h) {
+      applyNets(*hostDocs[h].root, cfg, groups[h]);
+      hostDocs[h].root->visit([](XmlNode& n) { n.unset("keep"); });
+      fuse(std::move(hostDocs[h]));
+    }
   }
   return fused;
 }

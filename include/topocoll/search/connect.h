@@ -9,7 +9,7 @@
 //   Connect c = connectRanks(all, cfg);
 //
 //   // The planner: nodes that repeat (every host described by the same topology) are searched once.
-//   Connect c = connectRanks(ReplicatedNodes(nodeTemplates, unitRanks, nUnits), cfg);
+//   Connect c = connectRanks(ReplicatedNodes({hostNodes}, ranksPerHost, nHosts), cfg);
 #pragma once
 
 #include <array>
@@ -76,21 +76,22 @@ class RecordList : public RankRecords {
   const std::vector<RankTopo>& all_;
 };
 
-/// A job of `units` identical units (hosts, or NVLink cliques of hosts) of `unitRanks` ranks each, unit u holding
-/// ranks [u * unitRanks, (u + 1) * unitRanks). `nodes` are the NCCL nodes of unit 0 (one per host, or several when
-/// a host splits into domains), their graphs naming unit 0's ranks; every rank of a unit is in exactly one. Records
-/// are made when asked for, so no per-rank copy of the graphs exists.
+/// A job of `units` units (hosts, or NVLink cliques of hosts) of `unitRanks` ranks each, unit u holding ranks
+/// [u * unitRanks, (u + 1) * unitRanks) and described by unitTypes[u % unitTypes.size()]: the NCCL nodes of such a
+/// unit (one per host, or several when a host splits into domains, or one per clique), their graphs naming the
+/// unit's ranks from 0. Every rank of a unit is in exactly one node. Records are made when asked for, so no
+/// per-rank copy of the graphs exists.
 class ReplicatedNodes : public RankRecords {
  public:
-  /// Throws Error(kInvalidArgument) when the nodes do not partition the unit's ranks.
-  ReplicatedNodes(const std::vector<NodeGraphs>& nodes, int unitRanks, int units);
+  /// Throws Error(kInvalidArgument) when some type's nodes do not partition the unit's ranks.
+  ReplicatedNodes(const std::vector<std::vector<NodeGraphs>>& unitTypes, int unitRanks, int units);
   int size() const override { return unitRanks_ * units_; }
   const RankTopo& get(int rank, RankTopo& scratch) const override;
 
  private:
-  const std::vector<NodeGraphs>& nodes_;
+  const std::vector<std::vector<NodeGraphs>>& types_;
   int unitRanks_, units_;
-  std::vector<int> nodeOf_;  // unit-local rank -> index in nodes_
+  std::vector<std::vector<int>> nodeOf_;  // [type][unit-local rank] -> index in types_[type]
 };
 
 struct Connect {
