@@ -125,6 +125,29 @@ int gpuIndex(const System& sys, int rank) {
   return g;
 }
 
+// RCCL's ncclTopoCheckGdr default level: PXB; on Rome CPUs PHB when the GPU and the NIC hang off the same CPU
+// (two hops each) in the same bus segment (the 0xf0000 bits of their ids).
+int rcclGdrLevel(const System& sys, int g, int n) {
+  const Node& cpu0 = sys.of(NodeType::CPU)[0];
+  if (!(cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd &&
+        cpu0.model == topology::kCpuModelAmdRome))
+    return P(PathType::PXB);
+  auto twoHopCpu = [&](const Node& node) -> int64_t {
+    const auto& toCpu = node.paths[T(NodeType::CPU)];
+    for (int c = 0; c < sys.count(NodeType::CPU); ++c)
+      if (toCpu[c].count() == 2) return sys.of(NodeType::CPU)[c].id;
+    return -1;
+  };
+  const Node& gpu = sys.of(NodeType::GPU)[g];
+  const Node& net = sys.of(NodeType::NET)[n];
+  const int64_t d1 = twoHopCpu(gpu), d2 = twoHopCpu(net);
+  int64_t netBus = 0;  // the NIC's PCI bus id (its node id without the system bits)
+  for (const auto& l : net.links)
+    if (l.rem.type == NodeType::NIC) netBus = topology::localIdOf(sys.at(l.rem).id);
+  if (d1 != -1 && d1 == d2 && (topology::localIdOf(gpu.id) & 0xf0000) == (netBus & 0xf0000)) return P(PathType::PHB);
+  return P(PathType::PXB);
+}
+
 }  // namespace
 
 bool useNetBetween(const System& sys, const Config& cfg, int g1, int g2) {
@@ -242,8 +265,16 @@ bool checkP2p(const System& sys, const Config& cfg, int rank1, int rank2, bool* 
   }
   int level = P(PathType::PXB);
   const Node& cpu0 = sys.of(NodeType::CPU)[0];
-  if (cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd && sys.count(NodeType::DEV) <= 2)
+  if (sys.amdGpus()) {
+    // RCCL's ncclTopoCheckP2p: "use P2P whenever we can", except through ARM, Intel and Zhaoxin CPUs.
+    const bool pxbCpu = cpu0.arch == topology::kCpuArchArm ||
+                        (cpu0.arch == topology::kCpuArchX86 && (cpu0.vendor == topology::kCpuVendorIntel ||
+                                                               cpu0.vendor == topology::kCpuVendorZhaoxin));
+    level = pxbCpu ? P(PathType::PXB) : P(PathType::SYS);
+  } else if (cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd &&
+             sys.count(NodeType::DEV) <= 2) {
     level = P(PathType::SYS);
+  }
   if (cfg.p2pLevel) level = *cfg.p2pLevel;
   bool p2p = P(path.type) <= level;
   if (path.type == PathType::NVL && read && gpu1.cudaCompCap == gpu2.cudaCompCap && gpu1.cudaCompCap == 80) *read = true;
@@ -259,7 +290,8 @@ GdrMode checkGdr(const System& sys, const Config& cfg, int rank, int64_t netId, 
   if (gpu->mloPart != topology::kUndef) return GdrMode::kDisable;
   if (read) {
     if (cfg.netGdrRead == 0) return GdrMode::kDisable;
-    if (cfg.netGdrRead < 0 && gpu->cudaCompCap < 80) {
+    // Pre-Ampere reads need an NVLink peer (NCCL); RCCL has no such rule.
+    if (cfg.netGdrRead < 0 && gpu->cudaCompCap < 80 && !sys.amdGpus()) {
       bool nvlink = sys.count(NodeType::GPU) == 1;
       for (int i = 0; i < sys.count(NodeType::GPU) && !nvlink; ++i)
         if (i != g && gpu->paths[T(NodeType::GPU)][i].type == PathType::NVL) nvlink = true;
@@ -267,6 +299,7 @@ GdrMode checkGdr(const System& sys, const Config& cfg, int rank, int64_t netId, 
     }
   }
   int level = cfg.netGdrC2c ? P(PathType::P2C) : P(PathType::PXB);
+  if (sys.amdGpus()) level = rcclGdrLevel(sys, g, n);
   if (cfg.netGdrLevel) level = *cfg.netGdrLevel;
   int distance = P(gpu->paths[T(NodeType::NET)][n].type);
   if (distance == P(PathType::PXN)) {
@@ -358,9 +391,13 @@ void c2cNetPaths(System& sys) {
 bool usePxn(const System& sys, const Config& cfg, int g, int n, int lg) {
   const Node& peer = sys.of(NodeType::GPU)[lg];
   const Node& gpu = sys.of(NodeType::GPU)[g];
-  const int pxnType = cfg.pxnC2c ? P(PathType::P2C) : P(PathType::PXB);
   const Path& peerNet = peer.paths[T(NodeType::NET)][n];
   const Path& gpuNet = gpu.paths[T(NodeType::NET)][n];
+  if (sys.amdGpus())  // RCCL: the relay reaches the NIC at PXB or better, without a GDR check; the GPU avoids PXB+
+    return P(peerNet.type) <= P(PathType::PXB) && P(peer.paths[T(NodeType::GPU)][g].type) <= P(PathType::NVL) &&
+           topology::systemIdOf(peer.id) == topology::systemIdOf(gpu.id) &&
+           (peerNet.bw > gpuNet.bw || P(gpuNet.type) > P(PathType::PXB));
+  const int pxnType = cfg.pxnC2c ? P(PathType::P2C) : P(PathType::PXB);
   return P(peerNet.type) <= pxnType &&
          checkGdr(sys, cfg, peer.rank, sys.of(NodeType::NET)[n].id, true) != GdrMode::kDisable &&
          P(peer.paths[T(NodeType::GPU)][g].type) <= P(PathType::NVL) &&
@@ -524,7 +561,13 @@ int p2pChannelsToPeer(const System& sys, const Config& cfg, int g, int peerRank)
     if (peer == g) return -1;
     const Path& path = sys.of(NodeType::GPU)[peer].paths[T(NodeType::GPU)][g];
     if (path.type == PathType::NVL || path.type == PathType::NVB) {
-      float nvlBw = topology::nvlinkBw(sys.of(NodeType::GPU)[g].cudaCompCap);
+      const Node& gpu = sys.of(NodeType::GPU)[g];
+      if (!gpu.gcn.empty()) {  // RCCL: XGMI links of the GPU's width; gfx94x doubles the channels per link
+        if (path.type != PathType::NVL) return 2;
+        const int perLink = sys.of(NodeType::GPU)[0].gcn.rfind("gfx94", 0) == 0 ? 4 : 2;
+        return perLink * std::max(1, static_cast<int>(path.bw / topology::xgmiWidth(gpu.gcn)));
+      }
+      float nvlBw = topology::nvlinkBw(gpu.cudaCompCap);
       return 2 * std::max(1, static_cast<int>(path.bw / nvlBw));
     }
     return 2;

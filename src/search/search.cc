@@ -228,7 +228,11 @@ struct Speeds {
   const float* v;
   int n;
 };
-Speeds speedsFor(int ccMin, bool inter) {
+// RCCL's (AMD build) speeds, the same inside and across nodes.
+const float kAmdSpeeds[] = {48.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12};
+
+Speeds speedsFor(int ccMin, bool inter, bool amd) {
+  if (amd && ccMin < 90) return {kAmdSpeeds, static_cast<int>(std::size(kAmdSpeeds))};
   if (!inter) {
     if (ccMin >= 100) return {kSm100SpeedIntra, static_cast<int>(std::size(kSm100SpeedIntra))};
     if (ccMin >= 90) return {kSm90SpeedIntra, static_cast<int>(std::size(kSm90SpeedIntra))};
@@ -636,7 +640,28 @@ class Searcher {
     float a = static_cast<float>(g.nChannels) * g.bwIntra, b = static_cast<float>(ref.nChannels) * ref.bwIntra;
     if (a > b) return true;
     if (a < b) return false;
-    return g.pattern == ref.pattern && g.crossNic == ref.crossNic && g.nHops < ref.nHops;
+    const bool fewerHops = g.pattern == ref.pattern && g.crossNic == ref.crossNic && g.nHops < ref.nHops;
+    // RCCL's ncclTopoCompareGraphs: at equal channels, prefer the graph with more XGMI hops.
+    if (amd_ && g.nChannels == ref.nChannels && countXgmi(ref) < countXgmi(g)) return true;
+    return fewerHops;
+  }
+
+  // RCCL's ncclTopoCountXGMI: consecutive GPUs of each channel (the last back to the first) joined by one XGMI link.
+  int countXgmi(const Graph& g) const {
+    const int n = ngpus_;
+    int count = 0;
+    for (int c = 0; c < g.nChannels; ++c) {
+      for (int i = 0; i < n; ++i) {
+        const int a = sys_.gpuIndexOfRank(g.intra[c * n + i]), b = sys_.gpuIndexOfRank(g.intra[c * n + (i + 1) % n]);
+        if (a < 0 || b < 0 || a == b) continue;
+        const Path& p = sys_.of(NodeType::GPU)[a].paths[T(NodeType::GPU)][b];
+        // GPU -> DEV, DEV -> DEV over XGMI, DEV -> GPU: one XGMI link (RCCL's paths of count 1, without DEV nodes).
+        if (p.count() == 3 && sys_.link(p.list[1]).type == LinkType::NVL &&
+            sys_.link(p.list[1]).rem.type == NodeType::DEV)
+          ++count;
+      }
+    }
+    return count;
   }
 
   std::vector<int> prefNetsChannelFirst(int gpu) {
@@ -794,7 +819,8 @@ class Searcher {
               int* time) {
     if (*time <= 0) return;
     const int n = ngpus_;
-    if (!cfg_.searchMemo || step == n || g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect) {
+    // RCCL's XGMI preference makes "better than the saved graph" depend on more than the search state: no memo.
+    if (!cfg_.searchMemo || amd_ || step == n || g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect) {
       recGpuSteps(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time);
       return;
     }
@@ -999,6 +1025,7 @@ class Searcher {
   System& sys_;
   const Config& cfg_;
   const int ngpus_;
+  const bool amd_ = sys_.amdGpus();  // RCCL's rules (AMD GPUs)
 };
 
 
@@ -1028,7 +1055,7 @@ void dupChannels(Graph& graph, int ccMin, int ngpus) {
 // Hopper+, intra then inter path types up, cross NIC, lower speed) until a solution reaches the total bandwidth or
 // the global budget runs out; pass 2 raises the speed again for the channels found.
 void Searcher::searchLoop(Graph& graph, const Limits& l) {
-  const Speeds sp = speedsFor(l.ccMin, sys_.inter != 0);
+  const Speeds sp = speedsFor(l.ccMin, sys_.inter != 0, amd_);
   const int trySameChannels = graph.pattern == kPatternNvls ? 0 : 1;
   const int ndevs = sys_.count(NodeType::DEV);
   const Node& cpu0 = sys_.of(NodeType::CPU)[0];

@@ -64,6 +64,7 @@ TEST(SearchMemo, SameGraphsAndStepsOnEveryExampleTopology) {
   for (const std::string& f : files) {
     const topology::XmlDoc doc = topology::loadXmlFile(f);
     if (doc.root->name != "system" || topology::gpuDevs(doc).empty()) continue;  // a graph file; partial topologies
+    if (doc.root->findWith("system", "version", "2")) continue;  // RCCL's rules search without the memo
     for (int nodes : {1, 2}) {
       const int nRanks = nodes == 1 ? -1 : 1 << 10;
       expectSameSearch(searchAll(doc, {}, nRanks, true), searchAll(doc, {}, nRanks, false),
