@@ -12,11 +12,10 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "topocoll/env.h"
 #include "topocoll/plan.h"
@@ -70,13 +69,18 @@ int main(int argc, char** argv) {
   double minMs = 200;
   std::string filter;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--min-ms")) minMs = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--filter")) filter = argv[i + 1];
+    if (!std::strcmp(argv[i], "--runs"))
+      runs = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--min-ms"))
+      minMs = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--filter"))
+      filter = argv[i + 1];
   }
   const std::string root = TOPOCOLL_SOURCE_DIR;
-  fmt::print("| case | topocoll search, best of runs (ms) | NCCL 2.30.7 searchTimeMs.rank0 (ms) | ratio NCCL/topocoll |\n");
-  fmt::print("| --- | ---: | ---: | ---: |\n");
+  fmt::print(
+      "| case | topocoll search, best of runs (ms) | NCCL 2.30.7 searchTimeMs.rank0 (ms) | ratio NCCL/topocoll "
+      "| steps (NCCL's count) | steps walked |\n");
+  fmt::print("| --- | ---: | ---: | ---: | ---: | ---: |\n");
   double minRatio = 1e30;
   std::vector<double> ratios;
   for (const char* list : {"cases.txt", "cases-more.txt"}) {
@@ -92,21 +96,25 @@ int main(int argc, char** argv) {
       job.nNodes = c.nodes;
       job.gpusPerNode = c.gpusPerNode;
       double best = 1e30, spent = 0;
+      long steps = 0, walked = 0;
       for (int r = 0; r < runs || spent < minMs; ++r) {
         const Plan p = makePlan(doc, job, cfg);
         best = std::min(best, p.searchMs);
         spent += p.wallMs;
+        steps = walked = 0;
+        for (const search::Graph& g : p.graphs) steps += g.searchSteps, walked += g.searchWalked;
       }
       const double ratio = ncclMs / best;
       minRatio = std::min(minRatio, ratio);
       ratios.push_back(ratio);
-      fmt::print("| {} | {:.3f} | {:.3f} | {:.1f}x |\n", c.name, best, ncclMs, ratio);
+      fmt::print("| {} | {:.3f} | {:.3f} | {:.1f}x | {} | {} |\n", c.name, best, ncclMs, ratio, steps, walked);
       std::fflush(stdout);
     }
   }
   if (!ratios.empty()) {
     std::sort(ratios.begin(), ratios.end());
-    fmt::print("\n{} cases: minimum ratio {:.1f}x, median {:.1f}x\n", ratios.size(), minRatio, ratios[ratios.size() / 2]);
+    fmt::print("\n{} cases: minimum ratio {:.1f}x, median {:.1f}x\n", ratios.size(), minRatio,
+               ratios[ratios.size() / 2]);
   }
   return 0;
 }

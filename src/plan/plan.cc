@@ -214,6 +214,7 @@ nlohmann::ordered_json graphJson(const Plan& plan, int gi) {
   j["searchMs"] = g.searchMs;
   j["searchTimedOut"] = g.timedOut;
   j["searchSteps"] = g.searchSteps;
+  j["searchWalked"] = g.searchWalked;
   j["fromFile"] = g.fromFile;
   const int n = plan.system.count(NodeType::GPU);  // the GPUs of rank 0's NCCL node
   auto chans = nlohmann::ordered_json::array();

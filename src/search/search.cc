@@ -33,7 +33,7 @@ constexpr int kTimeout = 1 << 14;
 constexpr int kTimeoutTree = 1 << 14;
 constexpr int kTimeoutSameChannels = 1 << 8;
 constexpr int kTopoMaxNodes = 640;  // NCCL_TOPO_MAX_NODES (src/include/graph.h)
-constexpr int kMemoMinSteps = 16;  // smaller sub-searches are cheaper to walk than to remember
+constexpr int kMemoMinSteps = 4;  // smaller sub-searches (below a channel's start) are cheaper to walk than to remember
 constexpr int kForcedOrderPci = 1;
 constexpr int kForcedOrderReplay = 2;
 constexpr int kMaxNvlsArity = 32;   // NCCL_MAX_NVLS_ARITY
@@ -64,7 +64,8 @@ template <typename T, size_t N>
 class SmallVec {
  public:
   void push_back(const T& v) {
-    if (size_ < N) inline_[size_] = v;
+    if (size_ < N)
+      inline_[size_] = v;
     else {
       if (heap_.empty()) heap_.assign(inline_.begin(), inline_.end());
       heap_.push_back(v);
@@ -159,44 +160,59 @@ struct KeyAcc {
   Key128 finish() const { return Key128{mixA(a), mixB(b ^ 0x6a09e667f3bcc909ULL)}; }
 };
 
-// Steps each failed sub-search took, by the state it started from: open addressing, grown at half load.
+// What a sub-search cost: the steps NCCL counts, and the part of them its budget paid (less where it ran a part
+// under a budget of its own, as the first channel through a NIC in PCI order does).
+struct Cost {
+  int steps = 0, budget = 0;
+};
+
+// What each sub-search walked cost, by the state it started from: open addressing, grown at half load.
 class StepMemo {
  public:
-  const int* find(const Key128& k) const {
+  const Cost* find(const Key128& k) const {
     if (slots_.empty()) return nullptr;
     for (size_t i = k.a & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
-      if (!s.used) return nullptr;
-      if (s.a == k.a && s.b == k.b) return &s.steps;
+      if (s.gen != gen_) return nullptr;
+      if (s.a == k.a && s.b == k.b) return &s.cost;
     }
   }
-  void insert(const Key128& k, int steps) {
+  void insert(const Key128& k, Cost cost) {
     if (2 * (count_ + 1) > slots_.size()) grow();
     for (size_t i = k.a & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
-      if (!s.used) {
-        s = Slot{k.a, k.b, steps, true};
+      if (s.gen != gen_) {
+        s = Slot{k.a, k.b, cost, gen_};
         ++count_;
         return;
       }
       if (s.a == k.a && s.b == k.b) return;
     }
   }
+  // Forgets every entry and keeps the table (a search's graphs reuse it).
+  void clear() {
+    count_ = 0;
+    if (++gen_ == 0) {  // wrapped: old generations could read as current
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+      gen_ = 1;
+    }
+  }
 
  private:
   struct Slot {
     uint64_t a = 0, b = 0;
-    int steps = 0;
-    bool used = false;
+    Cost cost;
+    uint32_t gen = 0;  // the entry is live when it equals gen_
   };
   void grow() {
     std::vector<Slot> old = std::move(slots_);
-    slots_.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
+    slots_.assign(old.empty() ? 256 : old.size() * 2, Slot{});
     mask_ = slots_.size() - 1;
     count_ = 0;
     for (const Slot& s : old)
-      if (s.used) insert(Key128{s.a, s.b}, s.steps);
+      if (s.gen == gen_) insert(Key128{s.a, s.b}, s.cost);
   }
+  uint32_t gen_ = 1;
   std::vector<Slot> slots_;
   size_t mask_ = 0, count_ = 0;
 };
@@ -222,14 +238,14 @@ bool splitNvLink(const System& sys) {
   return domains == 2;
 }
 
-
 // The speeds NCCL tries, fastest first, by architecture and whether the graph crosses nodes.
 struct Speeds {
   const float* v;
   int n;
 };
 // RCCL's (AMD build) speeds, the same inside and across nodes.
-const float kAmdSpeeds[] = {48.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12};
+const float kAmdSpeeds[] = {48.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0,
+                            6.0,  5.0,  4.0,  3.0,  2.4,  1.2,  0.24, 0.12};
 
 Speeds speedsFor(int ccMin, bool inter, bool amd) {
   if (amd && ccMin < 90) return {kAmdSpeeds, static_cast<int>(std::size(kAmdSpeeds))};
@@ -252,10 +268,11 @@ struct Limits {
 Limits limitsFor(const System& sys, const Config& cfg, const Graph& graph) {
   Limits l;
   l.ccMin = ccMinOf(sys);
-  l.crossNic = sys.count(NodeType::NET) > 1 && (graph.pattern == kPatternRing || graph.pattern == kPatternBalancedTree ||
-                                               graph.pattern == kPatternSplitTree)
-                   ? cfg.crossNic
-                   : 0;
+  l.crossNic =
+      sys.count(NodeType::NET) > 1 && (graph.pattern == kPatternRing || graph.pattern == kPatternBalancedTree ||
+                                       graph.pattern == kPatternSplitTree)
+          ? cfg.crossNic
+          : 0;
   if (sys.count(NodeType::GPU) > 1) {
     l.minTypeIntra = paths::gpuMinPath(sys, NodeType::GPU);
     l.maxTypeIntra = paths::gpuMaxPath(sys, NodeType::GPU);
@@ -270,7 +287,6 @@ Limits limitsFor(const System& sys, const Config& cfg, const Graph& graph) {
   return l;
 }
 
-
 class Searcher {
  public:
   Searcher(System& sys, const Config& cfg) : sys_(sys), cfg_(cfg), ngpus_(sys.count(NodeType::GPU)) { buildHopCache(); }
@@ -279,14 +295,17 @@ class Searcher {
   // search runs): followPath is the hot loop of the search.
   struct Hop {
     Link* link;
-    Link* rev;     // reverse link that is charged too, or null
-    float revMul;  // 1/8 for pre-Ampere DEV targets (not from a GPU), 1 for POWER NVLink to the CPU
-    Key128 z, revZ;  // the links' weights in the state key (linkState_)
+    Link* rev;             // reverse link that is charged too, or null
+    float revMul;          // 1/8 for pre-Ampere DEV targets (not from a GPU), 1 for POWER NVLink to the CPU
+    Key128 z, revZ;        // the links' weights in the state key (linkState_)
+    Key128 *own, *revOwn;  // the part of privState_ the link's state goes to
+    bool pci;              // a PCI link (charged with Intel's overhead on PHB paths)
   };
   struct HopPath {
     std::vector<Hop> hops;
     int type = static_cast<int>(PathType::DIS);
     bool intelPciOverhead = false;
+    bool distinctLinks = true;  // no link is charged twice, so checking every hop before charging is NCCL's test
   };
   static int slot(NodeType t) { return t == NodeType::GPU ? 0 : t == NodeType::NVS ? 1 : t == NodeType::NET ? 2 : -1; }
   int maxN_ = 0;
@@ -297,6 +316,7 @@ class Searcher {
   void buildHopCache() {
     maxN_ = std::max({sys_.count(NodeType::GPU), sys_.count(NodeType::NVS), sys_.count(NodeType::NET), 1});
     hopCache_.assign(static_cast<size_t>(3) * maxN_ * 3 * maxN_, HopPath{});
+    privState_.assign(ngpus_ + 1, Key128{});  // the last one collects the other links' parts (unused)
     for (NodeType t1 : {NodeType::GPU, NodeType::NVS, NodeType::NET}) {
       for (int i1 = 0; i1 < sys_.count(t1); ++i1) {
         NodeRef start{t1, i1};
@@ -316,7 +336,7 @@ class Searcher {
             NodeRef node = start;
             for (int step = 0; step < path.count(); ++step) {
               Link& link = sys_.link(path.list[step]);
-              Hop h{&link, nullptr, 0.0f, linkWeight(&link), {}};
+              Hop h{&link, nullptr, 0.0f, linkWeight(&link), {}, nullptr, nullptr, link.type == LinkType::PCI};
               const Node& rem = sys_.at(link.rem);
               if (link.rem.type == NodeType::DEV && rem.cudaCompCap < 80 && t1 != NodeType::GPU) {
                 h.rev = findRev(node, link.rem, link.type);
@@ -331,10 +351,54 @@ class Searcher {
               hp.hops.push_back(h);
               node = link.rem;
             }
+            std::vector<const Link*> charged;
+            for (const Hop& h : hp.hops) {
+              charged.push_back(h.link);
+              if (h.rev) charged.push_back(h.rev);
+            }
+            std::sort(charged.begin(), charged.end());
+            hp.distinctLinks = std::adjacent_find(charged.begin(), charged.end()) == charged.end();
+            const int e1 = t1 == NodeType::GPU ? i1 : -1, e2 = t2 == NodeType::GPU ? i2 : -1;
+            for (const Hop& h : hp.hops) {
+              noteEndpoints(h.link, e1, e2);
+              if (h.rev) noteEndpoints(h.rev, e1, e2);
+            }
           }
         }
       }
     }
+    for (HopPath& hp : hopCache_) {
+      for (Hop& h : hp.hops) {
+        h.own = ownerState(h.link);
+        h.revOwn = h.rev ? ownerState(h.rev) : &privState_[ngpus_];
+      }
+    }
+  }
+
+  // A link is private to a GPU when every path the search may follow through it starts or ends at that GPU: once
+  // the GPU sits inside the channel being built (neither its first GPU nor the current one), no sub-search below
+  // touches the link again, so the link's state does not belong in the key of those sub-searches.
+  struct Endpoints {
+    int a = -2, b = -2;  // GPUs every path through the link has as an endpoint (-2: no path yet, -1: none)
+  };
+  std::unordered_map<const Link*, Endpoints> endpoints_;
+  void noteEndpoints(const Link* l, int e1, int e2) {
+    Endpoints& ep = endpoints_[l];
+    if (ep.a == -2) {
+      ep = Endpoints{e1, e2};
+      if (ep.a == -1) std::swap(ep.a, ep.b);
+      return;
+    }
+    auto in = [&](int g) { return g >= 0 && (g == e1 || g == e2); };
+    Endpoints kept{-1, -1};
+    if (in(ep.a)) kept.a = ep.a;
+    if (in(ep.b)) (kept.a == -1 ? kept.a : kept.b) = ep.b;
+    ep = kept;
+  }
+  Key128* ownerState(const Link* l) {
+    auto it = endpoints_.find(l);
+    if (it == endpoints_.end() || it->second.a < 0 || it->second.b >= 0) return &privState_[ngpus_];
+    return &privState_[it->second.a];
   }
 
   // A random odd weight per link: the state key holds sum(weight x bits of the link's bandwidth) over all links.
@@ -345,12 +409,21 @@ class Searcher {
     const uint64_t id = weights_.size() + 1;
     return weights_[l] = Key128{mixA(id) | 1, mixB(id) | 1};
   }
-  void charge(float& bw, float amount, const Key128& z) {
+  template <bool kKeyed>
+  void charge(float& bw, float amount, const Key128& z, Key128* own) {
     const int64_t before = floatBits(bw);
     subRound(bw, amount);
+    if (!kKeyed) return;
     const uint64_t delta = static_cast<uint64_t>(static_cast<int64_t>(floatBits(bw)) - before);
-    linkState_.a += z.a * delta;
-    linkState_.b += z.b * delta;
+    uint64_t da = z.a * delta, db = z.b * delta;
+#if defined(__GNUC__)
+    // Two scalar multiplies: compilers otherwise pair the lanes in SSE2 registers at several times the cost.
+    asm("" : "+r"(da), "+r"(db));
+#endif
+    linkState_.a += da;
+    linkState_.b += db;
+    own->a += da;
+    own->b += db;
   }
 
   // The GPUs closest to each NET (ncclTopoGetLocal): paths do not change during a search.
@@ -378,17 +451,43 @@ class Searcher {
     linkState_.b += (mixB(id) | 1) * delta;
   }
 
+  // NCCL's walk of a path: each hop checked, then charged; the hops charged before a failing one are given back.
+  template <bool kKeyed>
   int followHops(const HopPath& hp, int maxSteps, float bw) {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
     for (int step = 0; step < maxSteps; ++step) {
       const Hop& h = hp.hops[step];
-      float fwBw = h.link->type == LinkType::PCI ? pciBw : bw;
+      float fwBw = h.pci ? pciBw : bw;
       float revBw = h.rev ? fwBw * h.revMul : 0.0f;
       if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return step;
-      charge(h.link->bw, fwBw, h.z);
-      if (revBw != 0) charge(h.rev->bw, revBw, h.revZ);
+      charge<kKeyed>(h.link->bw, fwBw, h.z, h.own);
+      if (revBw != 0) charge<kKeyed>(h.rev->bw, revBw, h.revZ, h.revOwn);
     }
     return maxSteps;
+  }
+  // The same test without charging: with distinct links, no hop's check depends on another hop's charge.
+  static bool affordable(const HopPath& hp, float bw) {
+    const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
+    for (const Hop& h : hp.hops) {
+      const float fwBw = h.pci ? pciBw : bw;
+      const float revBw = h.rev ? fwBw * h.revMul : 0.0f;
+      if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return false;
+    }
+    return true;
+  }
+  // Charges the path (bw < 0 gives it back); false, with nothing charged, where a hop lacks the bandwidth.
+  template <bool kKeyed>
+  bool chargePath(const HopPath& hp, float bw) {
+    const int count = static_cast<int>(hp.hops.size());
+    if (hp.distinctLinks) {
+      if (!affordable(hp, bw)) return false;
+      followHops<kKeyed>(hp, count, bw);
+      return true;
+    }
+    const int step = followHops<kKeyed>(hp, count, bw);
+    if (step == count) return true;
+    followHops<kKeyed>(hp, step, -bw);
+    return false;
   }
 
   int ngpus() const { return sys_.count(NodeType::GPU); }
@@ -404,8 +503,8 @@ class Searcher {
     if (type1 == -1) return true;
     NodeRef n1{static_cast<NodeType>(type1), index1};
     const HopPath& hp = hopPath(n1.type, index1, type2, index2);
-    bool intra = (n1.type == NodeType::GPU || n1.type == NodeType::NVS) &&
-                 (type2 == NodeType::GPU || type2 == NodeType::NVS);
+    bool intra =
+        (n1.type == NodeType::GPU || n1.type == NodeType::NVS) && (type2 == NodeType::GPU || type2 == NodeType::NVS);
     float bw = intra ? g.bwIntra : g.bwInter;
     int type = intra ? g.typeIntra : g.typeInter;
     if (hp.type >= P(PathType::DIS)) return false;
@@ -415,13 +514,8 @@ class Searcher {
         hopPath(type2, index2, n1.type, index1).type > type)
       return false;
     bw *= mult;
-    const int count = static_cast<int>(hp.hops.size());
-    int step = followHops(hp, count, bw);
-    if (step < count) {
-      followHops(hp, step, -bw);
-      return false;
-    }
-    g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(count));
+    if (!(keyed_ ? chargePath<true>(hp, bw) : chargePath<false>(hp, bw))) return false;
+    g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(hp.hops.size()));
     return true;
   }
 
@@ -557,14 +651,18 @@ class Searcher {
     return idx;
   }
 
-  void tryGpu(Graph& g, Graph& save, int step, int backToNet, int backToFirstRank, int forcedOrder, int* time,
-              int type, int index, int gi) {
+  void tryGpu(Graph& g, Graph& save, int step, int backToNet, int backToFirstRank, int forcedOrder, int* time, int type,
+              int index, int gi) {
     const uint64_t flag = 1ULL << g.nChannels;
     if (!follow(g, type, index, NodeType::GPU, gi, 1)) return;
     Node& gpu = sys_.of(NodeType::GPU)[gi];
     gpu.used ^= flag;
     usedState_[g.nChannels].toggle(static_cast<uint64_t>(gi));
+    // The previous GPU is inside the channel from now on (unless it is the first): its private links leave the key.
+    const Key128 inside = type == T(NodeType::GPU) && step >= 2 ? privState_[index] : Key128{};
+    interior_.a += inside.a, interior_.b += inside.b;
     recGpu(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time);
+    interior_.a -= inside.a, interior_.b -= inside.b;
     usedState_[g.nChannels].toggle(static_cast<uint64_t>(gi));
     sys_.of(NodeType::GPU)[gi].used ^= flag;
     follow(g, type, index, NodeType::GPU, gi, -1);
@@ -616,8 +714,10 @@ class Searcher {
         ok = follow(g, T(NodeType::GPU), d1, NodeType::NVS, 0, d1 == gi ? 2 : 1);
         d1++;
       } while (ok && d1 < n);
-      if (!ok) d1--;
-      else recGpu(g, save, -1, n, -1, -1, 0, time);
+      if (!ok)
+        d1--;
+      else
+        recGpu(g, save, -1, n, -1, -1, 0, time);
       while (d1) {
         d1--;
         follow(g, T(NodeType::GPU), d1, NodeType::NVS, 0, d1 == gi ? -2 : -1);
@@ -757,9 +857,12 @@ class Searcher {
   // steps it takes depends only on the state it starts from. We remember that count by state and charge it instead
   // of walking again: the budgets run out at the same step, the results are NCCL's, the work is smaller.
   Key128 linkState_;
+  std::vector<Key128> privState_;                     // the part of linkState_ from each GPU's private links
+  Key128 interior_;                                   // the private parts of the GPUs inside the channel being built
   std::array<Key128, kMaxChannels + 1> usedState_{};  // the GPUs each channel uses so far
   StepMemo memo_;
   long completions_ = 0;
+  long leaks_ = 0;  // NICs whose bandwidth the search kept (recNet)
 
   // Everything a sub-search that completes no channel reads: the links' bandwidths, the GPUs this channel uses,
   // the search's parameters, where it stands, the channel's first GPU and NETs, and of the channels before it only
@@ -768,16 +871,16 @@ class Searcher {
   // give the same search. The key holds the highest type that occurs at or below the limit.
   uint32_t intraTypes_ = 0, interTypes_ = 0;  // path types that occur, GPU/NVS to GPU/NVS and GPU to/from NET
   static int effectiveType(int limit, uint32_t types) {
-    for (int t = std::min(limit, 31); t >= 0; --t)
-      if (types >> t & 1) return t;
-    return -1;
+    if (limit < 0) return -1;
+    const uint32_t below = limit >= 31 ? types : types & ((2u << limit) - 1);
+    return below ? 31 - __builtin_clz(below) : -1;
   }
 
   KeyAcc stateKey(const Graph& g, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder) const {
     const int c = g.nChannels, n = ngpus_;
     KeyAcc k;
-    k.a = linkState_.a;
-    k.b = linkState_.b;
+    k.a = linkState_.a - interior_.a;
+    k.b = linkState_.b - interior_.b;
     k.add(usedState_[c].a, usedState_[c].b);
     k.add((static_cast<uint64_t>(c) << 48) | (static_cast<uint64_t>(gi + 1) << 32) |
           (static_cast<uint64_t>(step + 1) << 16) | static_cast<uint64_t>(forcedOrder));
@@ -786,9 +889,10 @@ class Searcher {
     k.add((static_cast<uint64_t>(effectiveType(g.typeIntra, intraTypes_) + 1) << 32) |
           static_cast<uint64_t>(effectiveType(g.typeInter, interTypes_) + 1));
     k.add((floatBits(g.bwIntra) << 32) | floatBits(g.bwInter));
-    k.add(static_cast<uint64_t>(g.intra[c * n]));
     if (forcedOrder == kForcedOrderReplay && c > 0)
       for (int i = 0; i < n; ++i) k.add(static_cast<uint64_t>(g.intra[(c - 1) * n + i]));
+    if (step < 0) return k;  // a unit that starts the channel: its first GPU and NETs are still to be chosen
+    k.add(static_cast<uint64_t>(g.intra[c * n]));
     if (sys_.inter) {
       k.add(static_cast<uint64_t>(g.inter[c * 2]));
       if (g.pattern == kPatternBalancedTree) k.add(static_cast<uint64_t>(g.inter[c * 2 + 1]));
@@ -803,7 +907,8 @@ class Searcher {
   // solutions equal to those of its first walk, which the saved graph is at least as good as: it copies nothing.
   KeyAcc completingKey(KeyAcc k, const Graph& g, int step) const {
     const int c = g.nChannels, n = ngpus_;
-    k.slot = KeyAcc::kCompletingSlots;  // apart from the slots a state key uses
+    k.a += interior_.a, k.b += interior_.b;  // every link: the next channels read them all
+    k.slot = KeyAcc::kCompletingSlots;       // apart from the slots a state key uses
     // Only a replay reads a finished channel's order: always within a node, with sameChannels across nodes.
     if (!sys_.inter || g.sameChannels == 1)
       for (int i = 1; i <= step; ++i) k.add(static_cast<uint64_t>(g.intra[c * n + i]));
@@ -811,41 +916,48 @@ class Searcher {
     k.add((static_cast<uint64_t>(g.nHops) << 32) | (static_cast<uint64_t>(g.minChannels) << 16) |
           static_cast<uint64_t>(g.maxChannels));
     k.add((static_cast<uint64_t>(g.sameChannels) << 32) | static_cast<uint64_t>(g.collNet) | 1);
-    if (sys_.inter) k.add(static_cast<uint64_t>(g.inter[c * 2 + 1]));
+    if (sys_.inter && step >= 0) k.add(static_cast<uint64_t>(g.inter[c * 2 + 1]));
     return k;
   }
 
-  void recGpu(Graph& g, Graph& save, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder,
-              int* time) {
+  void recGpu(Graph& g, Graph& save, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder, int* time) {
     if (*time <= 0) return;
     const int n = ngpus_;
     // RCCL's XGMI preference makes "better than the saved graph" depend on more than the search state: no memo.
-    if (!cfg_.searchMemo || amd_ || step == n || g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect) {
+    Gate& gate = gates_[std::min(step, kGates - 1)];
+    if (!keyed_ || step == n || g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect || gate.off) {
       recGpuSteps(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time);
       return;
     }
     g.intra[g.nChannels * n + step] = sys_.of(NodeType::GPU)[gi].rank;
     const KeyAcc acc = stateKey(g, gi, step, backToNet, backToFirstRank, forcedOrder);
-    const Key128 key = acc.finish();
-    const Key128 key2 = completingKey(acc, g, step).finish();
-    const int* steps = memo_.find(key);
-    if (!steps && (steps = memo_.find(key2))) ++completions_;  // the skipped sub-search completes channels
-    if (steps) {
-      const int taken = std::min(*steps, *time);
-      steps_ += taken;
-      *time -= taken;
-      return;
-    }
-    const int before = *time;
-    const long completions = completions_;
-    recGpuSteps(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time);
-    if (*time > 0 && before - *time >= kMemoMinSteps) memo_.insert(completions_ == completions ? key : key2, before - *time);
+    memoized(
+        acc.finish(), completingKey(acc, g, step).finish(), time,
+        [&] { recGpuSteps(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time); }, kMemoMinSteps, &gate);
   }
+
+  // Whether remembering sub-searches that start at a given step pays: on some machines the states at a step never
+  // repeat (every order there leaves the links differently), and a lookup costs a fair part of a step. A step whose
+  // lookups saved less than a quarter step each over a probe stops using the memo until the next pass (passes that
+  // differ only where the search does not look find each other's sub-searches).
+  struct Gate {
+    int lookups = 0;
+    long saved = 0;
+    bool off = false;
+    void count(long steps) {
+      ++lookups;
+      saved += steps;
+      if (lookups >= kGateProbe && 4 * saved < lookups) off = true;
+    }
+  };
+  static constexpr int kGates = 64, kGateProbe = 128;
+  std::array<Gate, kGates> gates_{};
 
   void recGpuSteps(Graph& g, Graph& save, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder,
                    int* time) {
     (*time)--;
     ++steps_;
+    ++walked_;
     int n = ngpus_;
     if (step == n) {
       ++completions_;
@@ -854,7 +966,12 @@ class Searcher {
         copyGraph(save, g);
         if (g.nChannels == g.maxChannels) *time = -1;
       }
-      if (g.nChannels < g.maxChannels) searchRec(g, save, time);
+      if (g.nChannels < g.maxChannels) {
+        const Key128 outer = interior_;  // the next channel may use every link again
+        interior_ = Key128{};
+        searchRec(g, save, time);
+        interior_ = outer;
+      }
       g.nChannels--;
       return;
     }
@@ -952,11 +1069,13 @@ class Searcher {
             if (t == -1) *time = -1;
           }
           int localGpu = sys_.of(NodeType::NET)[n].localGpu;
-          if (localGpu != -1)
-            tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, T(NodeType::NET), n, localGpu);
+          if (localGpu != -1) tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, T(NodeType::NET), n, localGpu);
           const LocalGpus& locals = netLocalGpus(n);
-          // NCCL skips this NIC here without giving its bandwidth back; kept for fidelity.
-          if (locals.type == PathType::DIS) continue;
+          // NCCL skips this NIC here without giving its bandwidth back; kept for fidelity (and never memoized).
+          if (locals.type == PathType::DIS) {
+            ++leaks_;
+            continue;
+          }
           for (int lg : locals.gpus) {
             if (lg == localGpu) continue;
             tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, T(NodeType::NET), n, lg);
@@ -982,8 +1101,19 @@ class Searcher {
   void run(Graph& graph);
   void searchLoop(Graph& graph, const Limits& l);
   void simpleOrder(Graph& graph);
-  // A new pass of the search loop: the memo carries over (its keys hold the pass's parameters).
-  void startPass() {}
+  // A new pass of the search loop: the memo carries over (its keys hold the pass's parameters), the gates probe again.
+  void startPass() { gates_.fill(Gate{}); }
+
+  // One pass of the search loop, as a memo unit: passes whose parameters differ only where the search does not
+  // look (a path type no path has, same channels before any channel is found) walk the same search again.
+  void searchPass(Graph& g, Graph& save, int* time) {
+    auto walk = [&] { searchRec(g, save, time); };
+    if (!keyed_ || g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect) return walk();
+    int backToNet, backToFirstRank;
+    searchParams(g.pattern, &backToNet, &backToFirstRank);
+    const KeyAcc acc = stateKey(g, -3, -1, backToNet, backToFirstRank, 0);
+    memoized(acc.finish(), completingKey(acc, g, -1).finish(), time, walk, 1);
+  }
 
   void searchRec(Graph& g, Graph& save, int* time) {
     int backToNet, backToFirstRank;
@@ -1002,32 +1132,67 @@ class Searcher {
       int gi = replayGetGpu(g, -1);
       tryGpu(g, save, 0, backToNet, backToFirstRank, kForcedOrderReplay, time, -1, -1, gi);
     }
-    if (g.sameChannels == 0 || g.nChannels == 0) {
-      for (int gi = 0; gi < ngpus(); ++gi) tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, -1, -1, gi);
+    if (g.sameChannels == 0 || g.nChannels == 0) freeStarts(g, save, backToNet, backToFirstRank, time);
+  }
+
+  // A channel started from every GPU in turn, as one memo unit: after each channel found, the next one is tried
+  // from every GPU, and many channels found leave the same state.
+  void freeStarts(Graph& g, Graph& save, int backToNet, int backToFirstRank, int* time) {
+    auto walk = [&] {
+      for (int gi = 0; gi < ngpus_; ++gi) tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, -1, -1, gi);
+    };
+    if (*time <= 0 || !keyed_ || g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect) return walk();
+    const KeyAcc acc = stateKey(g, -2, -1, backToNet, backToFirstRank, 0);
+    memoized(acc.finish(), completingKey(acc, g, -1).finish(), time, walk, 1);
+  }
+
+  // Charges a sub-search from the memo when its state was walked before, walks it and remembers it otherwise.
+  template <typename Walk>
+  void memoized(const Key128& key, const Key128& key2, int* time, Walk&& walk, int minSteps = kMemoMinSteps,
+                Gate* gate = nullptr) {
+    const Cost* cost = memo_.find(key);
+    bool completes = false;
+    if (!cost && (cost = memo_.find(key2))) completes = true;
+    // A budget that runs out midway stops the walk at the same step, unless part of the walk has its own budget.
+    if (cost && (cost->budget <= *time || cost->steps == cost->budget)) {
+      if (completes) ++completions_;  // the skipped sub-search completes channels
+      const int taken = std::min(cost->budget, *time);
+      steps_ += cost->steps == cost->budget ? taken : cost->steps;
+      *time -= taken;
+      if (gate) gate->count(taken);
+      return;
     }
+    if (gate) gate->count(0);
+    const int before = *time;
+    const long steps = steps_, completions = completions_, leaks = leaks_;
+    walk();
+    // A sub-search that kept a NIC's bandwidth changed more than the budget: it is walked every time.
+    if (*time > 0 && before - *time >= minSteps && leaks_ == leaks)
+      memo_.insert(completions_ == completions ? key : key2, Cost{static_cast<int>(steps_ - steps), before - *time});
   }
 
   static void copyGraph(Graph& dst, const Graph& src) {
     // Only the search state; diagnostics stay with the destination.
     double ms = dst.searchMs;
     bool to = dst.timedOut;
-    int st = dst.searchSteps;
+    int st = dst.searchSteps, walked = dst.searchWalked;
     dst = src;
     dst.searchMs = ms;
     dst.timedOut = to;
     dst.searchSteps = st;
+    dst.searchWalked = walked;
   }
 
-  long steps_ = 0;
+  long steps_ = 0, walked_ = 0;
 
  private:
   std::unordered_map<int, std::vector<int>> netCache_;
   System& sys_;
   const Config& cfg_;
   const int ngpus_;
-  const bool amd_ = sys_.amdGpus();  // RCCL's rules (AMD GPUs)
+  const bool amd_ = sys_.amdGpus();              // RCCL's rules (AMD GPUs)
+  const bool keyed_ = cfg_.searchMemo && !amd_;  // the memo is on: charges keep the state key
 };
-
 
 }  // namespace
 
@@ -1050,7 +1215,6 @@ void dupChannels(Graph& graph, int ccMin, int ngpus) {
   graph.nChannels = dup;
 }
 
-
 // ncclTopoCompute's search loop: pass 1 relaxes the constraints one at a time (same channels off, a simple tree on
 // Hopper+, intra then inter path types up, cross NIC, lower speed) until a solution reaches the total bandwidth or
 // the global budget runs out; pass 2 raises the speed again for the channels found.
@@ -1071,12 +1235,14 @@ void Searcher::searchLoop(Graph& graph, const Limits& l) {
   int64_t globalTimeout = kGlobalTimeout * cfg_.searchTimeoutScale;
   int time = 0;
   while (true) {
-    time = (tmp.sameChannels ? kTimeoutSameChannels : tmp.pattern == kPatternTree ? kTimeoutTree : kTimeout) *
+    time = (tmp.sameChannels              ? kTimeoutSameChannels
+            : tmp.pattern == kPatternTree ? kTimeoutTree
+                                          : kTimeout) *
            cfg_.searchTimeoutScale;
     tmp.nChannels = 0;
     globalTimeout -= time;
     startPass();
-    searchRec(tmp, graph, &time);
+    searchPass(tmp, graph, &time);
     if (time == 0) graph.timedOut = true;
     bool done = time == -1 || static_cast<float>(graph.nChannels) * graph.bwInter >= sys_.totalBw;
     if (!done && pass == 1) {
@@ -1086,8 +1252,10 @@ void Searcher::searchLoop(Graph& graph, const Limits& l) {
         continue;
       }
       tmp.sameChannels = trySameChannels;
-      if (time != -1) globalTimeout += time;
-      else globalTimeout = kGlobalTimeout;
+      if (time != -1)
+        globalTimeout += time;
+      else
+        globalTimeout = kGlobalTimeout;
       if (globalTimeout < 0 && graph.nChannels) {
         done = true;
       } else {
@@ -1183,9 +1351,10 @@ void Searcher::run(Graph& graph) {
   auto finish = [&]() {
     graph.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  steps_ = 0;
-  memo_ = StepMemo{};
-  completions_ = 0;
+  steps_ = walked_ = 0;
+  memo_.clear();
+  gates_.fill(Gate{});
+  completions_ = leaks_ = 0;
   graph.intra.assign(static_cast<size_t>(kMaxChannels) * std::max(ngpus_, 1), 0);
   graph.inter.assign(kMaxChannels * 2, 0);
   const Limits l = limitsFor(sys_, cfg_, graph);
@@ -1218,6 +1387,7 @@ void Searcher::run(Graph& graph) {
   searchLoop(graph, l);
   if (graph.nChannels == 0 && graph.collNet == 0 && graph.pattern != kPatternNvls) simpleOrder(graph);
   graph.searchSteps = static_cast<int>(steps_);
+  graph.searchWalked = static_cast<int>(walked_);
   finish();
 }
 
@@ -1231,14 +1401,15 @@ void Searches::compute(Graph& graph) { impl_->searcher.run(graph); }
 void compute(System& sys, const Config& cfg, Graph& graph) { Searcher(sys, cfg).run(graph); }
 
 std::string describe(const System& sys, const Graph& g) {
-  std::string out = fmt::format("Pattern {}, crossNic {}, nChannels {}, bw {:f}/{:f}, type {}/{}, sameChannels {}\n",
-                                g.pattern, g.crossNic, g.nChannels, g.bwIntra, g.bwInter,
-                                to_string(static_cast<PathType>(g.typeIntra)),
-                                to_string(static_cast<PathType>(g.typeInter)), g.sameChannels);
+  std::string out =
+      fmt::format("Pattern {}, crossNic {}, nChannels {}, bw {:f}/{:f}, type {}/{}, sameChannels {}\n", g.pattern,
+                  g.crossNic, g.nChannels, g.bwIntra, g.bwInter, to_string(static_cast<PathType>(g.typeIntra)),
+                  to_string(static_cast<PathType>(g.typeInter)), g.sameChannels);
   int n = sys.count(NodeType::GPU);
   for (int c = 0; c < g.nChannels; ++c) {
     out += fmt::format("{:2d} :", c);
-    if (sys.inter) out += fmt::format(" NET/{:x}-{:x}", topology::systemIdOf(g.inter[2 * c]), topology::localIdOf(g.inter[2 * c]));
+    if (sys.inter)
+      out += fmt::format(" NET/{:x}-{:x}", topology::systemIdOf(g.inter[2 * c]), topology::localIdOf(g.inter[2 * c]));
     for (int i = 0; i < n; ++i) {
       int gi = sys.gpuIndexOfRank(g.intra[n * c + i]);
       int64_t id = gi >= 0 ? sys.of(NodeType::GPU)[gi].id : 0;
@@ -1246,7 +1417,8 @@ std::string describe(const System& sys, const Graph& g) {
       if (g.id == kGraphIdNvls) break;  // NVLS channels name their head only
     }
     if (sys.inter)
-      out += fmt::format(" NET/{:x}-{:x}", topology::systemIdOf(g.inter[2 * c + 1]), topology::localIdOf(g.inter[2 * c + 1]));
+      out += fmt::format(" NET/{:x}-{:x}", topology::systemIdOf(g.inter[2 * c + 1]),
+                         topology::localIdOf(g.inter[2 * c + 1]));
     out += "\n";
   }
   return out;

@@ -51,7 +51,8 @@ struct Graph {
   // Diagnostics (not part of NCCL's struct).
   double searchMs = 0;
   bool timedOut = false;
-  int searchSteps = 0;
+  int searchSteps = 0;   // steps NCCL's budgets count
+  int searchWalked = 0;  // of those, the steps walked (the rest were charged from the memo)
   bool fromFile = false;
 };
 
