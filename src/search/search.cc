@@ -295,12 +295,21 @@ class Searcher {
   // search runs): followPath is the hot loop of the search.
   struct Hop {
     Link* link;
-    Link* rev;             // reverse link that is charged too, or null
-    float revMul;          // 1/8 for pre-Ampere DEV targets (not from a GPU), 1 for POWER NVLink to the CPU
-    Key128 z, revZ;        // the links' weights in the state key (linkState_)
-    Key128 *own, *revOwn;  // the part of privState_ the link's state goes to
-    bool pci;              // a PCI link (charged with Intel's overhead on PHB paths)
+    Link* rev;      // reverse link that is charged too, or null
+    float revMul;   // 1/8 for pre-Ampere DEV targets (not from a GPU), 1 for POWER NVLink to the CPU
+    int id, revId;  // the links' dense indices (linkData_)
+    bool pci;       // a PCI link (charged with Intel's overhead on PHB paths)
   };
+  // What the search keeps per link: its weight in the state key and the part of privState_ its state goes to.
+  struct LinkData {
+    Key128 z;
+    Key128* own = nullptr;
+  };
+  std::vector<LinkData> linkData_;
+  std::array<std::vector<int>, topology::kNodeTypes> linkBase_;  // dense index of each node's first link
+  int linkId(NodeRef node, const Link* l) const {
+    return linkBase_[static_cast<int>(node.type)][node.index] + static_cast<int>(l - sys_.at(node).links.data());
+  }
   struct HopPath {
     std::vector<Hop> hops;
     int type = static_cast<int>(PathType::DIS);
@@ -317,6 +326,19 @@ class Searcher {
     maxN_ = std::max({sys_.count(NodeType::GPU), sys_.count(NodeType::NVS), sys_.count(NodeType::NET), 1});
     hopCache_.assign(static_cast<size_t>(3) * maxN_ * 3 * maxN_, HopPath{});
     privState_.assign(ngpus_ + 1, Key128{});  // the last one collects the other links' parts (unused)
+    int links = 0;
+    for (int t = 0; t < topology::kNodeTypes; ++t) {
+      for (const Node& node : sys_.nodes[t]) {
+        linkBase_[t].push_back(links);
+        links += static_cast<int>(node.links.size());
+      }
+    }
+    linkData_.assign(links, LinkData{});
+    endpoints_.assign(links, Endpoints{});
+    for (int id = 0; id < links; ++id) {
+      const uint64_t w = static_cast<uint64_t>(id) + 1;  // a random odd weight per link
+      linkData_[id].z = Key128{mixA(w) | 1, mixB(w) | 1};
+    }
     for (NodeType t1 : {NodeType::GPU, NodeType::NVS, NodeType::NET}) {
       for (int i1 = 0; i1 < sys_.count(t1); ++i1) {
         NodeRef start{t1, i1};
@@ -336,18 +358,17 @@ class Searcher {
             NodeRef node = start;
             for (int step = 0; step < path.count(); ++step) {
               Link& link = sys_.link(path.list[step]);
-              Hop h{&link, nullptr, 0.0f, linkWeight(&link), {}, nullptr, nullptr, link.type == LinkType::PCI};
+              Hop h{&link, nullptr, 0.0f, linkId(node, &link), -1, link.type == LinkType::PCI};
               const Node& rem = sys_.at(link.rem);
               if (link.rem.type == NodeType::DEV && rem.cudaCompCap < 80 && t1 != NodeType::GPU) {
                 h.rev = findRev(node, link.rem, link.type);
                 h.revMul = 0.125f;
-                h.revZ = linkWeight(h.rev);
               }
               if (link.rem.type == NodeType::CPU && rem.arch == topology::kCpuArchPower && link.type == LinkType::NVL) {
                 h.rev = findRev(node, link.rem, link.type);
                 h.revMul = 1.0f;
-                h.revZ = linkWeight(h.rev);
               }
+              if (h.rev) h.revId = linkId(link.rem, h.rev);
               hp.hops.push_back(h);
               node = link.rem;
             }
@@ -360,18 +381,16 @@ class Searcher {
             hp.distinctLinks = std::adjacent_find(charged.begin(), charged.end()) == charged.end();
             const int e1 = t1 == NodeType::GPU ? i1 : -1, e2 = t2 == NodeType::GPU ? i2 : -1;
             for (const Hop& h : hp.hops) {
-              noteEndpoints(h.link, e1, e2);
-              if (h.rev) noteEndpoints(h.rev, e1, e2);
+              noteEndpoints(h.id, e1, e2);
+              if (h.rev) noteEndpoints(h.revId, e1, e2);
             }
           }
         }
       }
     }
-    for (HopPath& hp : hopCache_) {
-      for (Hop& h : hp.hops) {
-        h.own = ownerState(h.link);
-        h.revOwn = h.rev ? ownerState(h.rev) : &privState_[ngpus_];
-      }
+    for (int id = 0; id < links; ++id) {
+      const Endpoints& ep = endpoints_[id];
+      linkData_[id].own = ep.a >= 0 && ep.b < 0 ? &privState_[ep.a] : &privState_[ngpus_];
     }
   }
 
@@ -381,9 +400,9 @@ class Searcher {
   struct Endpoints {
     int a = -2, b = -2;  // GPUs every path through the link has as an endpoint (-2: no path yet, -1: none)
   };
-  std::unordered_map<const Link*, Endpoints> endpoints_;
-  void noteEndpoints(const Link* l, int e1, int e2) {
-    Endpoints& ep = endpoints_[l];
+  std::vector<Endpoints> endpoints_;
+  void noteEndpoints(int id, int e1, int e2) {
+    Endpoints& ep = endpoints_[id];
     if (ep.a == -2) {
       ep = Endpoints{e1, e2};
       if (ep.a == -1) std::swap(ep.a, ep.b);
@@ -395,35 +414,23 @@ class Searcher {
     if (in(ep.b)) (kept.a == -1 ? kept.a : kept.b) = ep.b;
     ep = kept;
   }
-  Key128* ownerState(const Link* l) {
-    auto it = endpoints_.find(l);
-    if (it == endpoints_.end() || it->second.a < 0 || it->second.b >= 0) return &privState_[ngpus_];
-    return &privState_[it->second.a];
-  }
-
-  // A random odd weight per link: the state key holds sum(weight x bits of the link's bandwidth) over all links.
-  std::unordered_map<const Link*, Key128> weights_;
-  Key128 linkWeight(const Link* l) {
-    auto it = weights_.find(l);
-    if (it != weights_.end()) return it->second;
-    const uint64_t id = weights_.size() + 1;
-    return weights_[l] = Key128{mixA(id) | 1, mixB(id) | 1};
-  }
+  // NCCL's rounded subtraction on one link; the state key holds sum(weight x bits of the bandwidth) over all links.
   template <bool kKeyed>
-  void charge(float& bw, float amount, const Key128& z, Key128* own) {
+  void charge(float& bw, float amount, int id) {
+    LinkData& d = linkData_[id];
     const int64_t before = floatBits(bw);
     subRound(bw, amount);
     if (!kKeyed) return;
     const uint64_t delta = static_cast<uint64_t>(static_cast<int64_t>(floatBits(bw)) - before);
-    uint64_t da = z.a * delta, db = z.b * delta;
+    uint64_t da = d.z.a * delta, db = d.z.b * delta;
 #if defined(__GNUC__)
     // Two scalar multiplies: compilers otherwise pair the lanes in SSE2 registers at several times the cost.
     asm("" : "+r"(da), "+r"(db));
 #endif
     linkState_.a += da;
     linkState_.b += db;
-    own->a += da;
-    own->b += db;
+    d.own->a += da;
+    d.own->b += db;
   }
 
   // The GPUs closest to each NET (ncclTopoGetLocal): paths do not change during a search.
@@ -460,8 +467,8 @@ class Searcher {
       float fwBw = h.pci ? pciBw : bw;
       float revBw = h.rev ? fwBw * h.revMul : 0.0f;
       if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return step;
-      charge<kKeyed>(h.link->bw, fwBw, h.z, h.own);
-      if (revBw != 0) charge<kKeyed>(h.rev->bw, revBw, h.revZ, h.revOwn);
+      charge<kKeyed>(h.link->bw, fwBw, h.id);
+      if (revBw != 0) charge<kKeyed>(h.rev->bw, revBw, h.revId);
     }
     return maxSteps;
   }
