@@ -2,7 +2,7 @@
 // of rank 0's searches (ring, tree, CollNet, NVLS: what NCCL's searchTimeMs.rank0 measures), beside the time the
 // reference data records for NCCL 2.30.7's search on the same kind of machine, and their ratio.
 //
-//   ./build/bench/search_speed [--runs R] [--min-ms M] [--filter SUBSTRING]
+//   [TOPOCOLL_SEARCH_MEMO=0] ./build/bench/search_speed [--runs R] [--min-ms M] [--filter SUBSTRING]
 //
 // Each case runs at least R times and at least M milliseconds; the table is markdown (docs/performance.md).
 #include <fmt/format.h>
@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
       const double ncclMs = nlohmann::json::parse(ef)["searchTimeMs"]["rank0"].get<double>();
       std::map<std::string, std::string> vars;
       for (auto& [k, v] : c.env) vars[k] = v;
+      if (const char* memo = std::getenv("TOPOCOLL_SEARCH_MEMO")) vars["TOPOCOLL_SEARCH_MEMO"] = memo;  // to compare
       const Config cfg = Config::fromEnv(Env(vars));
       const auto doc = topology::loadXmlFile(root + "/examples/topologies/" + c.topo);
       JobSpec job;
