@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
-SEED=${TOPO:-../shared/topologies/public/seed-h100-8gpu-8nic-nvswitch.xml}
+SEED=${TOPO:-examples/topologies/public/seed-h100-8gpu-8nic-nvswitch.xml}
 for n in 2 8 16; do
   g=$((n < 8 ? n : 8))
   p=$((30000 + RANDOM % 20000))

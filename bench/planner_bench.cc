@@ -83,7 +83,7 @@ void BM_Plan_H100x8(benchmark::State& st) {
   getrusage(RUSAGE_SELF, &ru);
   st.counters["maxRssMiB"] = ru.ru_maxrss / 1024.0;
 }
-BENCHMARK(BM_Plan_H100x8)->Arg(1)->Arg(2)->Arg(16)->Arg(128)->Arg(1024)->Unit(benchmark::kMillisecond)->Iterations(2);
+BENCHMARK(BM_Plan_H100x8)->Arg(1)->Arg(2)->Arg(16)->Arg(128)->Arg(1024)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(2);
 
 void BM_Select(benchmark::State& st) {
   auto doc = topology::loadXmlFile(testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml"));

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli.h"
 #include "plot.h"
@@ -17,6 +18,7 @@ namespace {
 
 struct PlanArgs {
   std::string topo, gpusList, graphOut, graphIn, drawOut, plotOut, collName, typeName = "float32";
+  std::string netPluginVersion, netDevices;  // set the knobs of the same meaning
   JobSpec job;
   bool json = false, pretty = false, explain = false;
 };
@@ -27,7 +29,7 @@ std::string channelOverlay(const Plan& plan) {
   const auto& g = plan.graphs[search::kGraphRing];
   const auto& sys = plan.system;
   std::string out;
-  int n = plan.localRanks;
+  const int n = plan.system.count(topology::NodeType::GPU);
   for (int c = 0; c < g.nChannels; ++c) {
     for (int i = 0; i < n; ++i) {
       int a = sys.gpuIndexOfRank(g.intra[c * n + i]);
@@ -53,6 +55,16 @@ std::string planText(const Plan& plan, bool explain) {
   std::string out;
   const auto& sys = plan.system;
   out += fmt::format("Job: {} node(s) x {} GPU(s) = {} ranks\n", plan.job.nNodes, plan.localRanks, plan.nRanks);
+  if (plan.cliqueHosts > 1)
+    out += fmt::format("Multi-node NVLink: cliques of {} hosts, {} NCCL node(s), the network only between cliques\n",
+                       plan.cliqueHosts, plan.connect.nNodes);
+  if (plan.hostDomains.size() > 1) {
+    out += fmt::format("Each host is {} NCCL nodes (its GPUs of different nodes talk through the network):",
+                       plan.hostDomains.size());
+    for (size_t d = 0; d < plan.hostDomains.size(); ++d)
+      out += fmt::format("{} local ranks {}", d ? ";" : "", fmt::join(plan.hostDomains[d], ","));
+    out += fmt::format(" ({} NCCL nodes in all)\n", plan.connect.nNodes);
+  }
   for (int gi = 0; gi < search::kNumGraphs; ++gi) {
     if (!plan.graphAvailable[gi]) continue;
     const auto& g = plan.graphs[gi];
@@ -114,6 +126,9 @@ std::vector<int> parseDevList(const std::string& list) {
 Plan planFor(PlanArgs& a, Config& cfg, std::string* name, std::string* shownName) {
   if (!a.gpusList.empty()) a.job.ranksOnGpus = parseDevList(a.gpusList);
   if (!a.graphIn.empty()) cfg.graphFile = a.graphIn;
+  // Flags that stand for knobs go through the knob's own parser (same validation, same messages).
+  if (!a.netPluginVersion.empty()) findKnob("TOPOCOLL_NET_PLUGIN_VERSION")->set(cfg, a.netPluginVersion);
+  if (!a.netDevices.empty()) findKnob("TOPOCOLL_NET_DEVICES")->set(cfg, a.netDevices);
   auto doc = loadTopology(a.topo, cfg, name);
   Plan p = makePlan(doc, a.job, cfg);
   *shownName = *name;
@@ -147,7 +162,17 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
     c->add_option("--gpus-per-node,-g", a->job.gpusPerNode, "Use the first G GPUs (by dev) of each node")
         ->check(CLI::Range(1, 1 << 16));
     c->add_option("--ranks-on-gpus", a->gpusList, "Comma-separated GPU dev of each local rank, e.g. 0,1,2,3");
-    c->add_flag("--json", a->json, "One JSON document (field names of shared/conformance/SCHEMA.md)");
+    c->add_option("--clique-hosts", a->job.cliqueHosts,
+                  "Hosts per multi-node NVLink clique when the topology describes several hosts (default: as many "
+                  "as the job and the topology divide into; 1 = no multi-node NVLink, like NCCL_MNNVL_ENABLE=0)")
+        ->check(CLI::Range(1, 256));
+    c->add_option("--net-plugin-version", a->netPluginVersion,
+                  "Net plugin NCCL loads: 0 internal (default; fused NICs of at most 4 ports), 6..12 external "
+                  "(TOPOCOLL_NET_PLUGIN_VERSION)");
+    c->add_option("--net-devices", a->netDevices,
+                  "Network devices the job sees, e.g. 'eth0:25000' or 'mlx5_0@0000:1c:00.0,mlx5_1@0000:9c:00.0' "
+                  "(TOPOCOLL_NET_DEVICES; default: the XML's <net>s, or one 10 Gb/s eth0)");
+    c->add_flag("--json", a->json, "One JSON document (field names of tests/conformance/SCHEMA.md)");
     c->add_flag("--pretty", a->pretty, "Indent the JSON");
   };
   auto* plan = app.add_subcommand("plan", "Channels, rings and trees NCCL would build for a job");

@@ -17,6 +17,14 @@
 
 namespace topocoll {
 
+/// One network device of TOPOCOLL_NET_DEVICES: `name[:speed][@busid]`.
+struct NetDeviceSpec {
+  std::string name;
+  int speedMbps = 10000;  // what NCCL's socket plugin reports when an interface's speed is unknown
+  std::string busId;      // PCI device it sits on; empty: a socket device under the first CPU
+  bool operator==(const NetDeviceSpec&) const = default;
+};
+
 /// Parsed configuration. Field initialisers are the defaults.
 struct Config {
   // Topology
@@ -28,6 +36,9 @@ struct Config {
   int ibMergeNics = 1;           // NCCL_IB_MERGE_NICS
   int netDevsPolicy = 0;         // NCCL_NETDEVS_POLICY: 0 AUTO, 1 ALL, 2 MAX
   int netDevsPolicyMax = -1;     //   n of MAX:n
+  int netPluginVersion = 0;      // TOPOCOLL_NET_PLUGIN_VERSION: 0 = NCCL's internal IB/socket plugins, else v6..v12
+  std::string netDevices;        // TOPOCOLL_NET_DEVICES: the network plugin's devices (empty: the XML's <net>s)
+  std::vector<NetDeviceSpec> netDeviceSpecs;  //   parsed
   // Paths
   std::optional<int> p2pLevel;     // NCCL_P2P_LEVEL, or LOC when NCCL_P2P_DISABLE=1 (path type value)
   int p2pDisable = 0;              // NCCL_P2P_DISABLE
@@ -37,6 +48,7 @@ struct Config {
   int pxnDisable = 0;              // NCCL_PXN_DISABLE
   int pxnC2c = 1;                  // NCCL_PXN_C2C
   int nvbDisable = 0;              // NCCL_NVB_DISABLE
+  int netDisableIntra = 0;         // NCCL_NET_DISABLE_INTRA
   int shmDisable = 0;              // NCCL_SHM_DISABLE
   // Search
   int crossNic = 2;                // NCCL_CROSS_NIC
@@ -50,6 +62,8 @@ struct Config {
   std::string graphFile;           // NCCL_GRAPH_FILE
   std::string graphDumpFile;       // NCCL_GRAPH_DUMP_FILE
   int searchTimeoutScale = 1;      // TOPOCOLL_SEARCH_TIMEOUT_SCALE
+  int searchMemo = 1;              // TOPOCOLL_SEARCH_MEMO
+  int mnnvlEnable = 2;             // NCCL_MNNVL_ENABLE
   // Tuning
   std::string algo;                // NCCL_ALGO
   std::string proto;               // NCCL_PROTO

@@ -16,27 +16,38 @@
 #include "topocoll/config.h"
 #include "topocoll/search/connect.h"
 #include "topocoll/search/graph.h"
+#include "topocoll/search/node_search.h"
 #include "topocoll/topology/system.h"
 #include "topocoll/topology/xml.h"
 #include "topocoll/tuning/tuning.h"
 
 namespace topocoll {
 
-/// The job: `nNodes` hosts, each described by the same topology; ranks numbered node by node.
+/// The job: `nNodes` hosts, ranks numbered host by host (GPUs by `dev` within a host). A topology describes one
+/// host, or (several host_hash values) the trays of one multi-node NVLink domain: job host i is then the
+/// topology's host i mod H, and `cliqueHosts` consecutive hosts form an NVLink clique (one NCCL node, the network
+/// only between cliques).
 struct JobSpec {
   int nNodes = 1;
-  int gpusPerNode = 0;             // 0: every GPU of the topology; else the first G GPUs by `dev`
+  int gpusPerNode = 0;             // 0: every GPU of a host; else the first G GPUs by `dev`
   std::vector<int> ranksOnGpus;    // explicit `dev` of each local rank (overrides gpusPerNode)
+  int cliqueHosts = 0;             // hosts per NVLink clique; 0: gcd(nNodes, the topology's hosts), 1 with
+                                   // NCCL_MNNVL_ENABLE=0
 };
+
+/// The most ranks a plan may have (NCCL's ranks are ints; the per-rank tables must fit in memory too).
+constexpr int64_t kMaxPlanRanks = int64_t{1} << 24;
 
 struct Plan {
   JobSpec job;
   Config cfg;
-  int nRanks = 0, localRanks = 0;
-  std::vector<int> localDevs;                 // GPU dev of local rank i
-  topology::XmlDoc nodeXml;                   // the fused per-host XML the system was built from
+  int nRanks = 0, localRanks = 0;            // localRanks: ranks per host
+  int cliqueHosts = 1;                        // hosts per NVLink clique (1: no multi-node NVLink)
+  std::vector<int> localDevs;                 // GPU dev of local rank i (of every host)
+  topology::XmlDoc nodeXml;                   // the fused XML rank 0's system was built from (its host or clique)
   topology::System system;                    // rank 0's system after paths, trim and paths again
-  std::array<search::Graph, search::kNumGraphs> graphs;  // node 0's graphs, as searched
+  std::vector<std::vector<int>> hostDomains;  // the NCCL nodes of one host (or clique): their ranks in it
+  std::array<search::Graph, search::kNumGraphs> graphs;  // rank 0's node's graphs, as searched
   std::array<bool, search::kNumGraphs> graphAvailable = {};
   search::Connect connect;
   tuning::Model model;
@@ -51,11 +62,17 @@ struct Plan {
 /// Builds the plan. Throws Error with a message naming the input at fault.
 Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg);
 
-/// The plan as one JSON document, with the field names of shared/conformance/SCHEMA.md (`system`, `graphs`,
+/// The plan as one JSON document, with the field names of tests/conformance/SCHEMA.md (`system`, `graphs`,
 /// `graph_dump_xml`, `connect`, `tuning`, `selection`) plus topocoll's own (documented in docs/plan-json.md).
 std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize = 4, bool pretty = false);
 
-/// Selection table for sizes 8 B .. 8 GiB (powers of two; sizes below one element per rank left out).
+/// The size nccl-tests reports (and NCCL's tuner sees) for a test size `size` (its -b/-e/-f sizes): the size
+/// itself, except for AllGather and ReduceScatter, whose buffer holds a whole number of elements per rank:
+/// floor(size / nRanks / typeSize) x typeSize x nRanks (0 when a rank would get no element).
+uint64_t testSize(int coll, uint64_t size, int typeSize, int nRanks);
+
+/// Selection table for the test sizes 8 B .. 8 GiB (powers of two, rounded by testSize; sizes of 0 elements left
+/// out), collectives in nccl-tests' order.
 std::vector<tuning::Selection> selectionTable(const Plan& plan, int typeSize, int onlyColl = -1);
 
 }  // namespace topocoll

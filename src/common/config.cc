@@ -148,6 +148,60 @@ std::vector<Knob> buildRegistry() {
     };
     r.push_back(std::move(k));
   }
+  {
+    Knob k = intKnob<&Config::netPluginVersion>(
+        "TOPOCOLL_NET_PLUGIN_VERSION", "topology", 0, 12,
+        "Network plugin NCCL loads: 0 = its internal IB/socket plugins (fused NICs of at most 4 ports), 6..12 = an "
+        "external plugin of that version (v12: 8 ports)");
+    k.range = "0 | 6..12";
+    k.set = [](Config& c, const std::string& v) {
+      long long x = parseInteger("TOPOCOLL_NET_PLUGIN_VERSION", v, 0, 12);
+      if (x != 0 && x < 6)
+        fail(StatusCode::kInvalidArgument,
+             "TOPOCOLL_NET_PLUGIN_VERSION={}: NCCL 2.30.7 loads net plugins of versions 6 to 12 (0 = internal)", v);
+      c.netPluginVersion = static_cast<int>(x);
+    };
+    r.push_back(std::move(k));
+  }
+  {
+    Knob k = stringKnob<&Config::netDevices>(
+        "TOPOCOLL_NET_DEVICES", "topology",
+        "The network devices the job sees, in plugin order, instead of the XML's <net>s: name[:Mb/s][@PCI bus id], "
+        "e.g. 'eth0:25000' or 'mlx5_0@0000:1c:00.0,mlx5_1@0000:9c:00.0'. Without a bus id a socket device under the "
+        "first CPU (no GPU Direct, never fused), with one an RDMA NIC on that PCI device. An XML without <net> gets "
+        "one 10 Gb/s socket device eth0",
+        "name[:speed][@busid],...");
+    k.set = [](Config& c, const std::string& v) {
+      std::vector<NetDeviceSpec> specs;
+      size_t pos = 0;
+      while (pos <= v.size()) {
+        size_t comma = v.find(',', pos);
+        std::string tok = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        pos = comma == std::string::npos ? v.size() + 1 : comma + 1;
+        NetDeviceSpec d;
+        if (size_t at = tok.find('@'); at != std::string::npos) {
+          d.busId = tok.substr(at + 1);
+          tok.resize(at);
+          if (d.busId.empty())
+            fail(StatusCode::kInvalidArgument, "TOPOCOLL_NET_DEVICES={}: '@' without a PCI bus id", v);
+        }
+        if (size_t colon = tok.find(':'); colon != std::string::npos) {
+          d.speedMbps = static_cast<int>(parseInteger("TOPOCOLL_NET_DEVICES", tok.substr(colon + 1), 1, 1 << 30));
+          tok.resize(colon);
+        }
+        d.name = tok;
+        if (d.name.empty())
+          fail(StatusCode::kInvalidArgument, "TOPOCOLL_NET_DEVICES={}: a device without a name (name[:Mb/s][@busid])", v);
+        for (auto& o : specs)
+          if (o.name == d.name)
+            fail(StatusCode::kInvalidArgument, "TOPOCOLL_NET_DEVICES={}: device {} named twice", v, d.name);
+        specs.push_back(d);
+      }
+      c.netDevices = v;
+      c.netDeviceSpecs = std::move(specs);
+    };
+    r.push_back(std::move(k));
+  }
   // --- paths
   r.push_back(levelKnob<&Config::p2pLevel>("NCCL_P2P_LEVEL", "paths",
                                            "Max path type for GPU peer-to-peer (default: PXB, or SYS on some CPUs)"));
@@ -163,6 +217,10 @@ std::vector<Knob> buildRegistry() {
   r.push_back(intKnob<&Config::pxnC2c>("NCCL_PXN_C2C", "paths", 0, 1, "Allow PXN relays reaching their NIC over P2C"));
   r.push_back(intKnob<&Config::nvbDisable>("NCCL_NVB_DISABLE", "paths", 0, 1,
                                            "1 disables NVLink paths through an intermediate GPU (NVB)"));
+  r.push_back(intKnob<&Config::netDisableIntra>(
+      "NCCL_NET_DISABLE_INTRA", "paths", 0, 1,
+      "1: GPUs of one host never use the network between them (by default they do when both reach a NIC faster "
+      "than each other)"));
   r.push_back(intKnob<&Config::shmDisable>("NCCL_SHM_DISABLE", "paths", 0, 1,
                                            "1 disables shared memory: GPUs of one host without P2P then use the network"));
   // --- search
@@ -199,6 +257,14 @@ std::vector<Knob> buildRegistry() {
                                                  "Where to write the searched graphs (graph XML)"));
   r.push_back(intKnob<&Config::searchTimeoutScale>("TOPOCOLL_SEARCH_TIMEOUT_SCALE", "search", 1, 1 << 10,
                                                    "Multiply NCCL's search step budgets (1 = NCCL's)"));
+  r.push_back(intKnob<&Config::mnnvlEnable>(
+      "NCCL_MNNVL_ENABLE", "search", 0, 2,
+      "Multi-node NVLink: 2 (auto) and 1 plan the hosts of a multi-host topology XML as NVLink cliques, 0 plans "
+      "each host as its own node"));
+  r.push_back(intKnob<&Config::searchMemo>(
+      "TOPOCOLL_SEARCH_MEMO", "search", 0, 1,
+      "1: the search charges a failed sub-search it has walked before instead of walking it again (same result, "
+      "less work); 0 walks every step as NCCL does"));
   // --- tuning
   r.push_back(stringKnob<&Config::algo>("NCCL_ALGO", "tuning",
                                         "Algorithms allowed: 'ring,tree', '^nvls', 'allreduce:tree;allgather:ring'",

@@ -1,4 +1,5 @@
-// Path computation and policy, rule by rule as NCCL 2.30.7's src/graph/paths.cc.
+// Path computation and policy. Follows NCCL 2.30.7 src/graph/paths.cc (ncclTopoSetPaths, ncclTopoComputePaths,
+// ncclTopoCheckP2p/Gdr/Net, ncclTopoTrimSystem, ncclTopoSearchInit) (Apache-2.0), rule by rule.
 #include "topocoll/paths/paths.h"
 
 #include <algorithm>
@@ -124,7 +125,45 @@ int gpuIndex(const System& sys, int rank) {
   return g;
 }
 
+// RCCL's ncclTopoCheckGdr default level: PXB; on Rome CPUs PHB when the GPU and the NIC hang off the same CPU
+// (two hops each) in the same bus segment (the 0xf0000 bits of their ids).
+int rcclGdrLevel(const System& sys, int g, int n) {
+  const Node& cpu0 = sys.of(NodeType::CPU)[0];
+  if (!(cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd &&
+        cpu0.model == topology::kCpuModelAmdRome))
+    return P(PathType::PXB);
+  auto twoHopCpu = [&](const Node& node) -> int64_t {
+    const auto& toCpu = node.paths[T(NodeType::CPU)];
+    for (int c = 0; c < sys.count(NodeType::CPU); ++c)
+      if (toCpu[c].count() == 2) return sys.of(NodeType::CPU)[c].id;
+    return -1;
+  };
+  const Node& gpu = sys.of(NodeType::GPU)[g];
+  const Node& net = sys.of(NodeType::NET)[n];
+  const int64_t d1 = twoHopCpu(gpu), d2 = twoHopCpu(net);
+  int64_t netBus = 0;  // the NIC's PCI bus id (its node id without the system bits)
+  for (const auto& l : net.links)
+    if (l.rem.type == NodeType::NIC) netBus = topology::localIdOf(sys.at(l.rem).id);
+  if (d1 != -1 && d1 == d2 && (topology::localIdOf(gpu.id) & 0xf0000) == (netBus & 0xf0000)) return P(PathType::PHB);
+  return P(PathType::PXB);
+}
+
 }  // namespace
+
+bool useNetBetween(const System& sys, const Config& cfg, int g1, int g2) {
+  if (cfg.netDisableIntra) return false;
+  const Node& gpu1 = sys.of(NodeType::GPU)[g1];
+  const Node& gpu2 = sys.of(NodeType::GPU)[g2];
+  const float speed = gpu1.paths[T(NodeType::GPU)][g2].bw;
+  float netSpeed1 = 0, netSpeed2 = 0;
+  for (int n = 0; n < sys.count(NodeType::NET); ++n) {
+    const Path& p1 = gpu1.paths[T(NodeType::NET)][n];
+    const Path& p2 = gpu2.paths[T(NodeType::NET)][n];
+    if (P(p1.type) <= P(PathType::PXB)) netSpeed1 = std::max(netSpeed1, p1.bw);
+    if (P(p2.type) <= P(PathType::PXB)) netSpeed2 = std::max(netSpeed2, p2.bw);
+  }
+  return netSpeed1 > speed && netSpeed2 > speed;
+}
 
 std::vector<int> getLocal(const System& sys, NodeType type, int index, NodeType resultType, PathType* pathType) {
   std::vector<int> locals;
@@ -214,7 +253,8 @@ bool checkP2p(const System& sys, const Config& cfg, int rank1, int rank2, bool* 
   if (g2 < 0) return false;
   const Node& gpu1 = sys.of(NodeType::GPU)[g1];
   const Node& gpu2 = sys.of(NodeType::GPU)[g2];
-  if (topology::systemIdOf(gpu1.id) != topology::systemIdOf(gpu2.id)) return false;  // different hosts
+  // GPUs of different hosts share a system only in a multi-node NVLink clique, where NCCL's ncclTopoCheckMNNVL lets
+  // them use P2P (same fabric, same clique): the path decides, as within a host.
   const Path& path = gpu1.paths[T(NodeType::GPU)][g2];
   if (path.count() == 4 && interRank) {
     NodeRef mid = sys.link(path.list[1]).rem;
@@ -225,8 +265,16 @@ bool checkP2p(const System& sys, const Config& cfg, int rank1, int rank2, bool* 
   }
   int level = P(PathType::PXB);
   const Node& cpu0 = sys.of(NodeType::CPU)[0];
-  if (cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd && sys.count(NodeType::DEV) <= 2)
+  if (sys.amdGpus()) {
+    // RCCL's ncclTopoCheckP2p: "use P2P whenever we can", except through ARM, Intel and Zhaoxin CPUs.
+    const bool pxbCpu = cpu0.arch == topology::kCpuArchArm ||
+                        (cpu0.arch == topology::kCpuArchX86 && (cpu0.vendor == topology::kCpuVendorIntel ||
+                                                               cpu0.vendor == topology::kCpuVendorZhaoxin));
+    level = pxbCpu ? P(PathType::PXB) : P(PathType::SYS);
+  } else if (cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd &&
+             sys.count(NodeType::DEV) <= 2) {
     level = P(PathType::SYS);
+  }
   if (cfg.p2pLevel) level = *cfg.p2pLevel;
   bool p2p = P(path.type) <= level;
   if (path.type == PathType::NVL && read && gpu1.cudaCompCap == gpu2.cudaCompCap && gpu1.cudaCompCap == 80) *read = true;
@@ -242,7 +290,8 @@ GdrMode checkGdr(const System& sys, const Config& cfg, int rank, int64_t netId, 
   if (gpu->mloPart != topology::kUndef) return GdrMode::kDisable;
   if (read) {
     if (cfg.netGdrRead == 0) return GdrMode::kDisable;
-    if (cfg.netGdrRead < 0 && gpu->cudaCompCap < 80) {
+    // Pre-Ampere reads need an NVLink peer (NCCL); RCCL has no such rule.
+    if (cfg.netGdrRead < 0 && gpu->cudaCompCap < 80 && !sys.amdGpus()) {
       bool nvlink = sys.count(NodeType::GPU) == 1;
       for (int i = 0; i < sys.count(NodeType::GPU) && !nvlink; ++i)
         if (i != g && gpu->paths[T(NodeType::GPU)][i].type == PathType::NVL) nvlink = true;
@@ -250,6 +299,7 @@ GdrMode checkGdr(const System& sys, const Config& cfg, int rank, int64_t netId, 
     }
   }
   int level = cfg.netGdrC2c ? P(PathType::P2C) : P(PathType::PXB);
+  if (sys.amdGpus()) level = rcclGdrLevel(sys, g, n);
   if (cfg.netGdrLevel) level = *cfg.netGdrLevel;
   int distance = P(gpu->paths[T(NodeType::NET)][n].type);
   if (distance == P(PathType::PXN)) {
@@ -264,48 +314,64 @@ GdrMode checkGdr(const System& sys, const Config& cfg, int rank, int64_t netId, 
   return GdrMode::kDefault;
 }
 
-void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank) {
+namespace {
+
+// ncclTopoComputePaths' steps, in its order.
+
+// Bottleneck-bandwidth BFS from every CPU, DEV, GPU, NET and NVSwitch.
+void allBestPaths(System& sys, const Config& cfg) {
   for (auto& vec : sys.nodes)
     for (auto& n : vec)
       for (auto& p : n.paths) p.clear();
   for (NodeType t : {NodeType::CPU, NodeType::DEV, NodeType::GPU, NodeType::NET, NodeType::NVS})
     for (int i = 0; i < sys.count(t); ++i) setPaths(sys, {t, i}, cfg);
-  // Make sure every node has path arrays towards every type that exists (unreachable = DIS).
+  // Every node gets path arrays towards every type that exists (unreachable = DIS).
   for (auto& vec : sys.nodes)
     for (auto& n : vec)
       for (int t = 0; t < topology::kNodeTypes; ++t)
         if (n.paths[t].empty() && !sys.nodes[t].empty()) n.paths[t].resize(sys.nodes[t].size());
+}
 
+// A rank's shared-memory device (its container); 0 when none is given.
+int shmOf(const std::vector<int>& shmDevByRank, int rank) {
+  return rank >= 0 && rank < static_cast<int>(shmDevByRank.size()) ? shmDevByRank[rank] : 0;
+}
+
+// GPU pairs without P2P go through the CPU local to the destination GPU.
+void divertWithoutP2p(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank) {
   const int nGpus = sys.count(NodeType::GPU);
-  // GPU pairs without P2P go through the CPU local to the destination GPU.
   for (int g = 0; g < nGpus; ++g) {
     for (int p = 0; p < nGpus; ++p) {
-      int rp = sys.of(NodeType::GPU)[p].rank, rg = sys.of(NodeType::GPU)[g].rank;
-      bool sameShm = shmDevByRank.empty() || (rp < static_cast<int>(shmDevByRank.size()) &&
-                                               rg < static_cast<int>(shmDevByRank.size()) &&
-                                               shmDevByRank[rp] == shmDevByRank[rg]);
-      if (!sameShm || !checkP2p(sys, cfg, rp, rg)) {
-        int cpu = localCpu(sys, g);
-        addInterStep(sys, NodeType::CPU, cpu, NodeType::GPU, p, NodeType::GPU, g);
-      }
+      const int rp = sys.of(NodeType::GPU)[p].rank, rg = sys.of(NodeType::GPU)[g].rank;
+      if (shmOf(shmDevByRank, rp) != shmOf(shmDevByRank, rg) || !checkP2p(sys, cfg, rp, rg))
+        addInterStep(sys, NodeType::CPU, localCpu(sys, g), NodeType::GPU, p, NodeType::GPU, g);
     }
   }
-  // Peers in another container share neither P2P nor SHM: mark them unreachable (trimmed later).
-  auto shmOf = [&](int rank) {
-    return rank >= 0 && rank < static_cast<int>(shmDevByRank.size()) ? shmDevByRank[rank] : 0;
-  };
-  if (!shmDevByRank.empty()) {
-    for (int g = 0; g < nGpus; ++g) {
-      for (int p = 0; p < nGpus; ++p) {
-        if (p == g) continue;
-        if (shmOf(sys.of(NodeType::GPU)[p].rank) != shmOf(sys.of(NodeType::GPU)[g].rank))
-          sys.of(NodeType::GPU)[p].paths[T(NodeType::GPU)][g].type = PathType::NET;
-      }
-    }
-  }
-  // C2C + PHB: a GPU reaching its local NIC over C2C then PCI is P2C.
+}
+
+// Peers that can use neither P2P nor SHM (the P2P and SHM transports' canConnect) are marked NET: trimming
+// separates them into different NCCL nodes. Both transports refuse a pair that the network serves better.
+void markNetPeers(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank) {
+  const int nGpus = sys.count(NodeType::GPU);
   for (int g = 0; g < nGpus; ++g) {
-    int c = localCpu(sys, g);
+    for (int p = 0; p < nGpus; ++p) {
+      if (p == g) continue;
+      const Node& src = sys.of(NodeType::GPU)[p];
+      const Node& dst = sys.of(NodeType::GPU)[g];
+      const bool net = useNetBetween(sys, cfg, p, g);
+      const bool sameHost = topology::systemIdOf(src.id) == topology::systemIdOf(dst.id);
+      const bool sameShm = shmOf(shmDevByRank, src.rank) == shmOf(shmDevByRank, dst.rank);
+      const bool p2p = !net && sameShm && checkP2p(sys, cfg, src.rank, dst.rank);
+      const bool shm = !cfg.shmDisable && !net && sameHost && sameShm;
+      if (!p2p && !shm) sys.of(NodeType::GPU)[p].paths[T(NodeType::GPU)][g].type = PathType::NET;
+    }
+  }
+}
+
+// C2C + PHB: a GPU reaching its closest NIC over C2C then PCI is P2C (other NICs stay PHB: PXN is preferred).
+void c2cNetPaths(System& sys) {
+  for (int g = 0; g < sys.count(NodeType::GPU); ++g) {
+    const int c = localCpu(sys, g);
     for (int n : getLocal(sys, NodeType::GPU, g, NodeType::NET)) {
       Node& gpu = sys.of(NodeType::GPU)[g];
       Node& net = sys.of(NodeType::NET)[n];
@@ -318,52 +384,78 @@ void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDev
       }
     }
   }
-  // NICs: PXN relays, and CPU detours when GPU Direct RDMA is off.
+}
+
+// PXN: GPU g reaches NIC n through the NVLink peer that uses n first, when that peer reaches it at P2C (or PXB with
+// NCCL_PXN_C2C=0) with GDR, on the same host, and either has more bandwidth or avoids the CPU.
+bool usePxn(const System& sys, const Config& cfg, int g, int n, int lg) {
+  const Node& peer = sys.of(NodeType::GPU)[lg];
+  const Node& gpu = sys.of(NodeType::GPU)[g];
+  const Path& peerNet = peer.paths[T(NodeType::NET)][n];
+  const Path& gpuNet = gpu.paths[T(NodeType::NET)][n];
+  if (sys.amdGpus())  // RCCL: the relay reaches the NIC at PXB or better, without a GDR check; the GPU avoids PXB+
+    return P(peerNet.type) <= P(PathType::PXB) && P(peer.paths[T(NodeType::GPU)][g].type) <= P(PathType::NVL) &&
+           topology::systemIdOf(peer.id) == topology::systemIdOf(gpu.id) &&
+           (peerNet.bw > gpuNet.bw || P(gpuNet.type) > P(PathType::PXB));
+  const int pxnType = cfg.pxnC2c ? P(PathType::P2C) : P(PathType::PXB);
+  return P(peerNet.type) <= pxnType &&
+         checkGdr(sys, cfg, peer.rank, sys.of(NodeType::NET)[n].id, true) != GdrMode::kDisable &&
+         P(peer.paths[T(NodeType::GPU)][g].type) <= P(PathType::NVL) &&
+         topology::systemIdOf(peer.id) == topology::systemIdOf(gpu.id) &&
+         (peerNet.bw > gpuNet.bw || P(gpuNet.type) > P(PathType::PXN));
+}
+
+// GPU to NIC paths: PXN relays (GPU to NIC direction only), and CPU detours where GPU Direct RDMA is off.
+void netPaths(System& sys, const Config& cfg) {
   for (int n = 0; n < sys.count(NodeType::NET); ++n) {
-    int64_t netId = sys.of(NodeType::NET)[n].id;
-    for (int g = 0; g < nGpus; ++g) {
+    const int64_t netId = sys.of(NodeType::NET)[n].id;
+    for (int g = 0; g < sys.count(NodeType::GPU); ++g) {
       if (cfg.pxnDisable != 1) {
-        int lg = localGpuOfNet(sys, cfg, netId);
-        if (lg != g && lg != -1) {
-          const Node& peer = sys.of(NodeType::GPU)[lg];
-          const Node& gpu = sys.of(NodeType::GPU)[g];
-          GdrMode gdr = checkGdr(sys, cfg, peer.rank, netId, true);
-          int pxnType = cfg.pxnC2c ? P(PathType::P2C) : P(PathType::PXB);
-          const Path& peerNet = peer.paths[T(NodeType::NET)][n];
-          const Path& gpuNet = gpu.paths[T(NodeType::NET)][n];
-          if (P(peerNet.type) <= pxnType && gdr != GdrMode::kDisable &&
-              P(peer.paths[T(NodeType::GPU)][g].type) <= P(PathType::NVL) &&
-              topology::systemIdOf(peer.id) == topology::systemIdOf(gpu.id) &&
-              (peerNet.bw > gpuNet.bw || P(gpuNet.type) > P(PathType::PXN))) {
-            addInterStep(sys, NodeType::GPU, lg, NodeType::GPU, g, NodeType::NET, n);
-          }
-        }
+        const int lg = localGpuOfNet(sys, cfg, netId);
+        if (lg != g && lg != -1 && usePxn(sys, cfg, g, n, lg))
+          addInterStep(sys, NodeType::GPU, lg, NodeType::GPU, g, NodeType::NET, n);
       }
-      if (P(sys.of(NodeType::GPU)[g].paths[T(NodeType::NET)][n].type) < P(PathType::PHB)) {
-        if (checkGdr(sys, cfg, sys.of(NodeType::GPU)[g].rank, netId, false) == GdrMode::kDisable) {
-          int c = localCpu(sys, g);
-          addInterStep(sys, NodeType::CPU, c, NodeType::NET, n, NodeType::GPU, g);
-          addInterStep(sys, NodeType::CPU, c, NodeType::GPU, g, NodeType::NET, n);
-        }
+      if (P(sys.of(NodeType::GPU)[g].paths[T(NodeType::NET)][n].type) < P(PathType::PHB) &&
+          checkGdr(sys, cfg, sys.of(NodeType::GPU)[g].rank, netId, false) == GdrMode::kDisable) {
+        const int c = localCpu(sys, g);
+        addInterStep(sys, NodeType::CPU, c, NodeType::NET, n, NodeType::GPU, g);
+        addInterStep(sys, NodeType::CPU, c, NodeType::GPU, g, NodeType::NET, n);
       }
     }
   }
-  for (int n = 0; n < sys.count(NodeType::NET); ++n)
-    sys.of(NodeType::NET)[n].localGpu = localGpuOfNet(sys, cfg, sys.of(NodeType::NET)[n].id);
 }
 
-void trimSystem(System& sys, int myRank, int nRanks) {
-  int ngpus = sys.count(NodeType::GPU);
+}  // namespace
+
+void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank) {
+  allBestPaths(sys, cfg);
+  divertWithoutP2p(sys, cfg, shmDevByRank);
+  markNetPeers(sys, cfg, shmDevByRank);
+  c2cNetPaths(sys);
+  netPaths(sys, cfg);
+  for (auto& net : sys.of(NodeType::NET)) net.localGpu = localGpuOfNet(sys, cfg, net.id);
+}
+
+std::vector<int> gpuDomains(const System& sys) {
+  const int ngpus = sys.count(NodeType::GPU);
   std::vector<int> domains(ngpus);
-  std::vector<int64_t> ids(ngpus);
-  int myDomain = 0;
   for (int g = 0; g < ngpus; ++g) {
     const Node& gpu = sys.of(NodeType::GPU)[g];
     domains[g] = g;
-    ids[g] = gpu.id;
     for (int p = 0; p < g; ++p)
       if (P(gpu.paths[T(NodeType::GPU)][p].type) < P(PathType::NET)) domains[g] = std::min(domains[g], domains[p]);
-    if (gpu.rank == myRank) myDomain = domains[g];
+  }
+  return domains;
+}
+
+void trimSystem(System& sys, int myRank, int nRanks) {
+  const std::vector<int> domains = gpuDomains(sys);
+  const int ngpus = static_cast<int>(domains.size());
+  std::vector<int64_t> ids(ngpus);
+  int myDomain = 0;
+  for (int g = 0; g < ngpus; ++g) {
+    ids[g] = sys.of(NodeType::GPU)[g].id;
+    if (sys.of(NodeType::GPU)[g].rank == myRank) myDomain = domains[g];
   }
   for (int i = 0; i < ngpus; ++i) {
     if (domains[i] == myDomain) continue;
@@ -469,7 +561,13 @@ int p2pChannelsToPeer(const System& sys, const Config& cfg, int g, int peerRank)
     if (peer == g) return -1;
     const Path& path = sys.of(NodeType::GPU)[peer].paths[T(NodeType::GPU)][g];
     if (path.type == PathType::NVL || path.type == PathType::NVB) {
-      float nvlBw = topology::nvlinkBw(sys.of(NodeType::GPU)[g].cudaCompCap);
+      const Node& gpu = sys.of(NodeType::GPU)[g];
+      if (!gpu.gcn.empty()) {  // RCCL: XGMI links of the GPU's width; gfx94x doubles the channels per link
+        if (path.type != PathType::NVL) return 2;
+        const int perLink = sys.of(NodeType::GPU)[0].gcn.rfind("gfx94", 0) == 0 ? 4 : 2;
+        return perLink * std::max(1, static_cast<int>(path.bw / topology::xgmiWidth(gpu.gcn)));
+      }
+      float nvlBw = topology::nvlinkBw(gpu.cudaCompCap);
       return 2 * std::max(1, static_cast<int>(path.bw / nvlBw));
     }
     return 2;

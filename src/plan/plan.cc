@@ -1,6 +1,10 @@
 #include "topocoll/plan.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -14,63 +18,164 @@ using topology::NodeType;
 using topology::PathType;
 
 
+namespace {
+
+// The GPU devs each local rank drives, from the job description.
+std::vector<int> localDevsOf(const topology::XmlDoc& topo, const JobSpec& job, int host) {
+  std::vector<int> devs = topology::gpuDevs(topo, host);
+  const std::string where = host ? fmt::format("{} (host {})", topo.source, host) : topo.source;
+  if (devs.empty()) fail(StatusCode::kInvalidArgument, "{}: the topology has no <gpu>: nothing to plan", where);
+  if (!job.ranksOnGpus.empty()) {
+    for (int d : job.ranksOnGpus)
+      if (std::find(devs.begin(), devs.end(), d) == devs.end())
+        fail(StatusCode::kInvalidArgument, "--ranks-on-gpus names GPU dev {}, which {} does not have", d, where);
+    return job.ranksOnGpus;
+  }
+  if (job.gpusPerNode > 0) {
+    if (job.gpusPerNode > static_cast<int>(devs.size()))
+      fail(StatusCode::kInvalidArgument, "--gpus-per-node {} but {} has only {} GPUs", job.gpusPerNode, where,
+           devs.size());
+    devs.resize(job.gpusPerNode);
+  }
+  return devs;
+}
+
+// How the job's hosts group into NVLink cliques: `clique` hosts each, the topology's hosts repeating.
+int cliqueHostsOf(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg) {
+  const int xmlHosts = std::max(1, topology::xmlHostCount(topo));
+  if (cfg.mnnvlEnable == 0 && job.cliqueHosts > 1)
+    fail(StatusCode::kInvalidArgument, "--clique-hosts {} asks for multi-node NVLink, NCCL_MNNVL_ENABLE=0 disables it",
+         job.cliqueHosts);
+  // By default the largest clique both the job and the topology divide into.
+  const int k = job.cliqueHosts > 0 ? job.cliqueHosts : cfg.mnnvlEnable == 0 ? 1 : std::gcd(xmlHosts, job.nNodes);
+  if (k > xmlHosts || xmlHosts % k != 0)
+    fail(StatusCode::kInvalidArgument,
+         "--clique-hosts {}: {} describes {} host(s); a clique is 1 host or a divisor of the hosts it describes", k,
+         topo.source, xmlHosts);
+  if (job.nNodes % k != 0)
+    fail(StatusCode::kInvalidArgument, "--nodes {} is not a whole number of NVLink cliques of {} hosts", job.nNodes, k);
+  return k;
+}
+
+// One kind of unit (a host, or a clique of hosts): its NCCL nodes, each searched as its ranks search it (a host can
+// split into domains whose GPUs talk through the network).
+struct Unit {
+  topology::XmlDoc xml;
+  std::vector<search::NodeGraphs> nodes;
+  std::vector<std::vector<int>> domains;  // unit-local ranks of each node
+  topology::System rank0System;           // the system of the unit's rank 0
+};
+
+Unit searchUnit(const topology::XmlDoc& unitDoc, const std::vector<topology::LocalGpu>& locals, int nRanks,
+                const Config& cfg) {
+  Unit u;
+  u.xml = topology::prepareNodeXml(unitDoc, locals, cfg);
+  const topology::System whole = topology::buildSystem(u.xml);
+  const int unitRanks = static_cast<int>(locals.size());
+  std::vector<int> domainOf(unitRanks, -1);
+  {
+    topology::System withPaths = whole;
+    paths::computePaths(withPaths, cfg);
+    const std::vector<int> dom = paths::gpuDomains(withPaths);
+    for (int g = 0; g < withPaths.count(NodeType::GPU); ++g) domainOf[withPaths.of(NodeType::GPU)[g].rank] = dom[g];
+  }
+  for (int r = 0; r < unitRanks; ++r) {
+    bool first = true;
+    for (int q = 0; q < r; ++q) first &= domainOf[q] != domainOf[r];
+    if (!first) continue;
+    topology::System sys = whole;
+    paths::prepareForSearch(sys, cfg, r, nRanks);
+    if (sys.inter && sys.count(NodeType::NET) == 0)
+      fail(StatusCode::kInvalidArgument, "{}: GPUs of this job talk through the network, but it has no network device",
+           unitDoc.source);
+    u.nodes.push_back(search::searchNode(sys, cfg, nRanks));
+    std::vector<int> members;
+    for (int q = r; q < unitRanks; ++q)
+      if (domainOf[q] == domainOf[r]) members.push_back(q);
+    u.domains.push_back(members);
+    if (r == 0) u.rank0System = std::move(sys);
+  }
+  return u;
+}
+
+// Bytes the plan's per-rank tables take at most: the rings and trees of every channel, the NVLS links, the
+// connect's working arrays (ring neighbours, base trees), all per rank.
+constexpr uint64_t kPlanBytesPerRank =
+    search::kMaxChannels * (sizeof(int) + 2 * sizeof(search::TreeLinks) + sizeof(int)) +
+    2 * sizeof(search::NvlsLinks) + 3 * sizeof(std::vector<int>) + 64;
+
+// A job too large for this machine fails before anything is allocated, naming what it would need.
+void checkPlanMemory(int64_t nRanks) {
+  const uint64_t need = static_cast<uint64_t>(nRanks) * kPlanBytesPerRank;
+  uint64_t have = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  rlimit lim{};
+  if (getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) have = std::min<uint64_t>(have, lim.rlim_cur);
+  if (need > have / 2)
+    fail(StatusCode::kInvalidArgument,
+         "a job of {} ranks needs up to {:.1f} GiB for its rings and trees; this machine allows {:.1f} GiB (half of "
+         "its memory or address-space limit): plan fewer --nodes",
+         nRanks, need / 1073741824.0, have / 2 / 1073741824.0);
+}
+
+}  // namespace
+
 Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg) {
   auto t0 = std::chrono::steady_clock::now();
   Plan plan;
   plan.job = job;
   plan.cfg = cfg;
   if (job.nNodes < 1) fail(StatusCode::kInvalidArgument, "--nodes must be >= 1 (got {})", job.nNodes);
-  if (job.nNodes > (1 << 20)) fail(StatusCode::kInvalidArgument, "--nodes {} is more than this planner supports (1048576)", job.nNodes);
-  std::vector<int> devs = topology::gpuDevs(topo);
-  if (devs.empty()) fail(StatusCode::kInvalidArgument, "{}: the topology has no <gpu>: nothing to plan", topo.source);
-  if (!job.ranksOnGpus.empty()) {
-    for (int d : job.ranksOnGpus)
-      if (std::find(devs.begin(), devs.end(), d) == devs.end())
-        fail(StatusCode::kInvalidArgument, "--ranks-on-gpus names GPU dev {}, which {} does not have", d, topo.source);
-    plan.localDevs = job.ranksOnGpus;
-  } else if (job.gpusPerNode > 0) {
-    if (job.gpusPerNode > static_cast<int>(devs.size()))
-      fail(StatusCode::kInvalidArgument, "--gpus-per-node {} but {} has only {} GPUs", job.gpusPerNode, topo.source,
-           devs.size());
-    plan.localDevs.assign(devs.begin(), devs.begin() + job.gpusPerNode);
-  } else {
-    plan.localDevs = devs;
+  const int xmlHosts = std::max(1, topology::xmlHostCount(topo));
+  plan.cliqueHosts = cliqueHostsOf(topo, job, cfg);
+  std::vector<std::vector<int>> devsOf;  // [topology host] the devs of its ranks
+  for (int h = 0; h < xmlHosts; ++h) {
+    devsOf.push_back(localDevsOf(topo, job, h));
+    if (devsOf[h].size() != devsOf[0].size())
+      fail(StatusCode::kInvalidArgument, "{}: host {} has {} GPUs for the job, host 0 has {}; hosts must match",
+           topo.source, h, devsOf[h].size(), devsOf[0].size());
   }
+  plan.localDevs = devsOf[0];
   plan.localRanks = static_cast<int>(plan.localDevs.size());
-  int64_t nRanks64 = static_cast<int64_t>(plan.localRanks) * job.nNodes;
-  if (nRanks64 > (1 << 24)) fail(StatusCode::kInvalidArgument, "{} ranks is more than this planner supports", nRanks64);
+  const int64_t nRanks64 = static_cast<int64_t>(plan.localRanks) * job.nNodes;
+  if (nRanks64 > kMaxPlanRanks)
+    fail(StatusCode::kInvalidArgument, "{} ranks is more than this planner supports ({})", nRanks64, kMaxPlanRanks);
+  checkPlanMemory(nRanks64);
   plan.nRanks = static_cast<int>(nRanks64);
 
-  std::vector<topology::LocalGpu> locals;
-  for (int i = 0; i < plan.localRanks; ++i) locals.push_back({i, plan.localDevs[i]});
-  plan.nodeXml = topology::prepareNodeXml(topo, locals, cfg);
-  plan.system = topology::buildSystem(plan.nodeXml);
-  auto& sys = plan.system;
-  if (job.nNodes > 1 && sys.count(NodeType::NET) == 0)
-    fail(StatusCode::kInvalidArgument, "{}: a job on {} nodes needs a network device (<net>) in the topology",
-         topo.source, job.nNodes);
-  paths::prepareForSearch(sys, cfg, 0, plan.nRanks);
-
-  search::NodeGraphs node0 = search::searchNode(sys, cfg, plan.nRanks);
-  plan.graphs = node0.graphs;
-  plan.graphAvailable = node0.available;
-  plan.searchMs = node0.searchMs;
-  std::vector<search::NodeGraphs> nodes(job.nNodes);
-  for (int n = 0; n < job.nNodes; ++n) {
-    auto& ng = nodes[n];
-    ng = node0;
-    ng.firstRank = n * plan.localRanks;
-    if (n > 0) {
-      for (auto& g : ng.graphs)
-        for (auto& r : g.intra) r += ng.firstRank;
+  // The job is units of `cliqueHosts` hosts (one host without multi-node NVLink); the topology's hosts give
+  // xmlHosts / cliqueHosts kinds of unit, repeating. Each kind is searched once and repeated with shifted ranks.
+  const int k = plan.cliqueHosts, unitRanks = k * plan.localRanks;
+  std::vector<std::vector<search::NodeGraphs>> unitTypes;
+  for (int t = 0; t < xmlHosts / k; ++t) {
+    std::vector<topology::LocalGpu> locals;
+    for (int h = 0; h < k; ++h)
+      for (int i = 0; i < plan.localRanks; ++i) locals.push_back({h * plan.localRanks + i, devsOf[t * k + h][i], h});
+    Unit u = xmlHosts == 1 ? searchUnit(topo, locals, plan.nRanks, cfg)
+                           : searchUnit(topology::selectHosts(topo, t * k, k), locals, plan.nRanks, cfg);
+    if (t == 0) {
+      plan.nodeXml = std::move(u.xml);
+      plan.system = std::move(u.rank0System);
+      plan.hostDomains = u.domains;
+      plan.graphs = u.nodes[0].graphs;
+      plan.graphAvailable = u.nodes[0].available;
+      plan.searchMs = u.nodes[0].searchMs;
     }
+    unitTypes.push_back(std::move(u.nodes));
   }
-  plan.connect = search::connectJob(nodes, cfg);
+  plan.connect =
+      search::connectRanks(search::ReplicatedNodes(unitTypes, unitRanks, job.nNodes / k), cfg);
 
-  tuning::JobInfo ji = tuning::jobInfo(plan.connect, sys.count(NodeType::NVS));
+  tuning::JobInfo ji = tuning::jobInfo(plan.connect, plan.system.count(NodeType::NVS));
   plan.model = tuning::tuneModel(ji, plan.connect.aligned, cfg);
   plan.wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;
+}
+
+uint64_t testSize(int coll, uint64_t size, int typeSize, int nRanks) {
+  if (coll != tuning::kAllGather && coll != tuning::kReduceScatter) return size;
+  // nccl-tests' rounding: a whole number of elements per rank, times the ranks.
+  uint64_t count = size / static_cast<uint64_t>(nRanks) / static_cast<uint64_t>(typeSize);
+  return count * static_cast<uint64_t>(typeSize) * static_cast<uint64_t>(nRanks);
 }
 
 std::vector<tuning::Selection> selectionTable(const Plan& plan, int typeSize, int onlyColl) {
@@ -80,11 +185,8 @@ std::vector<tuning::Selection> selectionTable(const Plan& plan, int typeSize, in
   for (int coll : order) {
     if (onlyColl >= 0 && coll != onlyColl) continue;
     for (int l = 3; l <= 33; ++l) {
-      uint64_t nBytes = 1ULL << l;
-      uint64_t perRank = (coll == tuning::kAllGather || coll == tuning::kReduceScatter)
-                             ? nBytes / static_cast<uint64_t>(plan.nRanks)
-                             : nBytes;
-      if (perRank < static_cast<uint64_t>(typeSize)) continue;
+      uint64_t nBytes = testSize(coll, 1ULL << l, typeSize, plan.nRanks);
+      if (nBytes < static_cast<uint64_t>(typeSize)) continue;  // nccl-tests leaves sizes of 0 elements out
       out.push_back(plan.select(coll, nBytes));
     }
   }
@@ -112,8 +214,9 @@ nlohmann::ordered_json graphJson(const Plan& plan, int gi) {
   j["searchMs"] = g.searchMs;
   j["searchTimedOut"] = g.timedOut;
   j["searchSteps"] = g.searchSteps;
+  j["searchWalked"] = g.searchWalked;
   j["fromFile"] = g.fromFile;
-  int n = plan.localRanks;
+  const int n = plan.system.count(NodeType::GPU);  // the GPUs of rank 0's NCCL node
   auto chans = nlohmann::ordered_json::array();
   for (int c = 0; c < g.nChannels; ++c) {
     nlohmann::ordered_json ch;
@@ -130,17 +233,26 @@ nlohmann::ordered_json graphJson(const Plan& plan, int gi) {
 
 }  // namespace
 
-std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize, bool pretty) {
-  using json = nlohmann::ordered_json;
-  const auto& sys = plan.system;
-  json j;
-  j["topocoll_version"] = "0.1.0";
-  j["nccl_version"] = "2.30.7";
-  j["topo"] = topoName;
-  j["nodes"] = plan.job.nNodes;
-  j["gpus_per_node"] = plan.localRanks;
-  j["nranks"] = plan.nRanks;
-  j["dtype"] = typeSize == 4 ? "float" : std::to_string(typeSize) + "-byte";
+namespace {
+
+using json = nlohmann::ordered_json;
+
+json pathsJson(const topology::System& sys, const topology::Node& gpu, NodeType type) {
+  json out = json::array();
+  const auto& paths = gpu.paths[static_cast<int>(type)];
+  for (int i = 0; i < sys.count(type); ++i) {
+    const auto& path = paths[i];
+    if (type == NodeType::GPU)
+      out.push_back({{"gpu", i}, {"type", topology::to_string(path.type)}, {"bw", path.bw}, {"hops", path.count()}});
+    else
+      out.push_back({{"net", sys.of(type)[i].dev}, {"type", topology::to_string(path.type)}, {"bw", path.bw},
+                     {"hops", path.count()}});
+  }
+  return out;
+}
+
+// `system`: rank 0's system after paths, trim and paths again.
+json systemJson(const topology::System& sys) {
   json s;
   s["maxBw"] = sys.maxBw;
   s["totalBw"] = sys.totalBw;
@@ -159,18 +271,8 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
     x["sm"] = gpu.cudaCompCap;
     x["gdr"] = gpu.gdrSupport;
     x["cpuAffinity"] = paths::cpuAffinity(sys, g);
-    json tg = json::array(), tn = json::array();
-    for (int p = 0; p < sys.count(NodeType::GPU); ++p) {
-      const auto& path = gpu.paths[static_cast<int>(NodeType::GPU)][p];
-      tg.push_back({{"gpu", p}, {"type", topology::to_string(path.type)}, {"bw", path.bw}, {"hops", path.count()}});
-    }
-    for (int n = 0; n < sys.count(NodeType::NET); ++n) {
-      const auto& path = gpu.paths[static_cast<int>(NodeType::NET)][n];
-      tn.push_back({{"net", sys.of(NodeType::NET)[n].dev}, {"type", topology::to_string(path.type)}, {"bw", path.bw},
-                    {"hops", path.count()}});
-    }
-    x["toGpu"] = tg;
-    x["toNet"] = tn;
+    x["toGpu"] = pathsJson(sys, gpu, NodeType::GPU);
+    x["toNet"] = pathsJson(sys, gpu, NodeType::NET);
     gpus.push_back(x);
   }
   s["gpus"] = gpus;
@@ -180,16 +282,11 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
                     {"gdr", n.gdrSupport}, {"localGpu", n.localGpu}, {"name", n.name}});
   }
   s["nets"] = nets;
-  j["system"] = s;
-  json graphs;
-  for (int gi = 0; gi < search::kNumGraphs; ++gi) graphs[search::graphName(gi)] = graphJson(plan, gi);
-  j["graphs"] = graphs;
-  {
-    const search::Graph* order[] = {&plan.graphs[search::kGraphRing], &plan.graphs[search::kGraphTree],
-                                    &plan.graphs[search::kGraphCollnetDirect], &plan.graphs[search::kGraphCollnetChain],
-                                    &plan.graphs[search::kGraphNvls]};
-    j["graph_dump_xml"] = search::graphsToXml(sys, std::vector<const search::Graph*>(std::begin(order), std::end(order)));
-  }
+  return s;
+}
+
+// `connect`: the job-wide values after the allgather, preset and postset.
+json connectJson(const Plan& plan) {
   const auto& c = plan.connect;
   json cj;
   cj["nNodes"] = c.nNodes;
@@ -206,7 +303,7 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
   json aligned;
   for (int gi = 0; gi < search::kNumGraphs; ++gi) {
     const auto& g = c.aligned[gi];
-    bool avail = plan.graphAvailable[gi];
+    const bool avail = plan.graphAvailable[gi];
     aligned[search::graphName(gi)] = {{"nChannels", avail ? g.nChannels : 0},
                                       {"bwIntra", avail ? g.bwIntra : 0.0f},
                                       {"bwInter", avail ? g.bwInter : 0.0f},
@@ -232,27 +329,33 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
     nv.push_back(rj);
   }
   cj["nvls"] = nv;
-  j["connect"] = cj;
+  return cj;
+}
+
+// `tuning`: the latency, bandwidth and thread tables.
+json tuningJson(const tuning::Model& m) {
   json tj;
   tj["protocols"] = {"LL", "LL128", "Simple"};
   json lat, bw, mt;
   for (int coll = 0; coll < tuning::kNumColls; ++coll) {
     json la, ba;
     for (int a = 0; a < tuning::kNumAlgos; ++a) {
-      la[tuning::algoName(a)] = {plan.model.latencies[coll][a][0], plan.model.latencies[coll][a][1],
-                                 plan.model.latencies[coll][a][2]};
-      ba[tuning::algoName(a)] = {plan.model.bandwidths[coll][a][0], plan.model.bandwidths[coll][a][1],
-                                 plan.model.bandwidths[coll][a][2]};
+      la[tuning::algoName(a)] = {m.latencies[coll][a][0], m.latencies[coll][a][1], m.latencies[coll][a][2]};
+      ba[tuning::algoName(a)] = {m.bandwidths[coll][a][0], m.bandwidths[coll][a][1], m.bandwidths[coll][a][2]};
     }
     lat[tuning::collName(coll)] = la;
     bw[tuning::collName(coll)] = ba;
   }
   for (int a = 0; a < tuning::kNumAlgos; ++a)
-    mt[tuning::algoName(a)] = {plan.model.maxThreads[a][0], plan.model.maxThreads[a][1], plan.model.maxThreads[a][2]};
+    mt[tuning::algoName(a)] = {m.maxThreads[a][0], m.maxThreads[a][1], m.maxThreads[a][2]};
   tj["latencies"] = lat;
   tj["bandwidths"] = bw;
   tj["maxThreads"] = mt;
-  j["tuning"] = tj;
+  return tj;
+}
+
+// `selection`: NCCL's choice for every test size.
+json selectionJson(const Plan& plan, int typeSize) {
   json sel = json::array();
   for (auto& x : selectionTable(plan, typeSize)) {
     json e;
@@ -270,7 +373,35 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
     }
     sel.push_back(e);
   }
-  j["selection"] = sel;
+  return sel;
+}
+
+}  // namespace
+
+std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize, bool pretty) {
+  json j;
+  j["topocoll_version"] = "0.1.0";
+  j["nccl_version"] = "2.30.7";
+  j["topo"] = topoName;
+  j["nodes"] = plan.job.nNodes;
+  j["gpus_per_node"] = plan.localRanks;
+  j["nranks"] = plan.nRanks;
+  j["cliqueHosts"] = plan.cliqueHosts;
+  j["dtype"] = typeSize == 4 ? "float" : std::to_string(typeSize) + "-byte";
+  j["system"] = systemJson(plan.system);
+  json graphs;
+  for (int gi = 0; gi < search::kNumGraphs; ++gi) graphs[search::graphName(gi)] = graphJson(plan, gi);
+  j["graphs"] = graphs;
+  {
+    const search::Graph* order[] = {&plan.graphs[search::kGraphRing], &plan.graphs[search::kGraphTree],
+                                    &plan.graphs[search::kGraphCollnetDirect], &plan.graphs[search::kGraphCollnetChain],
+                                    &plan.graphs[search::kGraphNvls]};
+    j["graph_dump_xml"] =
+        search::graphsToXml(plan.system, std::vector<const search::Graph*>(std::begin(order), std::end(order)));
+  }
+  j["connect"] = connectJson(plan);
+  j["tuning"] = tuningJson(plan.model);
+  j["selection"] = selectionJson(plan, typeSize);
   j["searchTimeMs"] = {{"rank0", plan.searchMs}};
   j["wallMs"] = plan.wallMs;
   return j.dump(pretty ? 1 : -1);

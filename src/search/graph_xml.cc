@@ -1,4 +1,5 @@
-// Graph XML, as NCCL_GRAPH_DUMP_FILE writes it and NCCL_GRAPH_FILE reads it.
+// Graph XML, as NCCL_GRAPH_DUMP_FILE writes it and NCCL_GRAPH_FILE reads it. Follows NCCL 2.30.7
+// src/graph/search.cc (ncclTopoGetXmlFromGraphs, ncclTopoGetGraphFromXml) (Apache-2.0).
 #include <set>
 
 #include "topocoll/search/graph.h"
@@ -55,7 +56,7 @@ std::string graphsToXml(const System& sys, const std::vector<const Graph*>& grap
         int rank = g->intra[ngpus * c + i];
         x->set("dev", hexLong(gpuDevId(sys, rank)));
         x->set("rank", std::to_string(rank));
-        if (g->id == 3) break;
+        if (g->id == kGraphIdNvls) break;  // NVLS channels name their head only
       }
       if (sys.inter) ch->addChild("net")->set("dev", hexLong(g->inter[2 * c + 1]));
     }

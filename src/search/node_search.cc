@@ -1,8 +1,9 @@
-// One rank's searches for its node, in initTransportsRank's order.
+// One rank's searches for its node. Follows the graph part of NCCL 2.30.7 src/init.cc initTransportsRank (the
+// order of the searches, NVLS/CollNet support, ncclTopoComputeP2pChannelsPerPeer, ncclTopoGetMinNetBw) (Apache-2.0).
 #include <chrono>
 
 #include "topocoll/paths/paths.h"
-#include "topocoll/search/connect.h"
+#include "topocoll/search/node_search.h"
 
 namespace topocoll::search {
 
@@ -24,20 +25,22 @@ NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks) {
   NodeGraphs out;
   auto t0 = std::chrono::steady_clock::now();
   auto& G = out.graphs;
-  G[kGraphRing] = makeGraph(0, kPatternRing, 1, kMaxChannels / 2);
-  compute(sys, cfg, G[kGraphRing]);
+  Searches searches(sys, cfg);
+  auto compute = [&](Graph& g) { searches.compute(g); };
+  G[kGraphRing] = makeGraph(kGraphIdRing, kPatternRing, 1, kMaxChannels / 2);
+  compute(G[kGraphRing]);
   int ringCh = G[kGraphRing].nChannels;
-  G[kGraphTree] = makeGraph(1, kPatternBalancedTree, ringCh, ringCh);
-  compute(sys, cfg, G[kGraphTree]);
+  G[kGraphTree] = makeGraph(kGraphIdTree, kPatternBalancedTree, ringCh, ringCh);
+  compute(G[kGraphTree]);
   out.available[kGraphRing] = out.available[kGraphTree] = true;
   bool anyColl = false;
   for (auto& n : sys.of(NodeType::NET)) anyColl |= n.collSupport != 0;
   out.collnetSupport = cfg.collnetEnable == 1 && anyColl && sys.inter;
-  G[kGraphCollnetChain] = makeGraph(2, kPatternTree, ringCh, ringCh, 1);
-  G[kGraphCollnetDirect] = makeGraph(4, kPatternCollnetDirect, 1, kMaxChannels, 1);
+  G[kGraphCollnetChain] = makeGraph(kGraphIdCollnetChain, kPatternTree, ringCh, ringCh, 1);
+  G[kGraphCollnetDirect] = makeGraph(kGraphIdCollnetDirect, kPatternCollnetDirect, 1, kMaxChannels, 1);
   if (out.collnetSupport) {
-    compute(sys, cfg, G[kGraphCollnetChain]);
-    compute(sys, cfg, G[kGraphCollnetDirect]);
+    compute(G[kGraphCollnetChain]);
+    compute(G[kGraphCollnetDirect]);
     out.available[kGraphCollnetChain] = out.available[kGraphCollnetDirect] = true;
   }
   int ccMin = 1 << 30, ccMax = 0;
@@ -48,9 +51,9 @@ NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks) {
   // NVLS: multicast is taken as available on sm90+ GPUs behind an NVSwitch (NCCL asks the driver).
   if (cfg.nvlsEnable != 0 && sys.count(NodeType::GPU) >= 2)
     out.nvlsSupport = cfg.nvlsEnable == 1 || (ccMin >= 90 && sys.count(NodeType::NVS) > 0);
-  G[kGraphNvls] = makeGraph(3, kPatternNvls, 1, kMaxChannels);
+  G[kGraphNvls] = makeGraph(kGraphIdNvls, kPatternNvls, 1, kMaxChannels);
   if (out.nvlsSupport) {
-    compute(sys, cfg, G[kGraphNvls]);
+    compute(G[kGraphNvls]);
     out.available[kGraphNvls] = true;
   }
   out.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

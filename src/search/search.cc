@@ -1,8 +1,11 @@
-// The channel search, rule by rule as NCCL 2.30.7's src/graph/search.cc.
+// The channel search. Follows NCCL 2.30.7 src/graph/search.cc (ncclTopoCompute, ncclTopoSearchRec* and their
+// helpers, ncclTopoDupChannels) (Apache-2.0) rule by rule, with a memo of sub-searches that changes the work, not
+// the result (see Searcher's memo section).
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <unordered_map>
 
 #include "topocoll/paths/paths.h"
@@ -29,10 +32,12 @@ constexpr int64_t kGlobalTimeout = 1LL << 19;
 constexpr int kTimeout = 1 << 14;
 constexpr int kTimeoutTree = 1 << 14;
 constexpr int kTimeoutSameChannels = 1 << 8;
+constexpr int kTopoMaxNodes = 640;  // NCCL_TOPO_MAX_NODES (src/include/graph.h)
+constexpr int kMemoMinSteps = 4;  // smaller sub-searches (below a channel's start) are cheaper to walk than to remember
 constexpr int kForcedOrderPci = 1;
 constexpr int kForcedOrderReplay = 2;
-constexpr int kMaxNvlsArity = 32;
-constexpr int kMaxDirectArity = 7;
+constexpr int kMaxNvlsArity = 32;   // NCCL_MAX_NVLS_ARITY
+constexpr int kMaxDirectArity = 7;  // NCCL_MAX_DIRECT_ARITY
 
 const float kSpeedIntra[] = {40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0};
 const float kSpeedInter[] = {48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0,
@@ -59,7 +64,8 @@ template <typename T, size_t N>
 class SmallVec {
  public:
   void push_back(const T& v) {
-    if (size_ < N) inline_[size_] = v;
+    if (size_ < N)
+      inline_[size_] = v;
     else {
       if (heap_.empty()) heap_.assign(inline_.begin(), inline_.end());
       heap_.push_back(v);
@@ -92,21 +98,223 @@ struct Score {
   int g, startIndex, intraNhops, intraBw, interNhops, interPciBw, interBw;
 };
 
+// Two independent 64-bit mixes (splitmix64's and MurmurHash3's finalizers): a 128-bit state key, so that two
+// different search states sharing a key is not a practical possibility.
+inline uint64_t mixA(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+inline uint64_t mixB(uint64_t x) {
+  x ^= 0x2545f4914f6cdd1dULL;
+  x = (x ^ (x >> 33)) * 0xff51afd7ed558ccdULL;
+  x = (x ^ (x >> 33)) * 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+inline uint64_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+struct Key128 {
+  uint64_t a = 0, b = 0;
+  void add(uint64_t x) { a += mixA(x), b += mixB(x); }
+  void sub(uint64_t x) { a -= mixA(x), b -= mixB(x); }
+  void toggle(uint64_t x) { a ^= mixA(x), b ^= mixB(x); }
+  void fold(uint64_t x) { a = mixA(a ^ x), b = mixB(b + x); }
+};
+
+// A state key as a sum of words times per-slot odd constants (two independent lanes), mixed once at the end:
+// cheaper than mixing every word, and two states differing in any word collide with probability ~2^-128.
+constexpr uint64_t slotConstant(uint64_t i, uint64_t seed) {
+  uint64_t x = i * 0x9e3779b97f4a7c15ULL + seed;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return (x ^ (x >> 31)) | 1;
+}
+constexpr int kMaxGpusInKey = 72;  // prefix words of a completing key; a larger node wraps around (still exact)
+constexpr int kKeySlots = 256;
+constexpr std::array<uint64_t, kKeySlots> slotTable(uint64_t seed) {
+  std::array<uint64_t, kKeySlots> t{};
+  for (int i = 0; i < kKeySlots; ++i) t[i] = slotConstant(static_cast<uint64_t>(i), seed);
+  return t;
+}
+constexpr std::array<uint64_t, kKeySlots> kMulA = slotTable(0x243f6a8885a308d3ULL);
+constexpr std::array<uint64_t, kKeySlots> kMulB = slotTable(0x13198a2e03707344ULL);
+struct KeyAcc {
+  static constexpr int kSlots = kKeySlots, kCompletingSlots = 96;
+  uint64_t a = 0, b = 0;
+  int slot = 0;
+  void add(uint64_t w) {
+    a += w * kMulA[slot & (kSlots - 1)];
+    b += w * kMulB[slot & (kSlots - 1)];
+    ++slot;
+  }
+  void add(uint64_t wa, uint64_t wb) {
+    a += wa * kMulA[slot & (kSlots - 1)];
+    b += wb * kMulB[slot & (kSlots - 1)];
+    ++slot;
+  }
+  Key128 finish() const { return Key128{mixA(a), mixB(b ^ 0x6a09e667f3bcc909ULL)}; }
+};
+
+// What a sub-search cost: the steps NCCL counts, and the part of them its budget paid (less where it ran a part
+// under a budget of its own, as the first channel through a NIC in PCI order does).
+struct Cost {
+  int steps = 0, budget = 0;
+};
+
+// What each sub-search walked cost, by the state it started from: open addressing, grown at half load.
+class StepMemo {
+ public:
+  const Cost* find(const Key128& k) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = k.a & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.gen != gen_) return nullptr;
+      if (s.a == k.a && s.b == k.b) return &s.cost;
+    }
+  }
+  void insert(const Key128& k, Cost cost) {
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    for (size_t i = k.a & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.gen != gen_) {
+        s = Slot{k.a, k.b, cost, gen_};
+        ++count_;
+        return;
+      }
+      if (s.a == k.a && s.b == k.b) return;
+    }
+  }
+  // Forgets every entry and keeps the table (a search's graphs reuse it).
+  void clear() {
+    count_ = 0;
+    if (++gen_ == 0) {  // wrapped: old generations could read as current
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+      gen_ = 1;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t a = 0, b = 0;
+    Cost cost;
+    uint32_t gen = 0;  // the entry is live when it equals gen_
+  };
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.empty() ? 256 : old.size() * 2, Slot{});
+    mask_ = slots_.size() - 1;
+    count_ = 0;
+    for (const Slot& s : old)
+      if (s.gen == gen_) insert(Key128{s.a, s.b}, s.cost);
+  }
+  uint32_t gen_ = 1;
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, count_ = 0;
+};
+
+int ccMinOf(const System& sys) {
+  int mn = 1 << 30;
+  for (auto& d : sys.of(NodeType::DEV)) mn = std::min(mn, d.cudaCompCap);
+  if (sys.of(NodeType::DEV).empty()) fail(StatusCode::kInvalidArgument, "the topology has no GPU");
+  return mn;
+}
+
+bool splitNvLink(const System& sys) {
+  int n = sys.count(NodeType::GPU);
+  std::vector<int> domain(n), count(n, 0);
+  for (int g = 0; g < n; ++g) domain[g] = g;
+  for (int g = 0; g < n; ++g)
+    for (int p = g + 1; p < n; ++p)
+      if (sys.of(NodeType::GPU)[g].paths[T(NodeType::GPU)][p].type == PathType::NVL) domain[p] = domain[g];
+  for (int g = 0; g < n; ++g) count[domain[g]]++;
+  int domains = 0;
+  for (int g = 0; g < n; ++g)
+    if (count[g] > 1) ++domains;
+  return domains == 2;
+}
+
+// The speeds NCCL tries, fastest first, by architecture and whether the graph crosses nodes.
+struct Speeds {
+  const float* v;
+  int n;
+};
+// RCCL's (AMD build) speeds, the same inside and across nodes.
+const float kAmdSpeeds[] = {48.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0,
+                            6.0,  5.0,  4.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+
+Speeds speedsFor(int ccMin, bool inter, bool amd) {
+  if (amd && ccMin < 90) return {kAmdSpeeds, static_cast<int>(std::size(kAmdSpeeds))};
+  if (!inter) {
+    if (ccMin >= 100) return {kSm100SpeedIntra, static_cast<int>(std::size(kSm100SpeedIntra))};
+    if (ccMin >= 90) return {kSm90SpeedIntra, static_cast<int>(std::size(kSm90SpeedIntra))};
+    return {kSpeedIntra, static_cast<int>(std::size(kSpeedIntra))};
+  }
+  if (ccMin >= 100) return {kSm100SpeedInter, static_cast<int>(std::size(kSm100SpeedInter))};
+  if (ccMin >= 90) return {kSm90SpeedInter, static_cast<int>(std::size(kSm90SpeedInter))};
+  return {kSpeedInter, static_cast<int>(std::size(kSpeedInter))};
+}
+
+// The path-type ranges a search may relax within, and the cross-NIC setting (ncclTopoCompute's preamble).
+struct Limits {
+  int minTypeIntra = P(PathType::LOC), maxTypeIntra = P(PathType::SYS);
+  int minTypeInter = P(PathType::PIX), maxTypeInter = P(PathType::SYS);
+  int crossNic = 0, ccMin = 0;
+};
+Limits limitsFor(const System& sys, const Config& cfg, const Graph& graph) {
+  Limits l;
+  l.ccMin = ccMinOf(sys);
+  l.crossNic =
+      sys.count(NodeType::NET) > 1 && (graph.pattern == kPatternRing || graph.pattern == kPatternBalancedTree ||
+                                       graph.pattern == kPatternSplitTree)
+          ? cfg.crossNic
+          : 0;
+  if (sys.count(NodeType::GPU) > 1) {
+    l.minTypeIntra = paths::gpuMinPath(sys, NodeType::GPU);
+    l.maxTypeIntra = paths::gpuMaxPath(sys, NodeType::GPU);
+  }
+  if (sys.inter) {
+    l.minTypeInter = paths::gpuMinPath(sys, NodeType::NET);
+    l.maxTypeInter = paths::gpuMaxPath(sys, NodeType::NET);
+    l.maxTypeIntra = l.maxTypeInter;
+  }
+  // Ampere relies on balanced trees, which sometimes need to come back through SYS or PHB.
+  if (l.ccMin < 90) l.maxTypeInter = P(PathType::SYS);
+  return l;
+}
+
 class Searcher {
  public:
-  Searcher(System& sys, const Config& cfg) : sys_(sys), cfg_(cfg) { buildHopCache(); }
+  Searcher(System& sys, const Config& cfg) : sys_(sys), cfg_(cfg), ngpus_(sys.count(NodeType::GPU)) { buildHopCache(); }
 
   // Every path the search follows, flattened once into direct link pointers (the links do not move while a
   // search runs): followPath is the hot loop of the search.
   struct Hop {
     Link* link;
-    Link* rev;     // reverse link that is charged too, or null
-    float revMul;  // 1/8 for pre-Ampere DEV targets (not from a GPU), 1 for POWER NVLink to the CPU
+    Link* rev;      // reverse link that is charged too, or null
+    float revMul;   // 1/8 for pre-Ampere DEV targets (not from a GPU), 1 for POWER NVLink to the CPU
+    int id, revId;  // the links' dense indices (linkData_)
+    bool pci;       // a PCI link (charged with Intel's overhead on PHB paths)
   };
+  // What the search keeps per link: its weight in the state key and the part of privState_ its state goes to.
+  struct LinkData {
+    Key128 z;
+    Key128* own = nullptr;
+  };
+  std::vector<LinkData> linkData_;
+  std::array<std::vector<int>, topology::kNodeTypes> linkBase_;  // dense index of each node's first link
+  int linkId(NodeRef node, const Link* l) const {
+    return linkBase_[static_cast<int>(node.type)][node.index] + static_cast<int>(l - sys_.at(node).links.data());
+  }
   struct HopPath {
     std::vector<Hop> hops;
     int type = static_cast<int>(PathType::DIS);
     bool intelPciOverhead = false;
+    bool distinctLinks = true;  // no link is charged twice, so checking every hop before charging is NCCL's test
   };
   static int slot(NodeType t) { return t == NodeType::GPU ? 0 : t == NodeType::NVS ? 1 : t == NodeType::NET ? 2 : -1; }
   int maxN_ = 0;
@@ -117,6 +325,20 @@ class Searcher {
   void buildHopCache() {
     maxN_ = std::max({sys_.count(NodeType::GPU), sys_.count(NodeType::NVS), sys_.count(NodeType::NET), 1});
     hopCache_.assign(static_cast<size_t>(3) * maxN_ * 3 * maxN_, HopPath{});
+    privState_.assign(ngpus_ + 1, Key128{});  // the last one collects the other links' parts (unused)
+    int links = 0;
+    for (int t = 0; t < topology::kNodeTypes; ++t) {
+      for (const Node& node : sys_.nodes[t]) {
+        linkBase_[t].push_back(links);
+        links += static_cast<int>(node.links.size());
+      }
+    }
+    linkData_.assign(links, LinkData{});
+    endpoints_.assign(links, Endpoints{});
+    for (int id = 0; id < links; ++id) {
+      const uint64_t w = static_cast<uint64_t>(id) + 1;  // a random odd weight per link
+      linkData_[id].z = Key128{mixA(w) | 1, mixB(w) | 1};
+    }
     for (NodeType t1 : {NodeType::GPU, NodeType::NVS, NodeType::NET}) {
       for (int i1 = 0; i1 < sys_.count(t1); ++i1) {
         NodeRef start{t1, i1};
@@ -126,6 +348,7 @@ class Searcher {
             const Path& path = paths[i2];
             HopPath& hp = hopPath(t1, i1, t2, i2);
             hp.type = P(path.type);
+            ((t1 == NodeType::NET || t2 == NodeType::NET) ? interTypes_ : intraTypes_) |= 1u << hp.type;
             for (int step = 0; step < path.count(); ++step) {
               const Node& n = sys_.at(sys_.link(path.list[step]).rem);
               if (n.type == NodeType::CPU && path.type == PathType::PHB && t1 == NodeType::GPU &&
@@ -135,7 +358,7 @@ class Searcher {
             NodeRef node = start;
             for (int step = 0; step < path.count(); ++step) {
               Link& link = sys_.link(path.list[step]);
-              Hop h{&link, nullptr, 0.0f};
+              Hop h{&link, nullptr, 0.0f, linkId(node, &link), -1, link.type == LinkType::PCI};
               const Node& rem = sys_.at(link.rem);
               if (link.rem.type == NodeType::DEV && rem.cudaCompCap < 80 && t1 != NodeType::GPU) {
                 h.rev = findRev(node, link.rem, link.type);
@@ -145,26 +368,133 @@ class Searcher {
                 h.rev = findRev(node, link.rem, link.type);
                 h.revMul = 1.0f;
               }
+              if (h.rev) h.revId = linkId(link.rem, h.rev);
               hp.hops.push_back(h);
               node = link.rem;
+            }
+            std::vector<const Link*> charged;
+            for (const Hop& h : hp.hops) {
+              charged.push_back(h.link);
+              if (h.rev) charged.push_back(h.rev);
+            }
+            std::sort(charged.begin(), charged.end());
+            hp.distinctLinks = std::adjacent_find(charged.begin(), charged.end()) == charged.end();
+            const int e1 = t1 == NodeType::GPU ? i1 : -1, e2 = t2 == NodeType::GPU ? i2 : -1;
+            for (const Hop& h : hp.hops) {
+              noteEndpoints(h.id, e1, e2);
+              if (h.rev) noteEndpoints(h.revId, e1, e2);
             }
           }
         }
       }
     }
+    for (int id = 0; id < links; ++id) {
+      const Endpoints& ep = endpoints_[id];
+      linkData_[id].own = ep.a >= 0 && ep.b < 0 ? &privState_[ep.a] : &privState_[ngpus_];
+    }
   }
 
+  // A link is private to a GPU when every path the search may follow through it starts or ends at that GPU: once
+  // the GPU sits inside the channel being built (neither its first GPU nor the current one), no sub-search below
+  // touches the link again, so the link's state does not belong in the key of those sub-searches.
+  struct Endpoints {
+    int a = -2, b = -2;  // GPUs every path through the link has as an endpoint (-2: no path yet, -1: none)
+  };
+  std::vector<Endpoints> endpoints_;
+  void noteEndpoints(int id, int e1, int e2) {
+    Endpoints& ep = endpoints_[id];
+    if (ep.a == -2) {
+      ep = Endpoints{e1, e2};
+      if (ep.a == -1) std::swap(ep.a, ep.b);
+      return;
+    }
+    auto in = [&](int g) { return g >= 0 && (g == e1 || g == e2); };
+    Endpoints kept{-1, -1};
+    if (in(ep.a)) kept.a = ep.a;
+    if (in(ep.b)) (kept.a == -1 ? kept.a : kept.b) = ep.b;
+    ep = kept;
+  }
+  // NCCL's rounded subtraction on one link; the state key holds sum(weight x bits of the bandwidth) over all links.
+  template <bool kKeyed>
+  void charge(float& bw, float amount, int id) {
+    LinkData& d = linkData_[id];
+    const int64_t before = floatBits(bw);
+    subRound(bw, amount);
+    if (!kKeyed) return;
+    const uint64_t delta = static_cast<uint64_t>(static_cast<int64_t>(floatBits(bw)) - before);
+    uint64_t da = d.z.a * delta, db = d.z.b * delta;
+#if defined(__GNUC__)
+    // Two scalar multiplies: compilers otherwise pair the lanes in SSE2 registers at several times the cost.
+    asm("" : "+r"(da), "+r"(db));
+#endif
+    linkState_.a += da;
+    linkState_.b += db;
+    d.own->a += da;
+    d.own->b += db;
+  }
+
+  // The GPUs closest to each NET (ncclTopoGetLocal): paths do not change during a search.
+  struct LocalGpus {
+    std::vector<int> gpus;
+    PathType type = PathType::DIS;
+  };
+  std::vector<LocalGpus> netLocals_;
+  const LocalGpus& netLocalGpus(int net) {
+    if (netLocals_.empty()) {
+      netLocals_.resize(sys_.count(NodeType::NET));
+      for (int i = 0; i < sys_.count(NodeType::NET); ++i)
+        netLocals_[i].gpus = paths::getLocal(sys_, NodeType::NET, i, NodeType::GPU, &netLocals_[i].type);
+    }
+    return netLocals_[net];
+  }
+
+  // recNet's NIC accounting (no rounding: NCCL subtracts the integer part of bwInter), in the state key too.
+  void chargeNet(Node& net, float amount) {
+    const int64_t before = floatBits(net.bw);
+    net.bw -= amount;
+    const uint64_t delta = static_cast<uint64_t>(static_cast<int64_t>(floatBits(net.bw)) - before);
+    const uint64_t id = 0x4e4554ULL << 32 | static_cast<uint64_t>(&net - sys_.of(NodeType::NET).data());
+    linkState_.a += (mixA(id) | 1) * delta;
+    linkState_.b += (mixB(id) | 1) * delta;
+  }
+
+  // NCCL's walk of a path: each hop checked, then charged; the hops charged before a failing one are given back.
+  template <bool kKeyed>
   int followHops(const HopPath& hp, int maxSteps, float bw) {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
     for (int step = 0; step < maxSteps; ++step) {
       const Hop& h = hp.hops[step];
-      float fwBw = h.link->type == LinkType::PCI ? pciBw : bw;
+      float fwBw = h.pci ? pciBw : bw;
       float revBw = h.rev ? fwBw * h.revMul : 0.0f;
       if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return step;
-      subRound(h.link->bw, fwBw);
-      if (revBw != 0) subRound(h.rev->bw, revBw);
+      charge<kKeyed>(h.link->bw, fwBw, h.id);
+      if (revBw != 0) charge<kKeyed>(h.rev->bw, revBw, h.revId);
     }
     return maxSteps;
+  }
+  // The same test without charging: with distinct links, no hop's check depends on another hop's charge.
+  static bool affordable(const HopPath& hp, float bw) {
+    const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
+    for (const Hop& h : hp.hops) {
+      const float fwBw = h.pci ? pciBw : bw;
+      const float revBw = h.rev ? fwBw * h.revMul : 0.0f;
+      if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return false;
+    }
+    return true;
+  }
+  // Charges the path (bw < 0 gives it back); false, with nothing charged, where a hop lacks the bandwidth.
+  template <bool kKeyed>
+  bool chargePath(const HopPath& hp, float bw) {
+    const int count = static_cast<int>(hp.hops.size());
+    if (hp.distinctLinks) {
+      if (!affordable(hp, bw)) return false;
+      followHops<kKeyed>(hp, count, bw);
+      return true;
+    }
+    const int step = followHops<kKeyed>(hp, count, bw);
+    if (step == count) return true;
+    followHops<kKeyed>(hp, step, -bw);
+    return false;
   }
 
   int ngpus() const { return sys_.count(NodeType::GPU); }
@@ -180,8 +510,8 @@ class Searcher {
     if (type1 == -1) return true;
     NodeRef n1{static_cast<NodeType>(type1), index1};
     const HopPath& hp = hopPath(n1.type, index1, type2, index2);
-    bool intra = (n1.type == NodeType::GPU || n1.type == NodeType::NVS) &&
-                 (type2 == NodeType::GPU || type2 == NodeType::NVS);
+    bool intra =
+        (n1.type == NodeType::GPU || n1.type == NodeType::NVS) && (type2 == NodeType::GPU || type2 == NodeType::NVS);
     float bw = intra ? g.bwIntra : g.bwInter;
     int type = intra ? g.typeIntra : g.typeInter;
     if (hp.type >= P(PathType::DIS)) return false;
@@ -191,13 +521,8 @@ class Searcher {
         hopPath(type2, index2, n1.type, index1).type > type)
       return false;
     bw *= mult;
-    const int count = static_cast<int>(hp.hops.size());
-    int step = followHops(hp, count, bw);
-    if (step < count) {
-      followHops(hp, step, -bw);
-      return false;
-    }
-    g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(count));
+    if (!(keyed_ ? chargePath<true>(hp, bw) : chargePath<false>(hp, bw))) return false;
+    g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(hp.hops.size()));
     return true;
   }
 
@@ -333,13 +658,19 @@ class Searcher {
     return idx;
   }
 
-  void tryGpu(Graph& g, Graph& save, int step, int backToNet, int backToFirstRank, int forcedOrder, int* time,
-              int type, int index, int gi) {
+  void tryGpu(Graph& g, Graph& save, int step, int backToNet, int backToFirstRank, int forcedOrder, int* time, int type,
+              int index, int gi) {
     const uint64_t flag = 1ULL << g.nChannels;
     if (!follow(g, type, index, NodeType::GPU, gi, 1)) return;
     Node& gpu = sys_.of(NodeType::GPU)[gi];
     gpu.used ^= flag;
+    usedState_[g.nChannels].toggle(static_cast<uint64_t>(gi));
+    // The previous GPU is inside the channel from now on (unless it is the first): its private links leave the key.
+    const Key128 inside = type == T(NodeType::GPU) && step >= 2 ? privState_[index] : Key128{};
+    interior_.a += inside.a, interior_.b += inside.b;
     recGpu(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time);
+    interior_.a -= inside.a, interior_.b -= inside.b;
+    usedState_[g.nChannels].toggle(static_cast<uint64_t>(gi));
     sys_.of(NodeType::GPU)[gi].used ^= flag;
     follow(g, type, index, NodeType::GPU, gi, -1);
   }
@@ -390,8 +721,10 @@ class Searcher {
         ok = follow(g, T(NodeType::GPU), d1, NodeType::NVS, 0, d1 == gi ? 2 : 1);
         d1++;
       } while (ok && d1 < n);
-      if (!ok) d1--;
-      else recGpu(g, save, -1, n, -1, -1, 0, time);
+      if (!ok)
+        d1--;
+      else
+        recGpu(g, save, -1, n, -1, -1, 0, time);
       while (d1) {
         d1--;
         follow(g, T(NodeType::GPU), d1, NodeType::NVS, 0, d1 == gi ? -2 : -1);
@@ -414,7 +747,28 @@ class Searcher {
     float a = static_cast<float>(g.nChannels) * g.bwIntra, b = static_cast<float>(ref.nChannels) * ref.bwIntra;
     if (a > b) return true;
     if (a < b) return false;
-    return g.pattern == ref.pattern && g.crossNic == ref.crossNic && g.nHops < ref.nHops;
+    const bool fewerHops = g.pattern == ref.pattern && g.crossNic == ref.crossNic && g.nHops < ref.nHops;
+    // RCCL's ncclTopoCompareGraphs: at equal channels, prefer the graph with more XGMI hops.
+    if (amd_ && g.nChannels == ref.nChannels && countXgmi(ref) < countXgmi(g)) return true;
+    return fewerHops;
+  }
+
+  // RCCL's ncclTopoCountXGMI: consecutive GPUs of each channel (the last back to the first) joined by one XGMI link.
+  int countXgmi(const Graph& g) const {
+    const int n = ngpus_;
+    int count = 0;
+    for (int c = 0; c < g.nChannels; ++c) {
+      for (int i = 0; i < n; ++i) {
+        const int a = sys_.gpuIndexOfRank(g.intra[c * n + i]), b = sys_.gpuIndexOfRank(g.intra[c * n + (i + 1) % n]);
+        if (a < 0 || b < 0 || a == b) continue;
+        const Path& p = sys_.of(NodeType::GPU)[a].paths[T(NodeType::GPU)][b];
+        // GPU -> DEV, DEV -> DEV over XGMI, DEV -> GPU: one XGMI link (RCCL's paths of count 1, without DEV nodes).
+        if (p.count() == 3 && sys_.link(p.list[1]).type == LinkType::NVL &&
+            sys_.link(p.list[1]).rem.type == NodeType::DEV)
+          ++count;
+      }
+    }
+    return count;
   }
 
   std::vector<int> prefNetsChannelFirst(int gpu) {
@@ -466,7 +820,7 @@ class Searcher {
 
   std::vector<int> selectNetsUncached(int typeInter, int gpu) {
     std::vector<int> nets = sys_.hostHashes.size() > 1 ? prefNetsGpuFirst(gpu) : prefNetsChannelFirst(gpu);
-    int maxDevCount = 640;
+    int maxDevCount = kTopoMaxNodes;  // NETDEVS_POLICY other than MAX: no limit
     if (cfg_.netDevsPolicy == 2) {
       maxDevCount = cfg_.netDevsPolicyMax * (gpu == -1 ? ngpus() : 1);
       if (static_cast<int>(nets.size()) >= maxDevCount) return nets;
@@ -503,19 +857,128 @@ class Searcher {
     return true;
   }
 
-  void recGpu(Graph& g, Graph& save, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder,
-              int* time) {
+  // --- Memo of failed sub-searches.
+  // NCCL's search walks orders of the GPUs under step budgets. Different orders of the same GPUs often leave the
+  // links in the same state (each path charges its own links, whatever the order), so NCCL walks the same
+  // sub-search again and again. A sub-search that completes no channel changes nothing but the budget, and how many
+  // steps it takes depends only on the state it starts from. We remember that count by state and charge it instead
+  // of walking again: the budgets run out at the same step, the results are NCCL's, the work is smaller.
+  Key128 linkState_;
+  std::vector<Key128> privState_;                     // the part of linkState_ from each GPU's private links
+  Key128 interior_;                                   // the private parts of the GPUs inside the channel being built
+  std::array<Key128, kMaxChannels + 1> usedState_{};  // the GPUs each channel uses so far
+  StepMemo memo_;
+  long completions_ = 0;
+  long leaks_ = 0;  // NICs whose bandwidth the search kept (recNet)
+
+  // Everything a sub-search that completes no channel reads: the links' bandwidths, the GPUs this channel uses,
+  // the search's parameters, where it stands, the channel's first GPU and NETs, and of the channels before it only
+  // what a replay (the previous channel's order) or the cross-NIC rule (the previous channel's first NET) reads.
+  // A type limit only matters through the paths it admits: two limits admitting the same path types of the system
+  // give the same search. The key holds the highest type that occurs at or below the limit.
+  uint32_t intraTypes_ = 0, interTypes_ = 0;  // path types that occur, GPU/NVS to GPU/NVS and GPU to/from NET
+  static int effectiveType(int limit, uint32_t types) {
+    if (limit < 0) return -1;
+    const uint32_t below = limit >= 31 ? types : types & ((2u << limit) - 1);
+    return below ? 31 - __builtin_clz(below) : -1;
+  }
+
+  KeyAcc stateKey(const Graph& g, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder) const {
+    const int c = g.nChannels, n = ngpus_;
+    KeyAcc k;
+    k.a = linkState_.a - interior_.a;
+    k.b = linkState_.b - interior_.b;
+    k.add(usedState_[c].a, usedState_[c].b);
+    k.add((static_cast<uint64_t>(c) << 48) | (static_cast<uint64_t>(gi + 1) << 32) |
+          (static_cast<uint64_t>(step + 1) << 16) | static_cast<uint64_t>(forcedOrder));
+    k.add((static_cast<uint64_t>(backToNet + 1) << 48) | (static_cast<uint64_t>(backToFirstRank + 1) << 32) |
+          (static_cast<uint64_t>(g.pattern) << 16) | static_cast<uint64_t>(g.crossNic));
+    k.add((static_cast<uint64_t>(effectiveType(g.typeIntra, intraTypes_) + 1) << 32) |
+          static_cast<uint64_t>(effectiveType(g.typeInter, interTypes_) + 1));
+    k.add((floatBits(g.bwIntra) << 32) | floatBits(g.bwInter));
+    if (forcedOrder == kForcedOrderReplay && c > 0)
+      for (int i = 0; i < n; ++i) k.add(static_cast<uint64_t>(g.intra[(c - 1) * n + i]));
+    if (step < 0) return k;  // a unit that starts the channel: its first GPU and NETs are still to be chosen
+    k.add(static_cast<uint64_t>(g.intra[c * n]));
+    if (sys_.inter) {
+      k.add(static_cast<uint64_t>(g.inter[c * 2]));
+      if (g.pattern == kPatternBalancedTree) k.add(static_cast<uint64_t>(g.inter[c * 2 + 1]));
+      if (g.pattern == kPatternRing && g.crossNic == 2 && (c & 1)) k.add(static_cast<uint64_t>(g.inter[(c - 1) * 2]));
+    }
+    return k;
+  }
+
+  // A sub-search that completes channels also reads, from the moment the first one completes: the channel's whole
+  // order (the next channel replays it), the hop count and channel limits (which solutions count as better), the
+  // NICs' remaining bandwidth (in linkState_) and the channel's last NET. Walked again from the same state it finds
+  // solutions equal to those of its first walk, which the saved graph is at least as good as: it copies nothing.
+  KeyAcc completingKey(KeyAcc k, const Graph& g, int step) const {
+    const int c = g.nChannels, n = ngpus_;
+    k.a += interior_.a, k.b += interior_.b;  // every link: the next channels read them all
+    k.slot = KeyAcc::kCompletingSlots;       // apart from the slots a state key uses
+    // Only a replay reads a finished channel's order: always within a node, with sameChannels across nodes.
+    if (!sys_.inter || g.sameChannels == 1)
+      for (int i = 1; i <= step; ++i) k.add(static_cast<uint64_t>(g.intra[c * n + i]));
+    k.slot = KeyAcc::kCompletingSlots + kMaxGpusInKey;
+    k.add((static_cast<uint64_t>(g.nHops) << 32) | (static_cast<uint64_t>(g.minChannels) << 16) |
+          static_cast<uint64_t>(g.maxChannels));
+    k.add((static_cast<uint64_t>(g.sameChannels) << 32) | static_cast<uint64_t>(g.collNet) | 1);
+    if (sys_.inter && step >= 0) k.add(static_cast<uint64_t>(g.inter[c * 2 + 1]));
+    return k;
+  }
+
+  void recGpu(Graph& g, Graph& save, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder, int* time) {
     if (*time <= 0) return;
+    const int n = ngpus_;
+    // RCCL's XGMI preference makes "better than the saved graph" depend on more than the search state: no memo.
+    Gate& gate = gates_[std::min(step, kGates - 1)];
+    if (!keyed_ || step == n || g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect || gate.off) {
+      recGpuSteps(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time);
+      return;
+    }
+    g.intra[g.nChannels * n + step] = sys_.of(NodeType::GPU)[gi].rank;
+    const KeyAcc acc = stateKey(g, gi, step, backToNet, backToFirstRank, forcedOrder);
+    memoized(
+        acc.finish(), completingKey(acc, g, step).finish(), time,
+        [&] { recGpuSteps(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time); }, kMemoMinSteps, &gate);
+  }
+
+  // Whether remembering sub-searches that start at a given step pays: on some machines the states at a step never
+  // repeat (every order there leaves the links differently), and a lookup costs a fair part of a step. A step whose
+  // lookups saved less than a quarter step each over a probe stops using the memo until the next pass (passes that
+  // differ only where the search does not look find each other's sub-searches).
+  struct Gate {
+    int lookups = 0;
+    long saved = 0;
+    bool off = false;
+    void count(long steps) {
+      ++lookups;
+      saved += steps;
+      if (lookups >= kGateProbe && 4 * saved < lookups) off = true;
+    }
+  };
+  static constexpr int kGates = 64, kGateProbe = 128;
+  std::array<Gate, kGates> gates_{};
+
+  void recGpuSteps(Graph& g, Graph& save, int gi, int step, int backToNet, int backToFirstRank, int forcedOrder,
+                   int* time) {
     (*time)--;
     ++steps_;
-    int n = ngpus();
+    ++walked_;
+    int n = ngpus_;
     if (step == n) {
+      ++completions_;
       g.nChannels++;
       if (compareGraphs(g, save)) {
         copyGraph(save, g);
         if (g.nChannels == g.maxChannels) *time = -1;
       }
-      if (g.nChannels < g.maxChannels) searchRec(g, save, time);
+      if (g.nChannels < g.maxChannels) {
+        const Key128 outer = interior_;  // the next channel may use every link again
+        interior_ = Key128{};
+        searchRec(g, save, time);
+        interior_ = outer;
+      }
       g.nChannels--;
       return;
     }
@@ -588,7 +1051,7 @@ class Searcher {
       const uint64_t asic = net.asic;
       const int port = net.port;
       for (auto& other : sys_.of(NodeType::NET))
-        if (other.asic == asic && other.port == port) other.bw -= bw;
+        if (other.asic == asic && other.port == port) chargeNet(other, static_cast<float>(bw));
       if (g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect) {
         if (g.nChannels < netCount) {
           int gpu = sys_.of(NodeType::NET)[n].localGpu;
@@ -613,20 +1076,21 @@ class Searcher {
             if (t == -1) *time = -1;
           }
           int localGpu = sys_.of(NodeType::NET)[n].localGpu;
-          if (localGpu != -1)
-            tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, T(NodeType::NET), n, localGpu);
-          PathType pathType = PathType::DIS;
-          std::vector<int> locals = paths::getLocal(sys_, NodeType::NET, n, NodeType::GPU, &pathType);
-          // NCCL skips this NIC here without giving its bandwidth back; kept for fidelity.
-          if (pathType == PathType::DIS) continue;
-          for (int lg : locals) {
+          if (localGpu != -1) tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, T(NodeType::NET), n, localGpu);
+          const LocalGpus& locals = netLocalGpus(n);
+          // NCCL skips this NIC here without giving its bandwidth back; kept for fidelity (and never memoized).
+          if (locals.type == PathType::DIS) {
+            ++leaks_;
+            continue;
+          }
+          for (int lg : locals.gpus) {
             if (lg == localGpu) continue;
             tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, T(NodeType::NET), n, lg);
           }
         }
       }
       for (auto& other : sys_.of(NodeType::NET))
-        if (other.asic == asic && other.port == port) other.bw += bw;
+        if (other.asic == asic && other.port == port) chargeNet(other, -static_cast<float>(bw));
     }
   }
 
@@ -639,6 +1103,23 @@ class Searcher {
       *backToNet = -1;
       *backToFirstRank = pattern == kPatternRing ? n - 1 : -1;
     }
+  }
+
+  void run(Graph& graph);
+  void searchLoop(Graph& graph, const Limits& l);
+  void simpleOrder(Graph& graph);
+  // A new pass of the search loop: the memo carries over (its keys hold the pass's parameters), the gates probe again.
+  void startPass() { gates_.fill(Gate{}); }
+
+  // One pass of the search loop, as a memo unit: passes whose parameters differ only where the search does not
+  // look (a path type no path has, same channels before any channel is found) walk the same search again.
+  void searchPass(Graph& g, Graph& save, int* time) {
+    auto walk = [&] { searchRec(g, save, time); };
+    if (!keyed_ || g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect) return walk();
+    int backToNet, backToFirstRank;
+    searchParams(g.pattern, &backToNet, &backToFirstRank);
+    const KeyAcc acc = stateKey(g, -3, -1, backToNet, backToFirstRank, 0);
+    memoized(acc.finish(), completingKey(acc, g, -1).finish(), time, walk, 1);
   }
 
   void searchRec(Graph& g, Graph& save, int* time) {
@@ -658,52 +1139,74 @@ class Searcher {
       int gi = replayGetGpu(g, -1);
       tryGpu(g, save, 0, backToNet, backToFirstRank, kForcedOrderReplay, time, -1, -1, gi);
     }
-    if (g.sameChannels == 0 || g.nChannels == 0) {
-      for (int gi = 0; gi < ngpus(); ++gi) tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, -1, -1, gi);
+    if (g.sameChannels == 0 || g.nChannels == 0) freeStarts(g, save, backToNet, backToFirstRank, time);
+  }
+
+  // A channel started from every GPU in turn, as one memo unit: after each channel found, the next one is tried
+  // from every GPU, and many channels found leave the same state.
+  void freeStarts(Graph& g, Graph& save, int backToNet, int backToFirstRank, int* time) {
+    auto walk = [&] {
+      for (int gi = 0; gi < ngpus_; ++gi) tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, -1, -1, gi);
+    };
+    if (*time <= 0 || !keyed_ || g.pattern == kPatternNvls || g.pattern == kPatternCollnetDirect) return walk();
+    const KeyAcc acc = stateKey(g, -2, -1, backToNet, backToFirstRank, 0);
+    memoized(acc.finish(), completingKey(acc, g, -1).finish(), time, walk, 1);
+  }
+
+  // Charges a sub-search from the memo when its state was walked before, walks it and remembers it otherwise.
+  template <typename Walk>
+  void memoized(const Key128& key, const Key128& key2, int* time, Walk&& walk, int minSteps = kMemoMinSteps,
+                Gate* gate = nullptr) {
+    const Cost* cost = memo_.find(key);
+    bool completes = false;
+    if (!cost && (cost = memo_.find(key2))) completes = true;
+    // A budget that runs out midway stops the walk at the same step, unless part of the walk has its own budget.
+    if (cost && (cost->budget <= *time || cost->steps == cost->budget)) {
+      if (completes) ++completions_;  // the skipped sub-search completes channels
+      const int taken = std::min(cost->budget, *time);
+      steps_ += cost->steps == cost->budget ? taken : cost->steps;
+      *time -= taken;
+      if (gate) gate->count(taken);
+      return;
     }
+    if (gate) gate->count(0);
+    const int before = *time;
+    const long steps = steps_, completions = completions_, leaks = leaks_;
+    walk();
+    // A sub-search that kept a NIC's bandwidth changed more than the budget: it is walked every time.
+    if (*time > 0 && before - *time >= minSteps && leaks_ == leaks)
+      memo_.insert(completions_ == completions ? key : key2, Cost{static_cast<int>(steps_ - steps), before - *time});
   }
 
   static void copyGraph(Graph& dst, const Graph& src) {
     // Only the search state; diagnostics stay with the destination.
     double ms = dst.searchMs;
     bool to = dst.timedOut;
-    int st = dst.searchSteps;
+    int st = dst.searchSteps, walked = dst.searchWalked;
     dst = src;
     dst.searchMs = ms;
     dst.timedOut = to;
     dst.searchSteps = st;
+    dst.searchWalked = walked;
   }
 
-  long steps_ = 0;
+  long steps_ = 0, walked_ = 0;
 
  private:
   std::unordered_map<int, std::vector<int>> netCache_;
   System& sys_;
   const Config& cfg_;
+  const int ngpus_;
+  const bool amd_ = sys_.amdGpus();              // RCCL's rules (AMD GPUs)
+  const bool keyed_ = cfg_.searchMemo && !amd_;  // the memo is on: charges keep the state key
 };
 
-int ccMinOf(const System& sys) {
-  int mn = 1 << 30;
-  for (auto& d : sys.of(NodeType::DEV)) mn = std::min(mn, d.cudaCompCap);
-  if (sys.of(NodeType::DEV).empty()) fail(StatusCode::kInvalidArgument, "the topology has no GPU");
-  return mn;
-}
-
-bool splitNvLink(const System& sys) {
-  int n = sys.count(NodeType::GPU);
-  std::vector<int> domain(n), count(n, 0);
-  for (int g = 0; g < n; ++g) domain[g] = g;
-  for (int g = 0; g < n; ++g)
-    for (int p = g + 1; p < n; ++p)
-      if (sys.of(NodeType::GPU)[g].paths[T(NodeType::GPU)][p].type == PathType::NVL) domain[p] = domain[g];
-  for (int g = 0; g < n; ++g) count[domain[g]]++;
-  int domains = 0;
-  for (int g = 0; g < n; ++g)
-    if (count[g] > 1) ++domains;
-  return domains == 2;
-}
-
 }  // namespace
+
+const char* graphName(int index) {
+  static const char* names[] = {"ring", "tree", "collnet_chain", "collnet_direct", "nvls"};
+  return names[index];
+}
 
 void dupChannels(Graph& graph, int ccMin, int ngpus) {
   if (graph.nChannels == 0) return;
@@ -719,158 +1222,104 @@ void dupChannels(Graph& graph, int ccMin, int ngpus) {
   graph.nChannels = dup;
 }
 
-void compute(System& sys, const Config& cfg, Graph& graph) {
-  auto t0 = std::chrono::steady_clock::now();
-  const int ccMin = ccMinOf(sys);
-  const int ngpus = sys.count(NodeType::GPU);
-  const int ndevs = sys.count(NodeType::DEV);
-  graph.intra.assign(static_cast<size_t>(kMaxChannels) * std::max(ngpus, 1), 0);
-  graph.inter.assign(kMaxChannels * 2, 0);
-  int crossNic = (sys.count(NodeType::NET) > 1) && (graph.pattern == kPatternRing ||
-                                                    graph.pattern == kPatternBalancedTree ||
-                                                    graph.pattern == kPatternSplitTree)
-                     ? cfg.crossNic
-                     : 0;
-  graph.crossNic = crossNic == 1 ? 1 : 0;
-  graph.bwIntra = graph.bwInter = 0;
-  graph.latencyInter = 0;
-  int minTypeIntra = P(PathType::LOC), minTypeInter = P(PathType::PIX);
-  int maxTypeIntra = P(PathType::SYS), maxTypeInter = P(PathType::SYS);
-  if (ngpus > 1) {
-    minTypeIntra = paths::gpuMinPath(sys, NodeType::GPU);
-    maxTypeIntra = paths::gpuMaxPath(sys, NodeType::GPU);
-  }
-  if (sys.inter) {
-    minTypeInter = paths::gpuMinPath(sys, NodeType::NET);
-    maxTypeInter = paths::gpuMaxPath(sys, NodeType::NET);
-    maxTypeIntra = maxTypeInter;
-  }
-  if (ccMin < 90) maxTypeInter = P(PathType::SYS);
-  graph.typeIntra = minTypeIntra;
-  graph.typeInter = minTypeInter;
-  graph.nChannels = 0;
+// ncclTopoCompute's search loop: pass 1 relaxes the constraints one at a time (same channels off, a simple tree on
+// Hopper+, intra then inter path types up, cross NIC, lower speed) until a solution reaches the total bandwidth or
+// the global budget runs out; pass 2 raises the speed again for the channels found.
+void Searcher::searchLoop(Graph& graph, const Limits& l) {
+  const Speeds sp = speedsFor(l.ccMin, sys_.inter != 0, amd_);
   const int trySameChannels = graph.pattern == kPatternNvls ? 0 : 1;
-  graph.sameChannels = trySameChannels;
-  const Node& cpu0 = sys.of(NodeType::CPU)[0];
-
-  if (!cfg.graphFile.empty()) {
-    auto doc = topology::loadXmlFile(cfg.graphFile);
-    if (graphFromXml(doc, sys, cfg, graph) > 0 && graph.nChannels > 0) {
-      graph.fromFile = true;
-      return;
-    }
-  }
-
-  auto finish = [&]() {
-    graph.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  if (graph.pattern == kPatternNvls && (sys.count(NodeType::NVS) == 0 || ccMin < 90)) return finish();
-  if (graph.pattern == kPatternNvls) graph.maxChannels = std::min(kMaxNvlsArity, ngpus);
-  if (graph.pattern == kPatternCollnetDirect) graph.maxChannels = std::min(kMaxDirectArity + 1, ngpus);
-  if (ngpus == 1 && graph.pattern != kPatternRing) graph.pattern = kPatternTree;
-  if (sys.inter == 0 && graph.pattern == kPatternNvls) graph.minChannels = graph.maxChannels;
-  if (graph.pattern == kPatternRing && splitNvLink(sys) && graph.maxChannels >= 2 && graph.minChannels == 1)
-    graph.minChannels = 2;
-
+  const int ndevs = sys_.count(NodeType::DEV);
+  const Node& cpu0 = sys_.of(NodeType::CPU)[0];
+  const bool amdSys = cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd;
   Graph tmp = graph;
-  const float* speedArray;
-  int nspeeds;
-  if (sys.inter == 0) {
-    speedArray = ccMin >= 100 ? kSm100SpeedIntra : ccMin >= 90 ? kSm90SpeedIntra : kSpeedIntra;
-    nspeeds = ccMin >= 100 ? std::size(kSm100SpeedIntra) : ccMin >= 90 ? std::size(kSm90SpeedIntra) : std::size(kSpeedIntra);
-  } else {
-    speedArray = ccMin >= 100 ? kSm100SpeedInter : ccMin >= 90 ? kSm90SpeedInter : kSpeedInter;
-    nspeeds = ccMin >= 100 ? std::size(kSm100SpeedInter) : ccMin >= 90 ? std::size(kSm90SpeedInter) : std::size(kSpeedInter);
-  }
-  int pass = 1;
-  int speedIndex = 0;
-  float maxBw = sys.maxBw;
-  float totalBw = sys.totalBw;
+  int pass = 1, speedIndex = 0;
+  const float maxBw = sys_.maxBw;
+  float totalBw = sys_.totalBw;
   if (ndevs > 1 && graph.pattern != kPatternRing) totalBw = static_cast<float>(totalBw * (ndevs * 1.0 / (ndevs - 1)));
-  while ((speedArray[speedIndex] > maxBw || speedArray[speedIndex] * graph.minChannels > totalBw) &&
-         speedIndex < nspeeds - 1)
+  while ((sp.v[speedIndex] > maxBw || sp.v[speedIndex] * graph.minChannels > totalBw) && speedIndex < sp.n - 1)
     speedIndex++;
-  tmp.bwIntra = tmp.bwInter = speedArray[speedIndex];
-  int64_t globalTimeout = kGlobalTimeout * cfg.searchTimeoutScale;
-  Searcher s(sys, cfg);
+  tmp.bwIntra = tmp.bwInter = sp.v[speedIndex];
+  int64_t globalTimeout = kGlobalTimeout * cfg_.searchTimeoutScale;
   int time = 0;
-
   while (true) {
-    // search:
-    time = (tmp.sameChannels ? kTimeoutSameChannels : tmp.pattern == kPatternTree ? kTimeoutTree : kTimeout) *
-           cfg.searchTimeoutScale;
+    time = (tmp.sameChannels              ? kTimeoutSameChannels
+            : tmp.pattern == kPatternTree ? kTimeoutTree
+                                          : kTimeout) *
+           cfg_.searchTimeoutScale;
     tmp.nChannels = 0;
     globalTimeout -= time;
-    s.searchRec(tmp, graph, &time);
+    startPass();
+    searchPass(tmp, graph, &time);
     if (time == 0) graph.timedOut = true;
-    bool done = time == -1 || static_cast<float>(graph.nChannels) * graph.bwInter >= sys.totalBw;
+    bool done = time == -1 || static_cast<float>(graph.nChannels) * graph.bwInter >= sys_.totalBw;
     if (!done && pass == 1) {
-      if (tmp.sameChannels == 1 && !(cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd &&
-                                     tmp.typeIntra == P(PathType::SYS))) {
+      // Same channels first (AMD CPUs keep them when going through SYS).
+      if (tmp.sameChannels == 1 && !(amdSys && tmp.typeIntra == P(PathType::SYS))) {
         tmp.sameChannels = 0;
         continue;
       }
       tmp.sameChannels = trySameChannels;
-      if (time != -1) globalTimeout += time;
-      else globalTimeout = kGlobalTimeout;
+      if (time != -1)
+        globalTimeout += time;
+      else
+        globalTimeout = kGlobalTimeout;
       if (globalTimeout < 0 && graph.nChannels) {
         done = true;
       } else {
-        if (ccMin >= 90 && tmp.pattern == kPatternBalancedTree) {
+        if (l.ccMin >= 90 && tmp.pattern == kPatternBalancedTree) {
           tmp.pattern = kPatternTree;
           continue;
         }
         tmp.pattern = graph.pattern;
-        int maxIntra = sys.inter ? tmp.typeInter : maxTypeIntra;
+        const int maxIntra = sys_.inter ? tmp.typeInter : l.maxTypeIntra;
         if (tmp.typeIntra < maxIntra && (graph.nChannels == 0 || tmp.typeIntra < graph.typeIntra)) {
           tmp.typeIntra += 1;
           if (tmp.typeIntra < P(PathType::DIS)) continue;
         }
-        tmp.typeIntra = minTypeIntra;
-        if (sys.inter && tmp.typeInter < maxTypeInter &&
+        tmp.typeIntra = l.minTypeIntra;
+        if (sys_.inter && tmp.typeInter < l.maxTypeInter &&
             (graph.nChannels == 0 || tmp.typeInter < graph.typeInter || tmp.typeInter < P(PathType::PXN))) {
           tmp.typeInter += 1;
           if (tmp.typeInter < P(PathType::DIS)) continue;
         }
-        tmp.typeInter = minTypeInter;
-        if (crossNic == 2 && tmp.crossNic == 0 &&
+        tmp.typeInter = l.minTypeInter;
+        if (l.crossNic == 2 && tmp.crossNic == 0 &&
             (graph.pattern == kPatternRing || graph.pattern == kPatternBalancedTree)) {
           tmp.crossNic = 2;
           continue;
         }
-        tmp.crossNic = crossNic == 1 ? 1 : 0;
-        if (speedIndex < nspeeds - 1 &&
-            (graph.nChannels == 0 || speedArray[speedIndex + 1] / graph.bwInter > .49)) {
-          tmp.bwInter = tmp.bwIntra = speedArray[++speedIndex];
+        tmp.crossNic = l.crossNic == 1 ? 1 : 0;
+        if (speedIndex < sp.n - 1 && (graph.nChannels == 0 || sp.v[speedIndex + 1] / graph.bwInter > .49)) {
+          tmp.bwInter = tmp.bwIntra = sp.v[++speedIndex];
           continue;
         }
         speedIndex = 0;
-        while (speedArray[speedIndex] > maxBw && speedIndex < nspeeds - 1) speedIndex++;
-        tmp.bwIntra = tmp.bwInter = speedArray[speedIndex];
+        while (sp.v[speedIndex] > maxBw && speedIndex < sp.n - 1) speedIndex++;
+        tmp.bwIntra = tmp.bwInter = sp.v[speedIndex];
       }
     }
-    // done:
     if (pass == 1) {
       time = -1;
-      dupChannels(graph, ccMin, ngpus);
+      dupChannels(graph, l.ccMin, ngpus_);
       tmp = graph;
       speedIndex = 0;
-      while (speedArray[speedIndex] > graph.bwInter && speedIndex < nspeeds - 1) speedIndex++;
-      tmp.bwIntra = tmp.bwInter = speedArray[speedIndex];
+      while (sp.v[speedIndex] > graph.bwInter && speedIndex < sp.n - 1) speedIndex++;
+      tmp.bwIntra = tmp.bwInter = sp.v[speedIndex];
       tmp.minChannels = graph.nChannels;
       pass = 2;
     }
     if (pass == 2) {
+      // Try to raise the speed of the channels found: rings both ways, NVLS bwInter, trees bwIntra.
       if (time != 0 && speedIndex > 0) {
         if (graph.pattern == kPatternRing) {
-          tmp.bwIntra = tmp.bwInter = speedArray[--speedIndex];
+          tmp.bwIntra = tmp.bwInter = sp.v[--speedIndex];
           continue;
         } else if (graph.pattern == kPatternNvls && tmp.bwInter == graph.bwInter && tmp.bwInter < tmp.bwIntra * 2) {
           tmp.minChannels = tmp.maxChannels = graph.nChannels;
-          tmp.bwInter = speedArray[--speedIndex];
+          tmp.bwInter = sp.v[--speedIndex];
           continue;
         } else if (tmp.bwIntra == graph.bwIntra && tmp.bwIntra < tmp.bwInter * 2) {
-          tmp.bwIntra = speedArray[--speedIndex];
+          tmp.bwIntra = sp.v[--speedIndex];
           continue;
         }
       }
@@ -879,50 +1328,104 @@ void compute(System& sys, const Config& cfg, Graph& graph) {
     }
     break;
   }
+}
 
-  if (graph.nChannels == 0 && graph.collNet == 0 && graph.pattern != kPatternNvls) {
-    for (int i = 0; i < ngpus; ++i) graph.intra[i] = sys.of(NodeType::GPU)[i].rank;
-    graph.bwIntra = 0.1f;
-    graph.typeIntra = P(PathType::SYS);
-    auto first = [&](int gpu) -> int64_t {
-      // ncclTopoSelectNets with typeInter -1: the GPU's preferred NETs only.
-      Searcher s2(sys, cfg);
-      auto nets = sys.count(NodeType::NET) ? s2.selectNets(-1, gpu) : std::vector<int>{};
-      return nets.empty() ? -1 : sys.of(NodeType::NET)[nets[0]].id;
-    };
-    graph.inter[0] = first(0);
-    graph.inter[1] = first(ngpus - 1);
-    if (graph.inter[0] != -1 && graph.inter[1] != -1) {
-      graph.bwInter = 0.1f;
-      graph.typeInter = P(PathType::SYS);
-    } else {
-      graph.inter[0] = graph.inter[1] = -1;
-      graph.bwInter = 0;
-      graph.typeInter = P(PathType::DIS);
-    }
-    graph.nChannels = 1;
+// Nothing found: one channel in GPU order at 0.1 GB/s through the first and last GPUs' preferred NETs.
+void Searcher::simpleOrder(Graph& graph) {
+  for (int i = 0; i < ngpus_; ++i) graph.intra[i] = sys_.of(NodeType::GPU)[i].rank;
+  graph.bwIntra = 0.1f;
+  graph.typeIntra = P(PathType::SYS);
+  auto first = [&](int gpu) -> int64_t {
+    if (sys_.count(NodeType::NET) == 0) return -1;
+    const std::vector<int>& nets = selectNets(-1, gpu);  // ncclTopoSelectNets with typeInter -1: preferred only
+    return nets.empty() ? -1 : sys_.of(NodeType::NET)[nets[0]].id;
+  };
+  graph.inter[0] = first(0);
+  graph.inter[1] = first(ngpus_ - 1);
+  if (graph.inter[0] != -1 && graph.inter[1] != -1) {
+    graph.bwInter = 0.1f;
+    graph.typeInter = P(PathType::SYS);
+  } else {
+    graph.inter[0] = graph.inter[1] = -1;
+    graph.bwInter = 0;
+    graph.typeInter = P(PathType::DIS);
   }
-  graph.searchSteps = static_cast<int>(s.steps_);
+  graph.nChannels = 1;
+}
+
+void Searcher::run(Graph& graph) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto finish = [&]() {
+    graph.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  steps_ = walked_ = 0;
+  memo_.clear();
+  gates_.fill(Gate{});
+  completions_ = leaks_ = 0;
+  graph.intra.assign(static_cast<size_t>(kMaxChannels) * std::max(ngpus_, 1), 0);
+  graph.inter.assign(kMaxChannels * 2, 0);
+  const Limits l = limitsFor(sys_, cfg_, graph);
+  graph.crossNic = l.crossNic == 1 ? 1 : 0;
+  graph.bwIntra = graph.bwInter = 0;
+  graph.latencyInter = 0;
+  graph.typeIntra = l.minTypeIntra;
+  graph.typeInter = l.minTypeInter;
+  graph.nChannels = 0;
+  graph.sameChannels = graph.pattern == kPatternNvls ? 0 : 1;
+
+  if (!cfg_.graphFile.empty()) {
+    auto doc = topology::loadXmlFile(cfg_.graphFile);
+    if (graphFromXml(doc, sys_, cfg_, graph) > 0 && graph.nChannels > 0) {
+      graph.fromFile = true;
+      return;
+    }
+  }
+  if (graph.pattern == kPatternNvls && (sys_.count(NodeType::NVS) == 0 || l.ccMin < 90)) return finish();
+  // NVLS and CollNet Direct graphs have at most one channel per GPU (their heads).
+  if (graph.pattern == kPatternNvls) graph.maxChannels = std::min(kMaxNvlsArity, ngpus_);
+  if (graph.pattern == kPatternCollnetDirect) graph.maxChannels = std::min(kMaxDirectArity + 1, ngpus_);
+  if (ngpus_ == 1 && graph.pattern != kPatternRing) graph.pattern = kPatternTree;
+  // Intra-node NVLS pulls evenly from all GPUs.
+  if (sys_.inter == 0 && graph.pattern == kPatternNvls) graph.minChannels = graph.maxChannels;
+  // Two NVLink domains joined by a slower link: trees need two channels, and rings the same count as trees.
+  if (graph.pattern == kPatternRing && splitNvLink(sys_) && graph.maxChannels >= 2 && graph.minChannels == 1)
+    graph.minChannels = 2;
+
+  searchLoop(graph, l);
+  if (graph.nChannels == 0 && graph.collNet == 0 && graph.pattern != kPatternNvls) simpleOrder(graph);
+  graph.searchSteps = static_cast<int>(steps_);
+  graph.searchWalked = static_cast<int>(walked_);
   finish();
 }
 
+struct Searches::Impl {
+  Searcher searcher;
+};
+Searches::Searches(System& sys, const Config& cfg) : impl_(new Impl{Searcher(sys, cfg)}) {}
+Searches::~Searches() = default;
+void Searches::compute(Graph& graph) { impl_->searcher.run(graph); }
+
+void compute(System& sys, const Config& cfg, Graph& graph) { Searcher(sys, cfg).run(graph); }
+
 std::string describe(const System& sys, const Graph& g) {
-  std::string out = fmt::format("Pattern {}, crossNic {}, nChannels {}, bw {:f}/{:f}, type {}/{}, sameChannels {}\n",
-                                g.pattern, g.crossNic, g.nChannels, g.bwIntra, g.bwInter,
-                                to_string(static_cast<PathType>(g.typeIntra)),
-                                to_string(static_cast<PathType>(g.typeInter)), g.sameChannels);
+  std::string out =
+      fmt::format("Pattern {}, crossNic {}, nChannels {}, bw {:f}/{:f}, type {}/{}, sameChannels {}\n", g.pattern,
+                  g.crossNic, g.nChannels, g.bwIntra, g.bwInter, to_string(static_cast<PathType>(g.typeIntra)),
+                  to_string(static_cast<PathType>(g.typeInter)), g.sameChannels);
   int n = sys.count(NodeType::GPU);
   for (int c = 0; c < g.nChannels; ++c) {
     out += fmt::format("{:2d} :", c);
-    if (sys.inter) out += fmt::format(" NET/{:x}-{:x}", topology::systemIdOf(g.inter[2 * c]), topology::localIdOf(g.inter[2 * c]));
+    if (sys.inter)
+      out += fmt::format(" NET/{:x}-{:x}", topology::systemIdOf(g.inter[2 * c]), topology::localIdOf(g.inter[2 * c]));
     for (int i = 0; i < n; ++i) {
       int gi = sys.gpuIndexOfRank(g.intra[n * c + i]);
       int64_t id = gi >= 0 ? sys.of(NodeType::GPU)[gi].id : 0;
       out += fmt::format(" GPU/{:x}-{:x}", topology::systemIdOf(id), topology::localIdOf(id));
-      if (g.id == 3) break;
+      if (g.id == kGraphIdNvls) break;  // NVLS channels name their head only
     }
     if (sys.inter)
-      out += fmt::format(" NET/{:x}-{:x}", topology::systemIdOf(g.inter[2 * c + 1]), topology::localIdOf(g.inter[2 * c + 1]));
+      out += fmt::format(" NET/{:x}-{:x}", topology::systemIdOf(g.inter[2 * c + 1]),
+                         topology::localIdOf(g.inter[2 * c + 1]));
     out += "\n";
   }
   return out;

@@ -1,5 +1,5 @@
-// NCCL's binary and double binary trees (src/graph/trees.cc; seed 003 draws them).
-#include "topocoll/search/connect.h"
+// NCCL's binary and double binary trees. Follows NCCL 2.30.7 src/graph/trees.cc (Apache-2.0); seed 003 draws them.
+#include "topocoll/search/trees.h"
 
 namespace topocoll::search {
 

@@ -1,3 +1,6 @@
+// The per-host XML NCCL builds its system from. Follows NCCL 2.30.7 src/graph/topo.cc (ncclTopoGetSystem:
+// ncclTopoProcessNet, ncclTopoPopulateNics, ncclTopoMakeVNics with ncclTopoGetPath/ncclTopoGetVNicParent for NIC
+// fusion, then trimming and fusing the ranks' XMLs) (Apache-2.0).
 #include "topocoll/topology/node_xml.h"
 
 #include <algorithm>
@@ -11,7 +14,11 @@ namespace topocoll::topology {
 
 namespace {
 
-constexpr int kMaxDevsPerNic = 8;  // NCCL_NET_MAX_DEVS_PER_NIC for net plugin v12
+// Ports per virtual NIC (src/graph/topo.cc ncclTopoGetSystem: netInfo.maxDevsPerNic): NCCL_NET_MAX_DEVS_PER_NIC (8)
+// for a net plugin of version 12 or later, NCCL_NET_MAX_DEVS_PER_NIC_V11 (4) otherwise. NCCL's internal IB and
+// socket plugins leave comm->ncclNetVer at 0, so they get 4.
+constexpr int kMaxDevsPerNicV12 = 8, kMaxDevsPerNicV11 = 4;
+int maxDevsPerNic(const Config& cfg) { return cfg.netPluginVersion >= 12 ? kMaxDevsPerNicV12 : kMaxDevsPerNicV11; }
 constexpr int kPathPort = 1, kPathPix = 4, kPathPxb = 5, kPathPhb = 8, kPathSys = 9, kPathDis = 11;
 
 void collect(XmlNode& n, const char* name, std::vector<XmlNode*>& out) {
@@ -191,23 +198,52 @@ std::string hostOf(const XmlNode* n) {
     if (n->name == "cpu") return n->attr("host_hash") ? *n->attr("host_hash") : "";
   return "";
 }
-std::string firstHost(const XmlNode& root) {
-  XmlNode* cpu = const_cast<XmlNode&>(root).find("cpu");
-  return cpu ? hostOf(cpu) : "";
+std::vector<std::string> hostList(const XmlNode& root) {
+  std::vector<std::string> hosts;
+  for (auto& c : root.subs) {
+    if (c->name != "cpu") continue;
+    const std::string h = hostOf(c.get());
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  return hosts;
 }
-// GPUs of the first host only: a multi-host (multi-node NVLink) XML is planned as its first host for now.
-std::vector<XmlNode*> localGpuElements(const XmlNode& root) {
+// The <gpu>s of host `host` (index in document order).
+std::vector<XmlNode*> hostGpuElements(const XmlNode& root, int host) {
   std::vector<XmlNode*> gpus, out;
   collect(const_cast<XmlNode&>(root), "gpu", gpus);
-  std::string host = firstHost(root);
+  const std::vector<std::string> hosts = hostList(root);
+  if (host < 0 || host >= static_cast<int>(hosts.size())) return out;
   for (XmlNode* g : gpus)
-    if (hostOf(g) == host) out.push_back(g);
+    if (hostOf(g) == hosts[host]) out.push_back(g);
   return out;
 }
 }  // namespace
 
-std::vector<int> gpuDevs(const XmlDoc& doc) {
-  std::vector<XmlNode*> gpus = localGpuElements(*doc.root);
+int xmlHostCount(const XmlDoc& doc) {
+  XmlNode* top = doc.root ? doc.root->find("system") : nullptr;
+  return top ? static_cast<int>(hostList(*top).size()) : 0;
+}
+
+XmlDoc selectHosts(const XmlDoc& doc, int first, int count) {
+  XmlDoc out = doc.clone();
+  XmlNode* top = out.root->find("system");
+  if (!top) fail(StatusCode::kInvalidArgument, "{}: no <system> element", doc.source);
+  const std::vector<std::string> hosts = hostList(*top);
+  if (first < 0 || count < 1 || first + count > static_cast<int>(hosts.size()))
+    fail(StatusCode::kInvalidArgument, "{}: hosts {}..{} asked for, it describes {}", doc.source, first,
+         first + count - 1, hosts.size());
+  std::vector<XmlNode*> drop;
+  for (auto& c : top->subs) {
+    if (c->name != "cpu") continue;
+    const auto at = std::find(hosts.begin(), hosts.end(), hostOf(c.get())) - hosts.begin();
+    if (at < first || at >= first + count) drop.push_back(c.get());
+  }
+  for (XmlNode* c : drop) top->removeChild(c);
+  return out;
+}
+
+std::vector<int> gpuDevs(const XmlDoc& doc, int host) {
+  std::vector<XmlNode*> gpus = hostGpuElements(*doc.root->find("system"), host);
   std::vector<int> devs;
   for (XmlNode* g : gpus) {
     const std::string* d = g->attr("dev");
@@ -225,11 +261,94 @@ std::vector<int> gpuDevs(const XmlDoc& doc) {
 }
 
 namespace {
-// Which physical NET devices (by document order) fuse into virtual NICs. Depends only on the file, so it is
-// computed once per host and applied to every rank's copy.
-std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
+// The network plugin's devices in its order: the XML's <net>s in document order, or TOPOCOLL_NET_DEVICES' order.
+std::vector<XmlNode*> pluginNets(XmlNode& root, const Config& cfg) {
   std::vector<XmlNode*> nets;
   collect(root, "net", nets);
+  if (!cfg.netDeviceSpecs.empty()) {
+    auto order = [&](const XmlNode* n) {
+      const std::string* name = n->attr("name");
+      for (size_t i = 0; i < cfg.netDeviceSpecs.size(); ++i)
+        if (name && *name == cfg.netDeviceSpecs[i].name) return i;
+      return cfg.netDeviceSpecs.size();
+    };
+    std::stable_sort(nets.begin(), nets.end(), [&](auto* a, auto* b) { return order(a) < order(b); });
+  }
+  return nets;
+}
+
+// A socket device (NCCL's socket plugin: no PCI path, so under the first CPU, no GPU Direct).
+void addSocketNet(XmlNode& cpu, const std::string& name, int speedMbps) {
+  XmlNode* nic = cpu.child("nic") ? cpu.child("nic") : cpu.addChild("nic");
+  XmlNode* net = nic->addChild("net");
+  net->set("name", name);
+  net->set("dev", "0");  // renumbered in plugin order
+  net->set("speed", std::to_string(speedMbps));
+  net->set("latency", "0");
+  net->set("port", "0");
+  net->set("guid", "0x0");
+  net->set("maxconn", "65536");
+  net->set("gdr", "0");
+}
+
+// NCCL's socket plugin cannot fuse devices (its mergeDevices is NULL): only an RDMA plugin's devices are fused.
+bool socketDevicesOnly(const Config& cfg, bool addedDefault) {
+  if (addedDefault) return true;
+  if (cfg.netDeviceSpecs.empty()) return false;
+  for (auto& d : cfg.netDeviceSpecs)
+    if (!d.busId.empty()) return false;
+  return true;
+}
+}  // namespace
+
+bool applyPluginDevices(XmlDoc& doc, const Config& cfg) {
+  XmlNode& root = *doc.root;
+  XmlNode* cpu = root.find("cpu");
+  if (!cpu) fail(StatusCode::kInvalidArgument, "{}: <system> has no <cpu>", doc.source);
+  std::vector<XmlNode*> nets;
+  collect(root, "net", nets);
+  if (cfg.netDeviceSpecs.empty()) {
+    if (!nets.empty()) return false;
+    addSocketNet(*cpu, "eth0", 10000);  // a machine with one Ethernet interface, speed unknown
+    return true;
+  }
+  // The devices the plugin reports: an XML <net> of the same name is that device (its attributes win, as NCCL's
+  // xmlInitAttr leaves set attributes alone); the XML's other <net>s are not the job's and go.
+  for (XmlNode* n : nets) {
+    const std::string* name = n->attr("name");
+    bool listed = false;
+    for (auto& d : cfg.netDeviceSpecs) listed |= name && *name == d.name;
+    if (!listed) n->parent->removeChild(n);
+  }
+  for (auto& d : cfg.netDeviceSpecs) {
+    if (root.findWith("net", "name", d.name)) continue;
+    if (d.busId.empty()) {
+      addSocketNet(*cpu, d.name, d.speedMbps);
+      continue;
+    }
+    XmlNode* pci = root.findWith("pci", "busid", d.busId);
+    if (!pci)
+      fail(StatusCode::kInvalidArgument, "TOPOCOLL_NET_DEVICES: device {} is on PCI bus id {}, which {} does not have",
+           d.name, d.busId, doc.source);
+    XmlNode* nic = pci->child("nic") ? pci->child("nic") : pci->addChild("nic");
+    XmlNode* net = nic->addChild("net");
+    net->set("name", d.name);
+    net->set("dev", "0");
+    net->set("speed", std::to_string(d.speedMbps));
+    net->set("latency", "0");
+    net->set("port", "1");
+    net->set("guid", "0x0");
+    net->set("maxconn", "131072");
+    net->set("gdr", "1");
+  }
+  return socketDevicesOnly(cfg, false);
+}
+
+namespace {
+// Which physical NET devices (by plugin order) fuse into virtual NICs. Depends only on the file, so it is
+// computed once per host and applied to every rank's copy.
+std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
+  std::vector<XmlNode*> nets = pluginNets(root, cfg);
   const int nPhys = static_cast<int>(nets.size());
   std::vector<std::vector<int>> groups;
   if (nPhys == 0 || cfg.ibMergeNics == 0) return groups;
@@ -268,9 +387,11 @@ std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
       if (g.size() != want.size())
         fail(StatusCode::kInvalidArgument, "NCCL_NET_FORCE_MERGE={}: only matched {} devices of '{}'",
              cfg.netForceMerge, g.size(), grp);
-      if (g.size() > kMaxDevsPerNic)
-        fail(StatusCode::kInvalidArgument, "NCCL_NET_FORCE_MERGE={}: group '{}' has more than {} devices",
-             cfg.netForceMerge, grp, kMaxDevsPerNic);
+      if (static_cast<int>(g.size()) > maxDevsPerNic(cfg))
+        fail(StatusCode::kInvalidArgument,
+             "NCCL_NET_FORCE_MERGE={}: group '{}' has more than {} devices (the most a virtual NIC may have with net "
+             "plugin version {}; TOPOCOLL_NET_PLUGIN_VERSION)",
+             cfg.netForceMerge, grp, maxDevsPerNic(cfg), cfg.netPluginVersion);
       for (int d : g) placed[d] = 1;
       if (g.size() > 1) groups.push_back(g);
     }
@@ -291,7 +412,7 @@ std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
         g.push_back(j);
         placed[j] = 1;
       }
-      if (static_cast<int>(g.size()) == kMaxDevsPerNic) break;
+      if (static_cast<int>(g.size()) == maxDevsPerNic(cfg)) break;
     }
     if (g.size() > 1) groups.push_back(g);
   }
@@ -302,8 +423,7 @@ std::vector<std::vector<int>> netGroups(XmlNode& root, const Config& cfg) {
 void processNets(XmlNode& root, const Config& cfg) { applyNets(root, cfg, netGroups(root, cfg)); }
 
 void applyNets(XmlNode& root, const Config& cfg, const std::vector<std::vector<int>>& groups) {
-  std::vector<XmlNode*> nets;
-  collect(root, "net", nets);
+  std::vector<XmlNode*> nets = pluginNets(root, cfg);
   const int nPhys = static_cast<int>(nets.size());
   for (int n = 0; n < nPhys; ++n) {
     nets[n]->set("keep", "1");
@@ -353,9 +473,9 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
   if (!file.root || !file.root->find("system"))
     fail(StatusCode::kInvalidArgument, "{}: no <system> element", file.source);
   {
-    std::set<int> seen;
+    std::set<std::pair<int, int>> seen;
     for (auto& r : ranks)
-      if (!seen.insert(r.dev).second)
+      if (!seen.insert({r.host, r.dev}).second)
         fail(StatusCode::kInvalidArgument, "Duplicate GPU detected: ranks use GPU dev {} twice on one host", r.dev);
   }
   // Every PCI device needs its bus id before NIC fusion looks at them.
@@ -380,30 +500,47 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
              file.where(*l), *target);
     }
   }
-  const auto groups = netGroups(*file.root, cfg);
+  // Each host's network plugin sees its own devices and numbers them from 0 (a multi-host XML is the fused view of
+  // an NVLink domain: every host contributes its ranks' XMLs).
+  const int nHosts = std::max(1, xmlHostCount(file));
+  std::vector<XmlDoc> hostDocs;
+  std::vector<std::vector<std::vector<int>>> groups;
+  for (int h = 0; h < nHosts; ++h) {
+    hostDocs.push_back(nHosts == 1 ? file.clone() : selectHosts(file, h, 1));
+    const bool socketOnly = applyPluginDevices(hostDocs.back(), cfg);
+    groups.push_back(socketOnly ? std::vector<std::vector<int>>{} : netGroups(*hostDocs.back().root, cfg));
+  }
   XmlDoc fused;
   fused.source = file.source;
+  auto fuse = [&](XmlDoc d) {
+    if (!fused.root) fused.root = std::move(d.root);
+    else fuseXml(*fused.root, *d.root);
+  };
   for (auto& r : ranks) {
-    XmlDoc d = file.clone();
+    if (r.host < 0 || r.host >= nHosts)
+      fail(StatusCode::kInvalidArgument, "{}: rank {} is on host {}, the topology describes {}", file.source, r.rank,
+           r.host, nHosts);
+    XmlDoc d = hostDocs[r.host].clone();
     XmlNode* gpu = nullptr;
-    for (XmlNode* g : localGpuElements(*d.root))
+    for (XmlNode* g : hostGpuElements(*d.root->find("system"), 0))
       if (g->attr("dev") && std::atoi(g->attr("dev")->c_str()) == r.dev) gpu = g;
     if (!gpu)
-      fail(StatusCode::kInvalidArgument, "{}: rank {} uses GPU dev {}, which the topology does not have", file.source,
-           r.rank, r.dev);
+      fail(StatusCode::kInvalidArgument, "{}: rank {} uses GPU dev {}{}, which the topology does not have", file.source,
+           r.rank, r.dev, r.host ? fmt::format(" of host {}", r.host) : std::string());
     gpu->set("keep", "1");
     gpu->set("rank", std::to_string(r.rank));
     gpu->setIfUnset("gdr", "1");
-    applyNets(*d.root, cfg, groups);
+    applyNets(*d.root, cfg, groups[r.host]);
     trimXml(*d.root);
-    if (!fused.root) fused.root = std::move(d.root);
-    else fuseXml(*fused.root, *d.root);
+    fuse(std::move(d));
   }
   if (!fused.root) {
-    // No rank on this host: keep the whole machine (nothing would be kept by trimming).
-    fused = file.clone();
-    processNets(*fused.root, cfg);
-    fused.root->visit([](XmlNode& n) { n.unset("keep"); });
+    // No rank: keep the whole machine (nothing would be kept by trimming).
+    for (int h = 0; h < nHosts; ++h) {
+      applyNets(*hostDocs[h].root, cfg, groups[h]);
+      hostDocs[h].root->visit([](XmlNode& n) { n.unset("keep"); });
+      fuse(std::move(hostDocs[h]));
+    }
   }
   return fused;
 }

@@ -1,4 +1,5 @@
-// Building the system graph from XML, following NCCL 2.30.7's src/graph/topo.cc rule by rule.
+// Building the system graph from XML. Follows NCCL 2.30.7 src/graph/topo.cc (ncclTopoGetSystemFromXml and the
+// ncclTopoAdd* functions, BCM switch flattening, ncclTopoConnectCpus, ncclTopoSortSystem) (Apache-2.0) rule by rule.
 #include "topocoll/topology/system.h"
 
 #include <algorithm>
@@ -51,6 +52,23 @@ float interCpuBw(int arch, int vendor, int model) {
   if (arch == kCpuArchX86 && vendor == kCpuVendorAmd) return 16.0f;
   if (arch == kCpuArchX86 && vendor == kCpuVendorZhaoxin) return model == kCpuModelYongfeng ? 9.0f : 6.0f;
   return kLocBw;
+}
+
+std::string gcnArchName(const std::string& gcn) {
+  static const std::pair<const char*, const char*> old[] = {{"906", "gfx906"}, {"908", "gfx908"}, {"910", "gfx90a"},
+                                                            {"940", "gfx940"}, {"941", "gfx941"}, {"942", "gfx942"}};
+  for (auto& [num, name] : old)
+    if (gcn == num) return name;
+  return gcn;
+}
+
+float xgmiWidth(const std::string& name) {
+  auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+  if (starts("gfx90a")) return 36.0f;    // MI200_XGMI_WIDTH
+  if (starts("gfx94")) return 48.0f;     // GFX94X_XGMI_WIDTH
+  if (starts("gfx95")) return 48.0f;     // GFX95X_XGMI_WIDTH
+  if (starts("gfx1250")) return 64.0f;   // GFX125X_XGMI_WIDTH
+  return 24.0f;                          // VEGA_XGMI_WIDTH
 }
 
 int System::indexOf(NodeType t, int64_t id) const {
@@ -147,6 +165,7 @@ class Builder {
     }
     sys_.systemId = systemId;
     secondPass(*top, "", 0, &Builder::onNvLink);
+    secondPass(*top, "", 0, &Builder::onXgmi);
     secondPass(*top, "", 0, &Builder::onC2c);
     secondPass(*top, "", 0, &Builder::onPciLink);
     flattenBcmSwitches();
@@ -215,6 +234,10 @@ class Builder {
       } else if (c.vendor == kCpuVendorZhaoxin) {
         int family = a_.reqInt(x, "familyid"), model = a_.reqInt(x, "modelid");
         if (family == 7 && model == 0x5B) c.model = kCpuModelYongfeng;
+      } else if (c.vendor == kCpuVendorAmd && x.has("familyid") && x.has("modelid")) {
+        // RCCL's topo.cc: Rome (and later) AMD CPUs, which its GDR rule distinguishes.
+        int family = a_.reqInt(x, "familyid"), model = a_.reqInt(x, "modelid");
+        if ((family == 143 && model >= 49) || family == 175) c.model = kCpuModelAmdRome;
       }
     }
     for (auto& s : x.subs) {
@@ -263,6 +286,11 @@ class Builder {
         !std::all_of(cls.begin() + 2, cls.end(), [](char c) { return isxdigit(static_cast<unsigned char>(c)); }))
       fail(StatusCode::kInvalidArgument, "{}: class=\"{}\" is not a PCI class code (like 0x060400)", doc_.where(x), cls);
     int type = kvPrefix(cls, kPciClass, kTPCI);
+    // RCCL's class dictionary also names processing accelerators (0x120000) GPUs.
+    if (cls == "0x120000") {
+      const XmlNode* g = x.child("gpu");
+      if (g && g->has("gcn")) type = kTGPU;
+    }
     const std::string busIdStr = a_.reqStr(x, "busid");
     a_.checkBusId(x, busIdStr);
     int64_t busId = busIdToInt64(busIdStr);
@@ -301,6 +329,13 @@ class Builder {
 
   void addGpu(const XmlNode& xpci, const XmlNode& xgpu, NodeRef parent, int systemId, int64_t busId, float bw) {
     int sm = a_.reqInt(xgpu, "sm");
+    std::string gcn;
+    if (const std::string* g = xgpu.attr("gcn")) {
+      gcn = gcnArchName(*g);
+      if (gcn.empty()) fail(StatusCode::kInvalidArgument, "{}: <gpu> gcn=\"\" names no architecture", doc_.where(xgpu));
+    }
+    const int cu = gcn.empty() ? 0 : sm;
+    if (!gcn.empty()) sm = kAmdGpuCompCap;
     int64_t devId = makeId(systemId, busId);
     int di = sys_.indexOf(NodeType::DEV, devId);
     if (di >= 0) fail(StatusCode::kInvalidArgument, "{}: duplicate GPU bus id {:x}", doc_.where(xgpu), busId);
@@ -311,6 +346,8 @@ class Builder {
       d.cudaCompCap = sm;
       d.dev = a_.reqInt(xgpu, "dev");
       d.busId = a_.reqStr(xpci, "busid");
+      d.gcn = gcn;
+      d.cu = cu;
     }
     connect(dev, parent, LinkType::PCI, bw);
     connect(parent, dev, LinkType::PCI, bw);
@@ -324,6 +361,8 @@ class Builder {
     g.mloPart = a_.optInt(xgpu, "mlopart", kUndef);
     g.parent = dev.index;
     g.busId = sys_.at(dev).busId;
+    g.gcn = gcn;
+    g.cu = cu;
     if (g.dev < 0) fail(StatusCode::kInvalidArgument, "{}: dev=\"{}\" must be >= 0", doc_.where(xgpu), g.dev);
     connect(dev, gpu, LinkType::LOC, kLocBw);
     connect(gpu, dev, LinkType::LOC, kLocBw);
@@ -367,7 +406,7 @@ class Builder {
 
   using Handler = void (Builder::*)(const XmlNode&, const std::string&, int);
   void secondPass(const XmlNode& x, const std::string& parentBusId, int systemId, Handler h) {
-    if (x.name == "nvlink" || x.name == "c2c" || x.name == "pcilink") {
+    if (x.name == "nvlink" || x.name == "xgmi" || x.name == "c2c" || x.name == "pcilink") {
       (this->*h)(x, parentBusId, systemId);
       return;
     }
@@ -419,6 +458,35 @@ class Builder {
         connect(dev, remote, LinkType::NVL, static_cast<float>(count) * nvlBw);
         connect(remote, dev, LinkType::NVL, static_cast<float>(count) * nvlBw);
       }
+    }
+  }
+
+  // RCCL's ncclTopoAddXGMI: an AMD GPU's <xgmi> links, count x the link width of its architecture, to a GPU (class
+  // 0x03.. or 0x120000, one direction: the peer lists its own), its CPU or an XGMI switch (both directions).
+  void onXgmi(const XmlNode& x, const std::string& parentBusId, int systemId) {
+    if (x.name != "xgmi") return;
+    if (!x.parent || x.parent->name != "gpu" || !isPrimaryGpu(*x.parent)) return;
+    NodeRef dev = devOfGpuElement(*x.parent, parentBusId, systemId, "xgmi");
+    if (sys_.at(dev).gcn.empty())
+      fail(StatusCode::kInvalidArgument, "{}: <xgmi> under a <gpu> without gcn (XGMI links are AMD GPUs')",
+           doc_.where(x));
+    int count = a_.reqInt(x, "count");
+    if (count < 0) fail(StatusCode::kInvalidArgument, "{}: count=\"{}\" is negative", doc_.where(x), count);
+    const std::string tclass = a_.reqStr(x, "tclass");
+    const int targetType = tclass == "0x120000" ? kTGPU : kvPrefix(tclass, kPciClass, kTPCI);
+    const float bw = static_cast<float>(count) * xgmiWidth(sys_.at(dev).gcn);
+    if (targetType == kTGPU) {
+      const std::string target = a_.reqStr(x, "target");
+      int ri = sys_.indexOf(NodeType::DEV, makeId(systemId, busIdToInt64(target)));
+      if (ri >= 0) connect(dev, {NodeType::DEV, ri}, LinkType::NVL, bw);
+      return;
+    }
+    NodeRef remote = targetType == kTCPU ? findLocalCpu(dev, {NodeType::GPU, -1})
+                     : sys_.count(NodeType::NVS) == 0 ? create(NodeType::NVS, 0)
+                                                      : NodeRef{NodeType::NVS, 0};
+    if (remote.index >= 0) {
+      connect(dev, remote, LinkType::NVL, bw);
+      connect(remote, dev, LinkType::NVL, bw);
     }
   }
 

@@ -1,5 +1,6 @@
-// The cost model and selection, following NCCL 2.30.7's src/graph/tuning.cc and enqueue.cc. The constants are
-// NCCL's default tuner constants (ncclTunerConstantsDefaults), kept in named tables below.
+// The cost model and selection. Follows NCCL 2.30.7 src/graph/tuning.cc (ncclTopoTuneModel, ncclTopoGetAlgoTime)
+// and src/enqueue.cc (topoGetAlgoInfo) (Apache-2.0). The constants are NCCL's default tuner constants
+// (ncclTunerConstantsDefaults) and the model's inline factors, kept in named tables with their source below.
 #include "topocoll/tuning/tuning.h"
 
 #include <algorithm>
@@ -37,6 +38,8 @@ constexpr float kTreeCorrection[kNumProtos][24] = {
     {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0},
     {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9}};
 
+// Thread counts (src/include/device.h: WARP_SIZE, NCCL_MAX_NTHREADS, NCCL_SIMPLE_MAX_NTHREADS, NCCL_LL_MAX_NTHREADS,
+// NCCL_LL128_MAX_NTHREADS) and arities (NCCL_MAX_NVLS_ARITY, NCCL_MAX_DIRECT_ARITY).
 constexpr int kWarpSize = 32, kMaxNthreads = 640, kSimpleMaxNthreads = 512, kLLMaxNthreads = 512,
               kLL128MaxNthreads = 640;
 constexpr int kMaxNvlsArity = 32, kMaxDirectArity = 7;
@@ -148,7 +151,8 @@ JobInfo jobInfo(const search::Connect& c, int nvsCount) {
   JobInfo ji;
   ji.nRanks = c.nRanks;
   ji.nNodes = c.nNodes;
-  ji.localRanks = ji.maxLocalRanks = c.localRanks;
+  ji.localRanks = c.localRanks;
+  ji.maxLocalRanks = c.maxLocalRanks;
   ji.minCompCap = c.minCompCap;
   ji.maxCompCap = c.maxCompCap;
   ji.cpuArch = c.cpuArch;
@@ -162,15 +166,52 @@ JobInfo jobInfo(const search::Connect& c, int nvsCount) {
   return ji;
 }
 
-Model tuneModel(const JobInfo& job, const std::array<Graph, search::kNumGraphs>& sg, const Config& cfg) {
-  Model m;
-  m.job = job;
-  // NCCL's algorithm -> graph mapping: {tree, ring, collnetDirect, collnetChain, nvls, nvls, tree}.
-  const Graph* graphs[kNumAlgos] = {&sg[search::kGraphTree], &sg[search::kGraphRing],
-                                    &sg[search::kGraphCollnetDirect], &sg[search::kGraphCollnetChain],
-                                    &sg[search::kGraphNvls], &sg[search::kGraphNvls], &sg[search::kGraphTree]};
-  const Graph& ring = *graphs[kRing];
-  int simpleDefault = ring.bwIntra * ring.nChannels <= topology::kPciBw ? 256 : kSimpleMaxNthreads;
+namespace {
+
+// ncclTopoTuneModel's inline refinements of the bus bandwidth (NCCL 2.30.7 src/graph/tuning.cc, "Various model
+// refinements") and of the latencies, named.
+constexpr double kRingLLEfficiency = 0.5;         // LL moves 8 useful bytes per 16-byte line
+constexpr double kRingLL128Efficiency = 0.92;     // "120.0/128.0": LL128 lines carry 120 useful bytes of 128
+constexpr double kTreeAllReduceEfficiency = 0.92;
+constexpr double kTreeLLEfficiency = 1.0 / 3.8;
+constexpr double kTreeLL128EfficiencyOneNode = 7.0 / 9.0, kTreeLL128EfficiencyNodes = 120.0 / 128.0;
+constexpr double kSimpleTreePatternPenalty = 0.85;  // when some node's tree is NCCL_TOPO_PATTERN_TREE
+constexpr double kPatEfficiency = 0.75;
+constexpr float kCollNetDirectInterEfficiency = 0.9f;  // AllGather/ReduceScatter through the network
+constexpr double kCollNetDirectSm90Efficiency = 0.85;
+constexpr double kTreeAlgoBwRatio = 0.5;             // bus to algorithm bandwidth of trees and CollNet
+constexpr double kCollNetArityLatency = 0.4;         // us per rank: "arity serialization latency"
+constexpr double kPatLogLatencyDivider = 3.5, kPatLinearLatency = 2.8;  // us
+constexpr float kNetOverheadAmd = 2.0f, kNetOverheadDefault = 1.0f;    // us per network step (getNetOverhead)
+constexpr int kNetOverheadSimpleFactor = 3;
+// ncclTopoGetAlgoTime: "Plateau effect of ring" for Simple AllReduce across nodes.
+constexpr float kRingPlateauPreAmpere = 1.9f, kRingPlateau = 1.4f;
+constexpr uint64_t kRingPlateauBytesPerRankChannel = 64;
+
+// The tables that depend on the job's shape (index by architecture and by 1, 2 or more nodes).
+struct Caps {
+  int ccIdx = 0, index1 = 0, index2 = 0;
+  double llMaxBw = 0, perChMaxTreeBw = 0, perChMaxRingLL128Bw = 0, perChMaxTreeLL128Bw = 0, perChMaxNvlsTreeBw = 0;
+};
+Caps capsFor(const JobInfo& job) {
+  Caps c;
+  const int cc = job.minCompCap;
+  c.ccIdx = cc >= 100 ? 3 : cc >= 90 ? 2 : cc >= 80 ? 1 : 0;
+  c.index2 = job.nNodes <= 2 ? job.nNodes - 1 : 2;
+  c.index1 = job.nNodes == 1 ? c.ccIdx
+             : (job.cpuVendor == topology::kCpuVendorAmd || job.cpuVendor == topology::kCpuVendorMixed) ? 1
+                                                                                                      : 0;
+  c.llMaxBw = kLlMaxBws[c.index1][c.index2];
+  c.perChMaxTreeBw = kPerChMaxTreeBws[c.ccIdx][c.index2];
+  c.perChMaxRingLL128Bw = kPerChMaxRingLL128Bws[c.ccIdx][c.index2];
+  c.perChMaxTreeLL128Bw = kPerChMaxTreeLL128Bws[c.ccIdx][c.index2];
+  c.perChMaxNvlsTreeBw = kPerChMaxNvlsTreeBws[c.ccIdx][c.index2];
+  return c;
+}
+
+// comm->maxThreads and comm->threadThresholds (ncclTopoTuneModel's first lines, NCCL_THREAD_THRESHOLDS).
+void setThreads(Model& m, const Graph& ring, const Config& cfg) {
+  const int simpleDefault = ring.bwIntra * ring.nChannels <= topology::kPciBw ? 256 : kSimpleMaxNthreads;
   m.maxThreads[kRing][kSimple] = getNthreads(cfg.nthreads, 2 * kWarpSize, kSimpleMaxNthreads, simpleDefault);
   m.maxThreads[kTree][kSimple] = getNthreads(cfg.nthreads, 2 * kWarpSize, kSimpleMaxNthreads, kSimpleMaxNthreads);
   m.maxThreads[kCollNetDirect][kSimple] = m.maxThreads[kCollNetChain][kSimple] = m.maxThreads[kNvls][kSimple] =
@@ -180,12 +221,13 @@ Model tuneModel(const JobInfo& job, const std::array<Graph, search::kNumGraphs>&
   m.maxThreads[kRing][kLL128] = m.maxThreads[kTree][kLL128] =
       getNthreads(cfg.ll128Nthreads, kLL128MaxNthreads / 4, kLL128MaxNthreads, kLL128MaxNthreads);
 
+  // NCCL_LL_THREAD_THRESHOLD, NCCL_LL128_THREAD_THRESHOLD, NCCL_SIMPLE_THREAD_THRESHOLD (src/include/device.h).
   for (int a = 0; a < kNumAlgos; ++a) {
     m.threadThresholds[a][kLL] = 8;
     m.threadThresholds[a][kLL128] = 8;
     m.threadThresholds[a][kSimple] = 64;
   }
-  m.threadThresholds[kRing][kLL] *= job.nRanks;
+  m.threadThresholds[kRing][kLL] *= m.job.nRanks;
   m.threadThresholds[kCollNetDirect][kSimple] = 512;
   m.threadThresholds[kCollNetChain][kSimple] = 512;
   if (!cfg.threadThresholds.empty()) {
@@ -197,8 +239,14 @@ Model tuneModel(const JobInfo& job, const std::array<Graph, search::kNumGraphs>&
       for (int p = 0; p < kNumProtos; ++p)
         if (t[a * 3 + p] >= 0) m.threadThresholds[a][p] = t[a * 3 + p];
   }
+}
 
-  // Enable flags are computed even for one rank so that knob errors surface.
+// NCCL_PROTO / NCCL_ALGO: per collective, 1 enabled, 0 disabled, 2 (LL128) "decide by the topology".
+struct Enables {
+  int proto[kNumColls][kNumProtos];
+  int algo[kNumColls][kNumAlgos];
+};
+Enables userEnables(const Config& cfg) {
   int protoList[kNumColls * kNumProtos], algoList[kNumColls * kNumAlgos];
   for (int f = 0; f < kNumColls; ++f) {
     for (int p = 0; p < kNumProtos; ++p) protoList[f * kNumProtos + p] = p == kLL128 ? 2 : 1;
@@ -206,164 +254,181 @@ Model tuneModel(const JobInfo& job, const std::array<Graph, search::kNumGraphs>&
   }
   if (!cfg.proto.empty()) parseList("NCCL_PROTO", cfg.proto, kProtoNames, kNumProtos, protoList);
   if (!cfg.algo.empty()) parseList("NCCL_ALGO", cfg.algo, kAlgoNames, kNumAlgos, algoList);
-  int protoEnable[kNumColls][kNumProtos];
-  for (int f = 0; f < kNumColls; ++f)
-    for (int p = 0; p < kNumProtos; ++p) protoEnable[f][p] = protoList[f * kNumProtos + p];
-  for (int f = 0; f < kNumColls; ++f)
-    for (int a = 0; a < kNumAlgos; ++a) m.algoEnabled[f][a] = algoList[f * kNumAlgos + a] != 0;
+  Enables e;
+  for (int f = 0; f < kNumColls; ++f) {
+    for (int p = 0; p < kNumProtos; ++p) e.proto[f][p] = protoList[f * kNumProtos + p];
+    for (int a = 0; a < kNumAlgos; ++a) e.algo[f][a] = algoList[f * kNumAlgos + a];
+  }
+  return e;
+}
 
+// Which (collective, algorithm, protocol) ncclTopoTuneModel models at all.
+bool modelled(int coll, int a, int p, bool patEnable) {
+  if ((coll == kBroadcast || coll == kReduce) && a != kRing) return false;
+  if ((coll == kReduceScatter || coll == kAllGather) && a != kPat && a != kRing && a != kNvls && a != kCollNetDirect)
+    return false;
+  if (coll == kAllReduce && a == kPat) return false;
+  if ((a == kNvls || a == kNvlsTree) && p != kSimple) return false;
+  if ((coll == kReduceScatter || coll == kAllGather) && a == kPat && (p != kSimple || !patEnable)) return false;
+  return true;
+}
+
+// The algorithm bandwidth (GB/s) of one (collective, algorithm, protocol): the graph's channels times their
+// bandwidth, refined per algorithm and protocol, converted from bus to algorithm bandwidth. -1: not modelled
+// (NVLS with fewer than two channels).
+float busToAlgoBw(const JobInfo& job, const Caps& caps, int coll, int a, int p, const Graph& g) {
   const int nNodes = job.nNodes, nRanks = job.nRanks;
-  for (int c = 0; c < kNumColls; ++c)
-    for (int p = 0; p < kNumProtos; ++p) m.protoEnabled[c][p] = protoEnable[c][p] != 0;
-  if (nRanks <= 1) return m;
-  const int cc = job.minCompCap;
-  const int ccIdx = cc >= 100 ? 3 : cc >= 90 ? 2 : cc >= 80 ? 1 : 0;
-  const int index2 = nNodes <= 2 ? nNodes - 1 : 2;
-  const int index1 = nNodes == 1 ? ccIdx
-                     : (job.cpuVendor == topology::kCpuVendorAmd || job.cpuVendor == topology::kCpuVendorMixed) ? 1
-                                                                                                                : 0;
-  const double llMaxBw = kLlMaxBws[index1][index2];
-  const double perChMaxTreeBw = kPerChMaxTreeBws[ccIdx][index2];
-  const double perChMaxRingLL128Bw = kPerChMaxRingLL128Bws[ccIdx][index2];
-  const double perChMaxTreeLL128Bw = kPerChMaxTreeLL128Bws[ccIdx][index2];
-  const double perChMaxNVLSTreeBw = kPerChMaxNvlsTreeBws[ccIdx][index2];
+  const float ppn = static_cast<float>(nRanks) / nNodes;
+  const int nsteps = coll == kAllReduce ? 2 * (nRanks - 1) : (coll == kReduceScatter || coll == kAllGather) ? nRanks - 1 : nRanks;
+  const bool collnet = a == kCollNetDirect || a == kCollNetChain;
+  float bw = nNodes <= 2 || collnet ? g.bwIntra : g.bwInter;
+  if (a == kNvlsTree || a == kNvls) {
+    if (g.nChannels < 2) return -1;
+    // NVLS bus bandwidth per channel; AllReduce pipelines two operations.
+    float intraBw = g.bwIntra * kNvlsEfficiency[caps.ccIdx] * (g.nChannels - 1) / g.nChannels;
+    if (coll == kAllReduce) intraBw *= 2.0f;
+    else intraBw *= (ppn - 1) / ppn;
+    const float interBw = g.bwInter * ((nNodes <= 2 && a == kNvlsTree) ? 2 : 1);
+    bw = std::min({intraBw, interBw,
+                   a == kNvlsTree ? static_cast<float>(caps.perChMaxNvlsTreeBw) : std::numeric_limits<float>::max()});
+  }
+  float busBw = g.nChannels * bw;
+  if (a == kRing && p == kLL) busBw = std::min(caps.llMaxBw, busBw * kRingLLEfficiency);
+  if (a == kRing && p == kLL128) busBw = std::min(busBw * kRingLL128Efficiency, g.nChannels * caps.perChMaxRingLL128Bw);
+  if (a == kTree && coll == kAllReduce) busBw = std::min(busBw * kTreeAllReduceEfficiency, g.nChannels * caps.perChMaxTreeBw);
+  if (a == kTree && p == kLL) busBw = std::min(busBw * kTreeLLEfficiency, caps.llMaxBw);
+  if (a == kTree && p == kLL128)
+    busBw = std::min(busBw * (nNodes == 1 ? kTreeLL128EfficiencyOneNode : kTreeLL128EfficiencyNodes),
+                     g.nChannels * caps.perChMaxTreeLL128Bw);
+  if (a == kTree && job.maxTreePattern == search::kPatternTree) busBw *= kSimpleTreePatternPenalty;
+  if (a == kPat) busBw *= kPatEfficiency;
+  if (collnet && p != kSimple) busBw = 0;
+  if (a == kCollNetDirect && p == kSimple) {
+    if (coll == kAllGather || coll == kReduceScatter) {
+      busBw = ppn * std::min(g.bwIntra, g.bwInter * kCollNetDirectInterEfficiency);
+    } else {
+      // CollNet Direct needs a local NIC per GPU for full speed: divide by (half) the GPU/NIC ratio.
+      float factor = ppn / (1.0 * g.nChannels);
+      factor -= (factor - 1) / 2;
+      busBw /= factor;
+      if (job.minCompCap >= 90) busBw *= kCollNetDirectSm90Efficiency;
+    }
+  }
+  // No CollNet plugin with iallgather/ireducescatter is modelled: NCCL then zeroes these across nodes.
+  if ((a == kNvls || a == kCollNetDirect) && p == kSimple && (coll == kAllGather || coll == kReduceScatter) &&
+      nNodes > 1)
+    busBw = 0.0f;
+  if (!(a != kRing && (coll == kAllGather || coll == kReduceScatter)))
+    busBw *= (a == kRing || a == kNvls || a == kNvlsTree) ? static_cast<float>((1.0 * nRanks) / nsteps)
+                                                          : static_cast<float>(kTreeAlgoBwRatio);
+  return busBw;
+}
+
+// The latency (us) of one (collective, algorithm, protocol): base latency plus hops inside and across nodes.
+float latency(const JobInfo& job, const float (&hwLat)[3][kNumAlgos][kNumProtos], int coll, int a, int p,
+              const Graph& g, const Config& cfg) {
+  const int nNodes = job.nNodes, nRanks = job.nRanks;
+  const float ppn = static_cast<float>(nRanks) / nNodes;
+  const int nsteps = coll == kAllReduce ? 2 * (nRanks - 1) : (coll == kReduceScatter || coll == kAllGather) ? nRanks - 1 : nRanks;
+  const int intraHw = g.typeIntra == static_cast<int>(PathType::NVL) ? kHwNvlink : kHwPci;
+  const int hw = nNodes == 1 ? intraHw : kHwNet;
+  float lat = kBaseLat[a][p];
+  float intraLat = hwLat[intraHw][a][p];
+  // With one rank per node latencies are fully exposed: the tree's network latency.
+  float interLat = ppn == 1 ? hwLat[kHwNet][kTree][p] : hwLat[kHwNet][a][p];
+  interLat += g.latencyInter;
+  if (p == kSimple) interLat += g.latencyInter;  // the flush
+  if (a == kRing) {
+    float step = hwLat[hw][a][p];
+    if (coll == kReduce || coll == kBroadcast) {
+      if (g.sameChannels) return lat + step;
+      if (p == kSimple) step = hwLat[hw][kTree][p];  // some chunk latency, until chunks are modelled
+      return lat + nsteps * step;
+    }
+    // Inter-node rings still launch nsteps network operations (getNetOverhead).
+    float netOverhead = 0.0f;
+    if (nNodes > 1) {
+      if (cfg.netOverhead != -2) netOverhead = static_cast<float>(cfg.netOverhead * .001);
+      else if (job.cpuArch == topology::kCpuArchX86 && job.cpuVendor == topology::kCpuVendorAmd) netOverhead = kNetOverheadAmd;
+      else netOverhead = kNetOverheadDefault;
+      if (p == kSimple) netOverhead *= kNetOverheadSimpleFactor;
+    }
+    intraLat = std::max(intraLat, netOverhead);
+    const int nInterSteps = nNodes == 1 ? 0 : coll == kAllReduce ? 2 * (nNodes - 1) : nNodes - 1;
+    return lat + (nsteps - nInterSteps) * intraLat + nInterSteps * interLat;
+  }
+  if (a == kTree) {
+    if (coll == kAllReduce) lat += 2 * ((nRanks / nNodes - 1) * intraLat + log2i(nNodes) * interLat);
+    return lat;
+  }
+  if (a == kCollNetDirect)
+    return lat + 2 * (std::min(1, nRanks / nNodes - 1) * intraLat + (nRanks / nNodes - 1) * kCollNetArityLatency) +
+           interLat;
+  if (a == kCollNetChain) return lat + 2 * (nRanks / nNodes - 1) * intraLat + interLat;
+  if (a == kNvls) return intraLat + (nNodes > 1 ? interLat : 0.0f);
+  if (a == kNvlsTree) return lat + intraLat + 2 * log2i(nNodes) * interLat;
+  if (a == kPat && (coll == kAllGather || coll == kReduceScatter))
+    return lat + log2i(nNodes) * (interLat / kPatLogLatencyDivider) + nRanks * kPatLinearLatency;
+  return lat;
+}
+
+// LL128 by default: Hopper+ up to P2C/PXN network paths (NCCL_LL128_C2C), else up to PXB; NVLink (NVB) inside
+// the node; one architecture or Hopper+; not before Volta.
+bool ll128ByDefault(const JobInfo& job, const Graph& g, const Config& cfg) {
+  bool on = cfg.ll128C2c && job.minCompCap >= 90 ? g.typeInter <= static_cast<int>(PathType::PXN)
+                                                  : g.typeInter <= static_cast<int>(PathType::PXB);
+  on &= g.typeIntra <= static_cast<int>(PathType::NVB);
+  on &= job.minCompCap == job.maxCompCap || job.minCompCap >= 90;
+  on &= !(job.minCompCap < 70);
+  return on;
+}
+
+}  // namespace
+
+Model tuneModel(const JobInfo& job, const std::array<Graph, search::kNumGraphs>& sg, const Config& cfg) {
+  Model m;
+  m.job = job;
+  // NCCL's algorithm -> graph mapping: {tree, ring, collnetDirect, collnetChain, nvls, nvls, tree}.
+  const Graph* graphs[kNumAlgos] = {&sg[search::kGraphTree], &sg[search::kGraphRing],
+                                    &sg[search::kGraphCollnetDirect], &sg[search::kGraphCollnetChain],
+                                    &sg[search::kGraphNvls], &sg[search::kGraphNvls], &sg[search::kGraphTree]};
+  setThreads(m, *graphs[kRing], cfg);
+  // Enable flags are computed even for one rank so that knob errors surface.
+  const Enables en = userEnables(cfg);
+  for (int c = 0; c < kNumColls; ++c) {
+    for (int p = 0; p < kNumProtos; ++p) m.protoEnabled[c][p] = en.proto[c][p] != 0;
+    for (int a = 0; a < kNumAlgos; ++a) m.algoEnabled[c][a] = en.algo[c][a] != 0;
+  }
+  if (job.nRanks <= 1) return m;
+
+  const Caps caps = capsFor(job);
   float hwLat[3][kNumAlgos][kNumProtos];
   std::memcpy(hwLat, kHwLat, sizeof(hwLat));
   if (job.cpuArch == topology::kCpuArchPower) hwLat[kHwPci][kTree][kSimple] = hwLat[kHwPci][kRing][kSimple];
-  const float ppn = static_cast<float>(nRanks) / nNodes;
-  int intraHw[kNumAlgos], hw[kNumAlgos];
-  for (int a = 0; a < kNumAlgos; ++a) {
-    intraHw[a] = graphs[a]->typeIntra == static_cast<int>(PathType::NVL) ? kHwNvlink : kHwPci;
-    hw[a] = nNodes == 1 ? intraHw[a] : kHwNet;
-  }
-  bool patEnable = cc >= 60 && (cfg.patEnable != 2 ? cfg.patEnable != 0 : nNodes == nRanks);
-
+  // ncclPatEnable: CUDA atomics (sm60+), and by default only with one GPU per node.
+  const bool patEnable = job.minCompCap >= 60 && (cfg.patEnable != 2 ? cfg.patEnable != 0 : job.nNodes == job.nRanks);
   for (int coll = 0; coll < kNumColls; ++coll) {
-    int nsteps = coll == kAllReduce ? 2 * (nRanks - 1) : (coll == kReduceScatter || coll == kAllGather) ? nRanks - 1 : nRanks;
     for (int a = 0; a < kNumAlgos; ++a) {
-      if ((coll == kBroadcast || coll == kReduce) && a != kRing) continue;
-      if ((coll == kReduceScatter || coll == kAllGather) && a != kPat && a != kRing && a != kNvls && a != kCollNetDirect)
-        continue;
-      if (coll == kAllReduce && a == kPat) continue;
-      const Graph& g = *graphs[a];
       for (int p = 0; p < kNumProtos; ++p) {
-        if ((a == kNvls || a == kNvlsTree) && p != kSimple) continue;
-        if ((coll == kReduceScatter || coll == kAllGather) && a == kPat && (p != kSimple || !patEnable)) continue;
-        bool collnet = a == kCollNetDirect || a == kCollNetChain;
-        float bw = nNodes <= 2 || collnet ? g.bwIntra : g.bwInter;
-        if (a == kNvlsTree || a == kNvls) {
-          if (g.nChannels < 2) continue;
-          float intraBw = g.bwIntra * kNvlsEfficiency[ccIdx] * (g.nChannels - 1) / g.nChannels;
-          if (coll == kAllReduce) intraBw *= 2.0f;
-          else intraBw *= (ppn - 1) / ppn;
-          float interBw = g.bwInter * ((nNodes <= 2 && a == kNvlsTree) ? 2 : 1);
-          bw = std::min({intraBw, interBw,
-                         a == kNvlsTree ? static_cast<float>(perChMaxNVLSTreeBw) : std::numeric_limits<float>::max()});
-        }
-        float busBw = g.nChannels * bw;
-        if (a == kRing && p == kLL) busBw = std::min(llMaxBw, busBw * .5);
-        if (a == kRing && p == kLL128) busBw = std::min(busBw * 0.92, g.nChannels * perChMaxRingLL128Bw);
-        if (a == kTree && coll == kAllReduce) busBw = std::min(busBw * .92, g.nChannels * perChMaxTreeBw);
-        if (a == kTree && p == kLL) busBw = std::min(busBw * 1.0 / 3.8, llMaxBw);
-        if (a == kTree && p == kLL128)
-          busBw = std::min(busBw * (nNodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0), g.nChannels * perChMaxTreeLL128Bw);
-        if (a == kTree && job.maxTreePattern == search::kPatternTree) busBw *= .85;
-        if (a == kPat) busBw *= .75;
-        if (a == kCollNetDirect && p != kSimple) busBw = 0;
-        if (a == kCollNetChain && p != kSimple) busBw = 0;
-        if (a == kCollNetDirect && p == kSimple) {
-          if (coll == kAllGather || coll == kReduceScatter) {
-            busBw = ppn * std::min(g.bwIntra, g.bwInter * 0.9f);
-          } else {
-            float factor = ppn / (1.0 * g.nChannels);
-            factor -= (factor - 1) / 2;
-            busBw /= factor;
-            if (cc >= 90) busBw *= .85;
-          }
-        }
-        if ((a == kNvls || a == kCollNetDirect) && p == kSimple && (coll == kAllGather || coll == kReduceScatter) &&
-            nNodes > 1) {
-          // No CollNet plugin with iallgather/ireducescatter is modelled: NCCL then zeroes these.
-          busBw = 0.0f;
-        }
-        if (!(a != kRing && (coll == kAllGather || coll == kReduceScatter))) {
-          float ratio = 1.0f;
-          if (a == kRing || a == kNvls || a == kNvlsTree) ratio *= (1.0 * nRanks) / nsteps;
-          else ratio *= .5;
-          busBw *= ratio;
-        }
-        m.bandwidths[coll][a][p] = busBw;
-        m.latencies[coll][a][p] = kBaseLat[a][p];
-        float intraLat = hwLat[intraHw[a]][a][p];
-        float interLat = ppn == 1 ? hwLat[kHwNet][kTree][p] : hwLat[kHwNet][a][p];
-        interLat += g.latencyInter;
-        if (p == kSimple) interLat += g.latencyInter;
-        if (a == kRing) {
-          float lat = hwLat[hw[a]][a][p];
-          if (coll == kReduce || coll == kBroadcast) {
-            if (g.sameChannels) {
-              m.latencies[coll][a][p] += lat;
-            } else {
-              if (p == kSimple) lat = hwLat[hw[a]][kTree][p];
-              m.latencies[coll][a][p] += nsteps * lat;
-            }
-          } else {
-            float netOverhead = 0.0f;
-            if (nNodes > 1) {
-              if (cfg.netOverhead != -2) netOverhead = static_cast<float>(cfg.netOverhead * .001);
-              else if (job.cpuArch == topology::kCpuArchX86 && job.cpuVendor == topology::kCpuVendorAmd) netOverhead = 2.0f;
-              else netOverhead = 1.0f;
-              if (p == kSimple) netOverhead *= 3;
-            }
-            intraLat = std::max(intraLat, netOverhead);
-            int nInterSteps = nNodes == 1 ? 0 : coll == kAllReduce ? 2 * (nNodes - 1) : nNodes - 1;
-            m.latencies[coll][a][p] += (nsteps - nInterSteps) * intraLat + nInterSteps * interLat;
-          }
-        } else if (a == kTree) {
-          if (coll == kAllReduce)
-            m.latencies[coll][a][p] += 2 * ((nRanks / nNodes - 1) * intraLat + log2i(nNodes) * interLat);
-        } else if (a == kCollNetDirect) {
-          m.latencies[coll][a][p] +=
-              2 * (std::min(1, nRanks / nNodes - 1) * intraLat + (nRanks / nNodes - 1) * 0.4) + interLat;
-        } else if (a == kCollNetChain) {
-          m.latencies[coll][a][p] += 2 * (nRanks / nNodes - 1) * intraLat + interLat;
-        } else if (a == kNvls) {
-          m.latencies[coll][a][p] = intraLat;
-          if (nNodes > 1) m.latencies[coll][a][p] += interLat;
-        } else if (a == kNvlsTree) {
-          m.latencies[coll][a][p] += intraLat + 2 * log2i(nNodes) * interLat;
-        } else if (a == kPat) {
-          if (coll == kAllGather || coll == kReduceScatter)
-            m.latencies[coll][a][p] += log2i(nNodes) * (interLat / 3.5) + nRanks * 2.8;
-        }
+        if (!modelled(coll, a, p, patEnable)) continue;
+        const float bw = busToAlgoBw(job, caps, coll, a, p, *graphs[a]);
+        if (bw < 0) continue;
+        m.bandwidths[coll][a][p] = bw;
+        m.latencies[coll][a][p] = latency(job, hwLat, coll, a, p, *graphs[a], cfg);
       }
     }
   }
 
-  for (int f = 0; f < kNumColls; ++f) {
-    for (int a = 0; a < kNumAlgos; ++a) {
-      bool disable = false;
-      if (nNodes == 1 && a == kNvlsTree) disable = true;
-      if (job.collnetEnable == 0 && (a == kCollNetDirect || a == kCollNetChain || (a == kNvls && nNodes > 1)))
-        disable = true;
-      if (job.nvsCount == 0 && a == kCollNetDirect) disable = true;
-      if (disable) m.algoEnabled[f][a] = false;
-    }
-  }
   for (int c = 0; c < kNumColls; ++c) {
     for (int a = 0; a < kNumAlgos; ++a) {
+      // NVLS Tree needs several nodes; CollNet (and NVLS across nodes) needs CollNet; CollNet Direct an NVSwitch.
+      if ((job.nNodes == 1 && a == kNvlsTree) ||
+          (job.collnetEnable == 0 && (a == kCollNetDirect || a == kCollNetChain || (a == kNvls && job.nNodes > 1))) ||
+          (job.nvsCount == 0 && a == kCollNetDirect))
+        m.algoEnabled[c][a] = false;
       for (int p = 0; p < kNumProtos; ++p) {
-        int pEnable = protoEnable[c][p];
-        if (pEnable == 2 && p == kLL128) {
-          pEnable = 1;
-          if (cfg.ll128C2c && job.minCompCap >= 90) pEnable &= graphs[a]->typeInter <= static_cast<int>(PathType::PXN);
-          else pEnable &= graphs[a]->typeInter <= static_cast<int>(PathType::PXB);
-          pEnable &= graphs[a]->typeIntra <= static_cast<int>(PathType::NVB);
-          pEnable &= (job.minCompCap == job.maxCompCap || job.minCompCap >= 90);
-          pEnable &= !(job.minCompCap < 70);
-        }
-        if (pEnable == 0) m.bandwidths[c][a][p] = 0;
-        if (!m.algoEnabled[c][a]) m.bandwidths[c][a][p] = 0;
+        const int pEnable = en.proto[c][p] == 2 && p == kLL128 ? ll128ByDefault(job, *graphs[a], cfg) : en.proto[c][p];
+        if (pEnable == 0 || !m.algoEnabled[c][a]) m.bandwidths[c][a][p] = 0;
       }
     }
   }
@@ -380,8 +445,8 @@ float algoTime(const Model& m, int coll, int algo, int proto, uint64_t nBytes, i
       m.job.cpuArch == topology::kCpuArchX86)
     bw *= kTreeCorrection[proto][logSize];
   if (algo == kRing && proto == kSimple && m.job.nNodes > 1 && coll == kAllReduce &&
-      nBytes / (static_cast<uint64_t>(m.job.nChannels) * m.job.nRanks) >= 64)
-    lat *= m.job.minCompCap < 80 ? 1.9f : 1.4f;
+      nBytes / (static_cast<uint64_t>(m.job.nChannels) * m.job.nRanks) >= kRingPlateauBytesPerRankChannel)
+    lat *= m.job.minCompCap < 80 ? kRingPlateauPreAmpere : kRingPlateau;
   int latCount = algo == kRing ? numPipeOps : (numPipeOps + kMaxDevWorkBatchColls - 1) / kMaxDevWorkBatchColls;
   return lat * latCount + static_cast<float>(nBytes) / (1000 * bw);
 }

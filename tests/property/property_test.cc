@@ -6,6 +6,7 @@
 #include <map>
 
 #include "test_util.h"
+#include "topo_builders.h"
 #include "topocoll/plan.h"
 
 namespace topocoll {
@@ -13,39 +14,6 @@ namespace {
 
 using topology::NodeType;
 using topology::PathType;
-
-// A random but valid machine: 1-2 sockets, 1-3 PCIe switches per socket, 1-4 GPUs per switch, maybe a NIC per
-// switch, maybe an NVSwitch connecting every GPU.
-std::string randomTopology(int sockets, int switches, int gpusPer, bool nics, bool nvswitch, int sm, int genIdx) {
-  static const char* speeds[] = {"8.0 GT/s PCIe", "16.0 GT/s PCIe", "32.0 GT/s PCIe"};
-  std::string x = "<system version=\"1\">\n";
-  int gpu = 0, net = 0, bus = 0x10;
-  for (int s = 0; s < sockets; ++s) {
-    x += fmt::format("<cpu host_hash=\"0x5\" numaid=\"{}\" affinity=\"f\" arch=\"x86_64\" vendor=\"AuthenticAMD\">\n", s);
-    for (int w = 0; w < switches; ++w) {
-      x += fmt::format("<pci busid=\"0000:{:02x}:00.0\" class=\"0x060400\" link_speed=\"{}\" link_width=\"16\">\n", bus++,
-                       speeds[genIdx]);
-      for (int g = 0; g < gpusPer; ++g) {
-        x += fmt::format("<pci busid=\"0000:{:02x}:00.0\" class=\"0x030200\" link_speed=\"{}\" link_width=\"16\">\n", bus++,
-                         speeds[genIdx]);
-        x += fmt::format("<gpu dev=\"{}\" sm=\"{}\" rank=\"{}\" gdr=\"1\">", gpu, sm, gpu);
-        if (nvswitch) x += "<nvlink target=\"fffffff:ffff:ff\" count=\"12\" tclass=\"0x068000\"/>";
-        x += "</gpu></pci>\n";
-        ++gpu;
-      }
-      if (nics) {
-        x += fmt::format("<pci busid=\"0000:{:02x}:00.0\" class=\"0x020000\" link_speed=\"{}\" link_width=\"16\"><nic>", bus++,
-                         speeds[genIdx]);
-        x += fmt::format("<net name=\"mlx5_{}\" dev=\"{}\" speed=\"200000\" port=\"1\" guid=\"0x{:x}\" gdr=\"1\"/></nic></pci>\n",
-                         net, net, 0x100 + net);
-        ++net;
-      }
-      x += "</pci>\n";
-    }
-    x += "</cpu>\n";
-  }
-  return x + "</system>\n";
-}
 
 TEST(Property, PathsRingsAndTreesOnRandomMachines) {
   auto ok = rc::check("generated machines", [] {
@@ -58,7 +26,7 @@ TEST(Property, PathsRingsAndTreesOnRandomMachines) {
     int gen = *rc::gen::inRange(0, 3);
     int nodes = *rc::gen::element(1, 2, 3, 4, 8);
     if (nodes > 1) nics = true;
-    auto doc = topology::parseXml(randomTopology(sockets, switches, gpusPer, nics, nvs, sm, gen), "random.xml");
+    auto doc = topology::parseXml(testing::randomPcieMachine(sockets, switches, gpusPer, nics, nvs, sm, gen), "random.xml");
     Plan p = makePlan(doc, JobSpec{nodes, 0, {}}, Config{});
     const auto& s = p.system;
     // Every path's bandwidth is the minimum of its links, and symmetric GPU-GPU paths agree in type and bw.
@@ -162,7 +130,7 @@ TEST(Property, NoSimplePathBeatsTheComputedOneOnPcieMachines) {
     int switches = *rc::gen::inRange(1, 3);
     int gpusPer = *rc::gen::inRange(1, 4);
     int gen = *rc::gen::inRange(0, 3);
-    auto doc = topology::parseXml(randomTopology(sockets, switches, gpusPer, false, false, 80, gen), "pcie.xml");
+    auto doc = topology::parseXml(testing::randomPcieMachine(sockets, switches, gpusPer, false, false, 80, gen), "pcie.xml");
     Config cfg = Config::fromEnv(Env(std::map<std::string, std::string>{{"NCCL_P2P_LEVEL", "SYS"}}));
     auto s = paths::hostSystem(doc, cfg);
     for (int g = 0; g < s.count(NodeType::GPU); ++g) {

@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "topocoll/search/connect.h"
+#include "topocoll/search/trees.h"
 
 namespace topocoll::search {
 namespace {

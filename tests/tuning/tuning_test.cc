@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "test_util.h"
 #include "topo_builders.h"
 #include "topocoll/plan.h"
@@ -122,14 +124,67 @@ TEST(Tuning, TimeNeverDecreasesWithSize) {
   }
 }
 
+// topoGetAlgoInfo picks the (algorithm, protocol) of least estimated time among those available, the first in
+// NCCL's order (algorithm, then protocol) on a tie. On these jobs every pair with a bandwidth is available (no
+// CollNet; NVLS across nodes has no bandwidth without CollNet), so the choice must be the minimum of all costs.
 TEST(Tuning, SelectionIsTheMinimumOverAvailableCosts) {
-  Plan p = planFor("seed-h100-8gpu-8nic-nvswitch.xml", 2);
-  for (int l = 3; l < 34; ++l) {
-    auto s = p.select(kAllReduce, 1ULL << l);
-    ASSERT_GE(s.algo, 0);
-    EXPECT_GT(s.nChannels, 0);
-    EXPECT_GE(s.nWarps, 3);
+  for (auto [file, nodes] : std::vector<std::pair<const char*, int>>{{"seed-h100-8gpu-8nic-nvswitch.xml", 1},
+                                                                      {"seed-h100-8gpu-8nic-nvswitch.xml", 2},
+                                                                      {"ws-rtx3090-8gpu-pcie-2plx-1ib56g-2numa.xml", 1},
+                                                                      {"azure-ncv4-a100-pcie-4gpu-4numa.xml", 3}}) {
+    Plan p = planFor(file, nodes);
+    for (int c = 0; c < kNumColls; ++c) {
+      for (int l = 3; l < 34; ++l) {
+        const uint64_t n = 1ULL << l;
+        const Selection s = p.select(c, n);
+        ASSERT_GE(s.algo, 0) << file << " " << collName(c) << " " << n;
+        float best = std::numeric_limits<float>::max();
+        int bestA = -1, bestP = -1;
+        for (int a = 0; a < kNumAlgos; ++a)
+          for (int pr = 0; pr < kNumProtos; ++pr) {
+            const float t = algoTime(p.model, c, a, pr, n);
+            if (t >= 0 && t < best) best = t, bestA = a, bestP = pr;
+          }
+        EXPECT_EQ(s.algo, bestA) << file << " " << collName(c) << " " << n;
+        EXPECT_EQ(s.proto, bestP) << file << " " << collName(c) << " " << n;
+        EXPECT_FLOAT_EQ(s.timeUs, best);
+        EXPECT_GT(s.nChannels, 0);
+        EXPECT_GE(s.nWarps, 3);
+      }
+    }
   }
+}
+
+// comm->maxLocalRanks is the largest node's rank count, not rank 0's node's (init.cc, after allGather3): a job
+// whose nodes hold 1, 2 and 2 ranks has localRanks 1 for rank 0 but maxLocalRanks 2, which is what CollNet's
+// arity rule and the tuner read.
+TEST(Tuning, MaxLocalRanksIsOverAllNodes) {
+  auto node = [](std::vector<int> ranks) {
+    search::NodeGraphs ng;
+    ng.ranks = static_cast<int>(ranks.size());
+    ng.firstRank = ranks[0];
+    for (int gi : {search::kGraphRing, search::kGraphTree}) {
+      auto& g = ng.graphs[gi];
+      g.pattern = gi == search::kGraphRing ? search::kPatternRing : search::kPatternBalancedTree;
+      g.nChannels = 1;
+      g.bwIntra = g.bwInter = 10;
+      g.intra.assign(search::kMaxChannels * ranks.size(), 0);
+      for (size_t i = 0; i < ranks.size(); ++i) g.intra[i] = ranks[i];
+    }
+    ng.minCompCap = ng.maxCompCap = 80;
+    ng.p2pnChannelsPerPeer = 2;
+    return ng;
+  };
+  const std::vector<search::NodeGraphs> nodes = {node({0}), node({1, 2}), node({3, 4})};
+  std::vector<search::RankTopo> all;
+  for (int r = 0; r < 5; ++r) all.push_back(search::presetRank(r, nodes[r == 0 ? 0 : r < 3 ? 1 : 2]));
+  const search::Connect c = search::connectRanks(all, {});
+  EXPECT_EQ(c.nNodes, 3);
+  EXPECT_EQ(c.localRanks, 1);
+  EXPECT_EQ(c.minLocalRanks, 1);
+  EXPECT_EQ(c.maxLocalRanks, 2);
+  EXPECT_EQ(jobInfo(c, 0).maxLocalRanks, 2);
+  EXPECT_EQ(jobInfo(c, 0).localRanks, 1);
 }
 
 }  // namespace

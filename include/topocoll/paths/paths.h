@@ -18,10 +18,19 @@ using topology::System;
 enum class GdrMode { kDisable = 0, kDefault = 1, kPci = 2 };
 
 /// ncclTopoComputePaths: bottleneck-bandwidth BFS from every node, then CPU detours where P2P or GDR is not
-/// allowed, P2C and PXN routes. Results are stored in Node::paths. `shmDevByRank` (optional, indexed by rank)
+/// allowed, GPU pairs that can use neither P2P nor SHM marked NET (useNetBetween, NCCL_SHM_DISABLE, other
+/// containers), P2C and PXN routes. Results are stored in Node::paths. `shmDevByRank` (optional, indexed by rank)
 /// is the peer info's shared-memory device: ranks of one host in different containers (different values) can use
-/// neither P2P nor SHM, so their GPU-GPU path becomes NET and trimming separates them.
+/// neither P2P nor SHM.
 void computePaths(System& sys, const Config& cfg, const std::vector<int>& shmDevByRank = {});
+
+/// ncclTopoCheckNet: whether GPUs g1 and g2 (indices) of one host talk through the network rather than P2P or
+/// SHM: both reach a NIC at PXB or better faster than they reach each other (NCCL_NET_DISABLE_INTRA=1: never).
+bool useNetBetween(const System& sys, const Config& cfg, int g1, int g2);
+
+/// The NCCL nodes a system splits into: domain[g] is the lowest GPU index connected to GPU g by paths other
+/// than NET (ncclTopoTrimSystem's domains).
+std::vector<int> gpuDomains(const System& sys);
 
 /// ncclTopoTrimSystem: removes GPUs outside `myRank`'s connected domain and sets `sys.inter` (1 when the job has
 /// ranks outside this system). Paths must be recomputed afterwards.

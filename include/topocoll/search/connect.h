@@ -1,5 +1,15 @@
-// Joining the per-node graphs into job-wide rings and trees (NCCL's ncclTopoPreset / ncclTopoPostset, the
-// graph-info allgather's min/max alignment, and the double binary trees of src/graph/trees.cc).
+// Joining the nodes' graphs into job-wide rings and trees: NCCL 2.30.7's ncclTopoPreset / ncclTopoPostset
+// (src/graph/connect.cc), the graph-info allgather's min/max alignment and node numbering of initTransportsRank
+// (src/init.cc), ncclNvlsTuning (src/transport/nvls.cc) and ncclTopoComputeP2pChannels.
+//
+//   // A communicator: every rank's record from the allgather.
+//   std::vector<RankTopo> all(nRanks);
+//   all[myRank] = presetRank(myRank, searchNode(sys, cfg, nRanks));
+//   bootstrap.allGather(all.data(), sizeof(RankTopo));
+//   Connect c = connectRanks(all, cfg);
+//
+//   // The planner: nodes that repeat (every host described by the same topology) are searched once.
+//   Connect c = connectRanks(ReplicatedNodes({hostNodes}, ranksPerHost, nHosts), cfg);
 #pragma once
 
 #include <array>
@@ -8,20 +18,9 @@
 
 #include "topocoll/config.h"
 #include "topocoll/search/graph.h"
-#include "topocoll/topology/system.h"
+#include "topocoll/search/node_search.h"
 
 namespace topocoll::search {
-
-/// Graph indices in NCCL's algorithm order.
-enum GraphIndex { kGraphRing = 0, kGraphTree = 1, kGraphCollnetChain = 2, kGraphCollnetDirect = 3, kGraphNvls = 4 };
-constexpr int kNumGraphs = 5;
-const char* graphName(int index);  // "ring", "tree", "collnet_chain", "collnet_direct", "nvls"
-
-/// ncclGetBtree: parent and children of `rank` in NCCL's binary tree over nranks (-1 when absent).
-void getBtree(int nranks, int rank, int* up, int* down0, int* down1, int* parentChildType);
-/// ncclGetDtree: the two trees of the double binary tree (shift for odd, mirror for even nranks).
-void getDtree(int nranks, int rank, int* s0, int* d0_0, int* d0_1, int* parentChildType0, int* s1, int* d1_0,
-              int* d1_1, int* parentChildType1);
 
 struct TreeLinks {
   int up = -1;
@@ -30,40 +29,6 @@ struct TreeLinks {
 struct NvlsLinks {
   int nHeads = 0, headRank = -1, treeUp = -1;
   std::array<int, 3> treeDown = {-1, -1, -1};
-};
-
-/// Per-node inputs: the graphs rank `firstRank` .. of one node computed (ranks are global).
-struct NodeGraphs {
-  std::array<Graph, kNumGraphs> graphs;
-  int ranks = 0;          // local ranks of this node
-  int firstRank = 0;      // global rank of its first local rank
-  int minCompCap = 0, maxCompCap = 0;
-  int p2pnChannelsPerPeer = 0;
-  float minNetBw = 0;
-  int cpuArch = 0, cpuVendor = 0;
-  bool nvlsSupport = false;
-  bool collnetSupport = false;
-  std::array<bool, kNumGraphs> available = {};  // which graphs were searched
-  double searchMs = 0;
-};
-
-/// Everything one rank of NCCL computes for its node after the paths (initTransportsRank): the ring, tree,
-/// CollNet and NVLS searches in NCCL's order, NVLS and CollNet support, P2P channels per peer and the minimum
-/// NIC bandwidth. `sys` is the rank's system after prepareForSearch; `nRanks` the job's size.
-NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks);
-
-struct Connect {
-  int nNodes = 0, localRanks = 0, nRanks = 0;
-  int nChannelsSearchedRing = 0, nChannelsSearchedTree = 0, nChannelsPreset = 0;
-  int nChannels = 0, collChannels = 0;
-  int nvlsSupport = 0, nvlsChannels = 0;
-  int p2pnChannels = 0, p2pnChannelsPerPeer = 0;
-  int maxTreePattern = 0, minCompCap = 0, maxCompCap = 0, cpuArch = 0, cpuVendor = 0;
-  int collnetEnable = 0;
-  std::array<Graph, kNumGraphs> aligned;   // graphs after the min/max combination (no channel lists)
-  std::vector<std::vector<int>> rings;     // [channel] ranks from rank 0
-  std::vector<std::vector<TreeLinks>> trees;  // [rank][channel]
-  std::vector<std::vector<NvlsLinks>> nvls;   // [rank][channel] (first two channels)
 };
 
 /// The per-graph summary every rank shares (NCCL's graphInfo).
@@ -87,15 +52,70 @@ struct RankTopo {
   float minNetBw = 0;
 };
 
-/// ncclTopoPreset for `rank`, a rank of `node`.
-RankTopo presetRank(int rank, const NodeGraphs& node);
+/// ncclTopoPreset for `rank`, a rank of `node`. The node's graphs name ranks `rankOffset` below their job ranks
+/// (a node searched once and repeated on other hosts); `rank` is the job rank.
+RankTopo presetRank(int rank, const NodeGraphs& node, int rankOffset = 0);
 
-/// Alignment and postset from every rank's record (index = rank). Nodes are found as NCCL finds them (ranks sharing
-/// their ring's first rank). Throws Error(kInternal) if a ring does not close.
-Connect connectRanks(const std::vector<RankTopo>& all, const Config& cfg);
+/// Every rank's record, by rank: the allgather's result, or records made on demand.
+class RankRecords {
+ public:
+  virtual ~RankRecords() = default;
+  virtual int size() const = 0;
+  /// The record of `rank`: a reference into the source, or `scratch` filled.
+  virtual const RankTopo& get(int rank, RankTopo& scratch) const = 0;
+};
 
-/// Everything after the per-node searches, for all ranks at once. `nodes[n]` holds node n's graphs with global
-/// ranks.
-Connect connectJob(const std::vector<NodeGraphs>& nodes, const Config& cfg);
+/// Records held in memory (a communicator's allgather).
+class RecordList : public RankRecords {
+ public:
+  explicit RecordList(const std::vector<RankTopo>& all) : all_(all) {}
+  int size() const override { return static_cast<int>(all_.size()); }
+  const RankTopo& get(int rank, RankTopo&) const override { return all_[rank]; }
+
+ private:
+  const std::vector<RankTopo>& all_;
+};
+
+/// A job of `units` units (hosts, or NVLink cliques of hosts) of `unitRanks` ranks each, unit u holding ranks
+/// [u * unitRanks, (u + 1) * unitRanks) and described by unitTypes[u % unitTypes.size()]: the NCCL nodes of such a
+/// unit (one per host, or several when a host splits into domains, or one per clique), their graphs naming the
+/// unit's ranks from 0. Every rank of a unit is in exactly one node. Records are made when asked for, so no
+/// per-rank copy of the graphs exists.
+class ReplicatedNodes : public RankRecords {
+ public:
+  /// Throws Error(kInvalidArgument) when some type's nodes do not partition the unit's ranks.
+  ReplicatedNodes(const std::vector<std::vector<NodeGraphs>>& unitTypes, int unitRanks, int units);
+  int size() const override { return unitRanks_ * units_; }
+  const RankTopo& get(int rank, RankTopo& scratch) const override;
+
+ private:
+  const std::vector<std::vector<NodeGraphs>>& types_;
+  int unitRanks_, units_;
+  std::vector<std::vector<int>> nodeOf_;  // [type][unit-local rank] -> index in types_[type]
+};
+
+struct Connect {
+  int nNodes = 0, localRanks = 0, nRanks = 0;
+  int minLocalRanks = 0, maxLocalRanks = 0;  // over all nodes (rank 0's node for localRanks)
+  int nChannelsSearchedRing = 0, nChannelsSearchedTree = 0, nChannelsPreset = 0;
+  int nChannels = 0, collChannels = 0;
+  int nvlsSupport = 0, nvlsChannels = 0;
+  int p2pnChannels = 0, p2pnChannelsPerPeer = 0;
+  int maxTreePattern = 0, minCompCap = 0, maxCompCap = 0, cpuArch = 0, cpuVendor = 0;
+  int collnetEnable = 0;
+  float minNetBw = 0;
+  std::array<Graph, kNumGraphs> aligned;      // graphs after the min/max combination (no channel lists)
+  std::vector<int> nodeFirstRank;             // [node] the rank that starts its channel-0 ring
+  std::vector<std::vector<int>> rings;        // [channel] ranks from rank 0
+  std::vector<std::vector<TreeLinks>> trees;  // [rank][channel]
+  std::vector<std::vector<NvlsLinks>> nvls;   // [rank][channel] (first two channels)
+};
+
+/// Alignment and postset from every rank's record. Nodes are found as NCCL finds them (ranks sharing their ring's
+/// first rank). Throws Error(kInternal) if a ring does not close.
+Connect connectRanks(const RankRecords& records, const Config& cfg);
+inline Connect connectRanks(const std::vector<RankTopo>& all, const Config& cfg) {
+  return connectRanks(RecordList(all), cfg);
+}
 
 }  // namespace topocoll::search

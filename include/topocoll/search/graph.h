@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,14 @@ enum Pattern : int {
   kPatternCollnetDirect = 6,
 };
 
+/// Graph indices in NCCL's algorithm order (the graphs[] of initTransportsRank).
+enum GraphIndex { kGraphRing = 0, kGraphTree = 1, kGraphCollnetChain = 2, kGraphCollnetDirect = 3, kGraphNvls = 4 };
+constexpr int kNumGraphs = 5;
+const char* graphName(int index);  // "ring", "tree", "collnet_chain", "collnet_direct", "nvls"
+
+/// The ids NCCL gives its graphs (ncclTopoGraph::id, the `id` of graph XML): not the index above.
+constexpr int kGraphIdRing = 0, kGraphIdTree = 1, kGraphIdCollnetChain = 2, kGraphIdNvls = 3, kGraphIdCollnetDirect = 4;
+
 /// ncclTopoGraph. `intra[c * ngpus + i]` is the rank at position i of channel c; `inter[c * 2 + {0,1}]` the ids
 /// of the NET the channel enters and leaves the node through.
 struct Graph {
@@ -42,8 +51,26 @@ struct Graph {
   // Diagnostics (not part of NCCL's struct).
   double searchMs = 0;
   bool timedOut = false;
-  int searchSteps = 0;
+  int searchSteps = 0;   // steps NCCL's budgets count
+  int searchWalked = 0;  // of those, the steps walked (the rest were charged from the memo)
   bool fromFile = false;
+};
+
+/// NCCL's searches for several graphs of one system (ncclTopoCompute each), sharing what depends only on the
+/// system's paths (flattened routes, candidate orders, preferred NETs). The system's paths must not change while
+/// it lives.
+class Searches {
+ public:
+  Searches(topology::System& sys, const Config& cfg);
+  ~Searches();
+  Searches(const Searches&) = delete;
+  Searches& operator=(const Searches&) = delete;
+  /// ncclTopoCompute for `graph` (id, pattern, collNet, minChannels, maxChannels are inputs).
+  void compute(Graph& graph);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 /// Runs NCCL's search for one pattern (ncclTopoCompute). The graph's id, pattern, collNet, minChannels and

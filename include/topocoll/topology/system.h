@@ -36,7 +36,18 @@ constexpr int kCpuArchX86 = 1, kCpuArchPower = 2, kCpuArchArm = 3, kCpuArchMixed
 constexpr int kCpuVendorIntel = 1, kCpuVendorAmd = 2, kCpuVendorZhaoxin = 3, kCpuVendorMixed = 4;
 constexpr int kCpuModelIntelBdw = 1, kCpuModelIntelSkl = 2, kCpuModelIntelSrp = 3, kCpuModelIntelErp = 4;
 constexpr int kCpuModelYongfeng = 1;
+constexpr int kCpuModelAmdRome = 4;  // RCCL's NCCL_TOPO_CPU_TYPE_ROME
 constexpr int kUndef = -1;
+
+// AMD GPUs (RCCL's XML, version 2: a `gcn` attribute on <gpu>). RCCL's src/graph/topo.cc ncclTopoAddGpu gives every
+// AMD GPU compute capability 60 ("no direct mapping between CUDA SM and HIP GFX") and reads `sm` as the CU count.
+constexpr int kAmdGpuCompCap = 60;
+/// RCCL's name for an architecture, from the `gcn` attribute (old numeric values "906", "908", "910", "940",
+/// "941", "942" map to gfx906 ... gfx942; archinfo.cc convertGcnArchToGcnArchName).
+std::string gcnArchName(const std::string& gcn);
+/// Bandwidth of one XGMI link in GB/s by architecture (RCCL topo.h ncclTopoXGMISpeed): gfx90a 36, gfx94x 48,
+/// gfx95x 48, gfx1250 64, older (Vega gfx906, MI100 gfx908) 24.
+float xgmiWidth(const std::string& gcnName);
 
 /// NVLink bandwidth of one link, by compute capability.
 float nvlinkBw(int cudaCompCap);
@@ -78,6 +89,8 @@ struct Node {
   int cudaCompCap = kUndef;
   int gdrSupport = 0;
   int mloPart = kUndef;
+  std::string gcn;  // AMD GPUs (GPU, DEV): RCCL's architecture name, e.g. "gfx942"; empty for NVIDIA GPUs
+  int cu = 0;       // AMD GPUs: compute units (RCCL's `sm`)
   int parent = -1;  // GPU: index of its DEV node
   // DEV / PCI
   uint64_t device = 0;  // vendor<<48 | device<<32 | subsystem_vendor<<16 | subsystem_device
@@ -119,6 +132,8 @@ struct System {
   int indexOf(NodeType t, int64_t id) const;
   /// Index of the GPU with that rank, or -1.
   int gpuIndexOfRank(int rank) const;
+  /// Whether RCCL's rules apply: the GPUs are AMD's (see gcnArchName).
+  bool amdGpus() const { return !of(NodeType::GPU).empty() && !of(NodeType::GPU)[0].gcn.empty(); }
   /// Removes a node and every link to it (ncclTopoRemoveNode); indices above it shift down. Paths are dropped.
   void removeNode(NodeType t, int index);
 };
