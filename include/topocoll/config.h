@@ -66,6 +66,7 @@ struct Config {
   double timeoutSec = 300;         // TOPOCOLL_TIMEOUT
   int simulateGpus = 0;            // TOPOCOLL_SIMULATE_GPUS
   int simulateGpuDev = -1;         // TOPOCOLL_SIMULATE_GPU_DEV
+  std::string jobId;               // TOPOCOLL_JOB_ID
   std::string testDieAfter;        // TOPOCOLL_TEST_DIE_AFTER (tests only)
   // Debug (the logger reads these itself; they are here so that bad values fail at the API edge)
   std::string debug;               // NCCL_DEBUG

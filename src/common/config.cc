@@ -237,9 +237,17 @@ std::vector<Knob> buildRegistry() {
                                              "1: each rank takes the NCCL_TOPO_FILE GPU whose dev is its local rank"));
   r.push_back(intKnob<&Config::simulateGpuDev>("TOPOCOLL_SIMULATE_GPU_DEV", "bootstrap", -1, 1 << 16,
                                                "With TOPOCOLL_SIMULATE_GPUS: this rank's GPU dev (-1: its local rank)"));
-  r.push_back(choiceKnob<&Config::testDieAfter>("TOPOCOLL_TEST_DIE_AFTER", "bootstrap", "bootstrap",
-                                                "Tests only: the process exits at this init phase",
-                                                [](const std::string&) {}));
+  r.push_back(stringKnob<&Config::jobId>(
+      "TOPOCOLL_JOB_ID", "bootstrap",
+      "Name of this job, mixed into the bootstrap magic so that two jobs sharing a root address are told apart "
+      "(launchers' job ids are mixed in already)"));
+  r.push_back(choiceKnob<&Config::testDieAfter>(
+      "TOPOCOLL_TEST_DIE_AFTER", "bootstrap", "register | ring | bootstrap | peerinfo",
+      "Tests only: the process exits after this init phase (registration, ring setup, bootstrap, peer-info allgather)",
+      [](const std::string& v) {
+        if (v != "register" && v != "ring" && v != "bootstrap" && v != "peerinfo")
+          fail(StatusCode::kInvalidArgument, "TOPOCOLL_TEST_DIE_AFTER={}: expected register, ring, bootstrap or peerinfo", v);
+      }));
   // --- debug
   r.push_back(choiceKnob<&Config::debug>("NCCL_DEBUG", "debug", "VERSION | WARN | INFO | ABORT | TRACE",
                                          "Log level (each includes the less verbose ones)",
