@@ -19,6 +19,8 @@ namespace {
 constexpr auto kRegistrationWait = std::chrono::seconds(10);
 constexpr size_t kMaxPending = 4096;
 constexpr auto kReplyDeadline = std::chrono::seconds(2);
+// A failed root's process stays this long after the last connection came for ranks still on their way.
+constexpr auto kLingerQuiet = std::chrono::seconds(3);
 
 }  // namespace
 
@@ -229,8 +231,12 @@ void Root::abort(const std::string& reason, Clock::time_point until) {
     std::lock_guard<std::mutex> lock(ctlMu_);
     abortRequest_ = reason;
   }
-  while (!everyoneTold_ && thread_.joinable() && Clock::now() < until)
+  const auto started = Clock::now();
+  while (!everyoneTold_ && Clock::now() < until) {
+    auto last = std::max(started, Clock::time_point(Clock::duration(lastArrival_.load())));
+    if (Clock::now() - last >= kLingerQuiet) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 void Root::run() {
@@ -256,7 +262,10 @@ void Root::run() {
         if (p.sock.valid() && now >= p.deadline)
           st.drop(p, fmt::format("no registration within {} s", kRegistrationWait.count()));
       std::erase_if(st.pending, [](const Impl::Pending& p) { return !p.sock.valid(); });
-      if (fds[0].revents) st.acceptAll(listener_);
+      if (fds[0].revents) {
+        st.acceptAll(listener_);
+        lastArrival_ = Clock::now().time_since_epoch().count();
+      }
       if (!st.answered && st.failure.empty() && now >= st.reportMissingAt)
         st.failJob(StatusCode::kTimeout, st.book.missingText());
       {

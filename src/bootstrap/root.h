@@ -23,7 +23,8 @@ class Root {
   Address address() const { return addr_; }
   uint64_t magic() const { return magic_; }
   /// The process hosting the root gives up: unless the job already failed for another reason, every rank is told
-  /// `reason`. Returns once every rank of the job has been told (those registering meanwhile included) or at `until`.
+  /// `reason`. Returns once every rank of the job has been told (those registering meanwhile included), when no
+  /// connection has come for a few seconds, or at `until`.
   void abort(const std::string& reason, Clock::time_point until);
 
  private:
@@ -32,6 +33,7 @@ class Root {
   std::mutex ctlMu_;
   std::string abortRequest_;          // from abort(), for the root's thread
   std::atomic<bool> everyoneTold_{false};
+  std::atomic<Clock::rep> lastArrival_{0};  // when the last connection came (Clock ticks)
   Socket listener_;
   Address addr_;
   uint64_t magic_ = 0;

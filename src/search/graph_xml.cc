@@ -1,4 +1,7 @@
 // Graph XML, as NCCL_GRAPH_DUMP_FILE writes it and NCCL_GRAPH_FILE reads it.
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <set>
 
 #include "topocoll/search/graph.h"
@@ -64,8 +67,11 @@ std::string graphsToXml(const System& sys, const std::vector<const Graph*>& grap
 }
 
 int graphFromXml(const XmlDoc& doc, const System& sys, const Config& cfg, Graph& graph) {
-  XmlNode* graphs = doc.root ? doc.root->find("graphs") : nullptr;
-  if (!graphs) fail(StatusCode::kInvalidArgument, "{}: no <graphs> element", doc.source);
+  XmlNode* graphs = doc.root && doc.root->name == "graphs" ? doc.root.get() : nullptr;
+  if (doc.root && doc.root->name == "system")
+    fail(StatusCode::kInvalidArgument, "{}: the root element is <system>: this is a topology file (--topo, "
+         "NCCL_TOPO_FILE), not a graph file", doc.where(*doc.root));
+  if (!graphs) fail(StatusCode::kInvalidArgument, "{}: the root element is not <graphs>: not a graph file", doc.source);
   const std::string* ver = graphs->attr("version");
   if (!ver || *ver != "1")
     fail(StatusCode::kInvalidArgument, "{}: <graphs version=\"{}\">: version 1 needed", doc.where(*graphs),
@@ -74,17 +80,23 @@ int graphFromXml(const XmlDoc& doc, const System& sys, const Config& cfg, Graph&
     const std::string* v = x.attr(k);
     if (!v) fail(StatusCode::kInvalidArgument, "{}: <{}> is missing attribute '{}'", doc.where(x), x.name, k);
     char* end = nullptr;
-    long r = std::strtol(v->c_str(), &end, 0);
+    errno = 0;
+    long long r = std::strtoll(v->c_str(), &end, 0);
     if (v->empty() || *end) fail(StatusCode::kInvalidArgument, "{}: {}=\"{}\" is not an integer", doc.where(x), k, *v);
+    if (errno == ERANGE || r < INT32_MIN || r > INT32_MAX)
+      fail(StatusCode::kInvalidArgument, "{}: {}=\"{}\" is out of range", doc.where(x), k, *v);
     return static_cast<int>(r);
   };
   auto reqFloat = [&](const XmlNode& x, const char* k) {
     const std::string* v = x.attr(k);
     if (!v) fail(StatusCode::kInvalidArgument, "{}: <{}> is missing attribute '{}'", doc.where(x), x.name, k);
     char* end = nullptr;
-    float r = std::strtof(v->c_str(), &end);
+    errno = 0;
+    double r = std::strtod(v->c_str(), &end);
     if (v->empty() || *end) fail(StatusCode::kInvalidArgument, "{}: {}=\"{}\" is not a number", doc.where(x), k, *v);
-    return r;
+    if (errno == ERANGE || !std::isfinite(r) || r < 0 || r > 1e9)
+      fail(StatusCode::kInvalidArgument, "{}: {}=\"{}\" is out of range [0, 1e9]", doc.where(x), k, *v);
+    return static_cast<float>(r);
   };
   int loaded = 0;
   const int ngpus = sys.count(NodeType::GPU);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <unordered_map>
 
 #include "topocoll/status.h"
 #include "topocoll/topology/system.h"
@@ -209,6 +210,7 @@ std::vector<XmlNode*> localGpuElements(const XmlNode& root) {
 std::vector<int> gpuDevs(const XmlDoc& doc) {
   std::vector<XmlNode*> gpus = localGpuElements(*doc.root);
   std::vector<int> devs;
+  std::set<int> seen;
   for (XmlNode* g : gpus) {
     const std::string* d = g->attr("dev");
     if (!d) fail(StatusCode::kInvalidArgument, "{}: <gpu> is missing required attribute 'dev'", doc.where(*g));
@@ -216,7 +218,7 @@ std::vector<int> gpuDevs(const XmlDoc& doc) {
     long v = std::strtol(d->c_str(), &end, 0);
     if (d->empty() || *end || v < 0)
       fail(StatusCode::kInvalidArgument, "{}: <gpu> attribute dev=\"{}\" is not a GPU index", doc.where(*g), *d);
-    if (std::find(devs.begin(), devs.end(), static_cast<int>(v)) != devs.end())
+    if (!seen.insert(static_cast<int>(v)).second)
       fail(StatusCode::kInvalidArgument, "{}: two <gpu> elements have dev=\"{}\"", doc.where(*g), *d);
     devs.push_back(static_cast<int>(v));
   }
@@ -350,8 +352,10 @@ void applyNets(XmlNode& root, const Config& cfg, const std::vector<std::vector<i
 }
 
 XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, const Config& cfg) {
-  if (!file.root || !file.root->find("system"))
-    fail(StatusCode::kInvalidArgument, "{}: no <system> element", file.source);
+  systemElement(file);
+  if (ranks.size() > static_cast<size_t>(kTopoMaxNodes))
+    fail(StatusCode::kInvalidArgument, "{}: {} ranks on one host; NCCL supports at most {} GPUs per host "
+         "(NCCL_TOPO_MAX_NODES)", file.source, ranks.size(), kTopoMaxNodes);
   {
     std::set<int> seen;
     for (auto& r : ranks)
@@ -368,41 +372,49 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
   }
   // GPU-to-GPU NVLinks must point at a GPU of the file (NCCL silently drops them).
   {
-    std::vector<XmlNode*> links;
+    std::vector<XmlNode*> links, pcis;
     collect(*file.root, "nvlink", links);
+    collect(*file.root, "pci", pcis);
+    std::unordered_map<std::string, XmlNode*> pciByBusId;  // the first in document order, as findWith
+    for (XmlNode* p : pcis) pciByBusId.emplace(*p->attr("busid"), p);
     for (XmlNode* l : links) {
       const std::string* tclass = l->attr("tclass");
       const std::string* target = l->attr("target");
       if (!tclass || !target || tclass->compare(0, 4, "0x03") != 0) continue;
-      XmlNode* pci = file.root->findWith("pci", "busid", *target);
+      auto it = pciByBusId.find(*target);
+      XmlNode* pci = it == pciByBusId.end() ? nullptr : it->second;
       if (!pci || !pci->child("gpu"))
         fail(StatusCode::kInvalidArgument, "{}: <nvlink target=\"{}\"> points at no GPU of the topology",
              file.where(*l), *target);
     }
   }
-  const auto groups = netGroups(*file.root, cfg);
+  // NCCL trims a fresh copy of the host's XML for each local rank and fuses the copies. The network view (device
+  // numbers, fused NICs) is the same in every copy, so it is applied once, and each rank's trimmed copy is made
+  // without copying what trimming removes: linear in the ranks' views, not ranks x file.
+  XmlDoc base = file.clone();
+  applyNets(*base.root, cfg, netGroups(*base.root, cfg));
+  std::unordered_map<int, const XmlNode*> gpuByDev;
+  for (XmlNode* g : localGpuElements(*base.root))
+    if (g->attr("dev")) gpuByDev[std::atoi(g->attr("dev")->c_str())] = g;
+  TrimmedCopies copies(*base.root);
   XmlDoc fused;
   fused.source = file.source;
   for (auto& r : ranks) {
-    XmlDoc d = file.clone();
-    XmlNode* gpu = nullptr;
-    for (XmlNode* g : localGpuElements(*d.root))
-      if (g->attr("dev") && std::atoi(g->attr("dev")->c_str()) == r.dev) gpu = g;
-    if (!gpu)
+    auto gpu = gpuByDev.find(r.dev);
+    if (gpu == gpuByDev.end())
       fail(StatusCode::kInvalidArgument, "{}: rank {} uses GPU dev {}, which the topology does not have", file.source,
            r.rank, r.dev);
-    gpu->set("keep", "1");
-    gpu->set("rank", std::to_string(r.rank));
-    gpu->setIfUnset("gdr", "1");
-    applyNets(*d.root, cfg, groups);
-    trimXml(*d.root);
-    if (!fused.root) fused.root = std::move(d.root);
-    else fuseXml(*fused.root, *d.root);
+    auto mine = copies.copy(gpu->second, [&](XmlNode& g) {
+      g.set("keep", "1");
+      g.set("rank", std::to_string(r.rank));
+      g.setIfUnset("gdr", "1");
+    });
+    if (!fused.root) fused.root = std::move(mine);
+    else fuseXml(*fused.root, *mine);
   }
   if (!fused.root) {
     // No rank on this host: keep the whole machine (nothing would be kept by trimming).
-    fused = file.clone();
-    processNets(*fused.root, cfg);
+    fused = std::move(base);
     fused.root->visit([](XmlNode& n) { n.unset("keep"); });
   }
   return fused;

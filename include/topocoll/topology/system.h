@@ -37,6 +37,8 @@ constexpr int kCpuVendorIntel = 1, kCpuVendorAmd = 2, kCpuVendorZhaoxin = 3, kCp
 constexpr int kCpuModelIntelBdw = 1, kCpuModelIntelSkl = 2, kCpuModelIntelSrp = 3, kCpuModelIntelErp = 4;
 constexpr int kCpuModelYongfeng = 1;
 constexpr int kUndef = -1;
+/// NCCL_TOPO_MAX_NODES (src/include/graph.h): the most nodes of one type a host's system may have.
+constexpr int kTopoMaxNodes = 640;
 
 /// NVLink bandwidth of one link, by compute capability.
 float nvlinkBw(int cudaCompCap);
