@@ -132,15 +132,17 @@ TEST(System, PcieBandwidthFromSpeedAndWidth) {
   EXPECT_THROW(bw("16 GT/s", "x16"), Error);
 }
 
+// The message of building the system of `x` (as file t.xml), "" when it builds.
+std::string err(const std::string& x) {
+  try {
+    buildSystem(parseXml(x, "t.xml"));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(System, BadInputNamesFileLineAndAttribute) {
-  auto err = [](const std::string& x) -> std::string {
-    try {
-      buildSystem(parseXml(x, "t.xml"));
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
   std::string m = err("<system version=\"1\">\n<cpu arch=\"x86_64\" vendor=\"AuthenticAMD\"/></system>");
   EXPECT_NE(m.find("t.xml:2"), std::string::npos) << m;
   EXPECT_NE(m.find("numaid"), std::string::npos) << m;
@@ -169,14 +171,6 @@ std::string gpuWith(const std::string& gpuAttrs, const std::string& inside = "",
 }
 
 TEST(System, ValuesNcclWouldComputeNonsenseWithAreErrorsNamingFileAndLine) {
-  auto err = [](const std::string& x) -> std::string {
-    try {
-      buildSystem(parseXml(x, "t.xml"));
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
   EXPECT_EQ(err(gpuWith("sm=\"90\"")), "");
   EXPECT_NE(err(gpuWith("sm=\"-90\"")).find("t.xml:4: <gpu> attribute sm=\"-90\" is out of range [0, 999]"),
             std::string::npos);
