@@ -208,6 +208,7 @@ std::vector<XmlNode*> localGpuElements(const XmlNode& root) {
 }  // namespace
 
 std::vector<int> gpuDevs(const XmlDoc& doc) {
+  systemElement(doc);
   std::vector<XmlNode*> gpus = localGpuElements(*doc.root);
   std::vector<int> devs;
   std::set<int> seen;

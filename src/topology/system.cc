@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "topocoll/log.h"
 #include "topocoll/status.h"
@@ -135,12 +137,42 @@ constexpr int kMaxC2cLinkBw = 1000000;      // MB/s per C2C link
 constexpr int kMaxPciWidth = 32;            // PCIe lanes (x32 is the widest link the standard defines)
 constexpr int kMaxNumaId = 1 << 16;
 
+// The elements NCCL's topology loader reads under each element (src/graph/xml.cc, ncclTopoXmlLoad*); it ignores
+// the others, and so does the system builder. XGMI links are AMD's and go beside NVLinks.
+const std::pair<const char*, const char*> kGrammar[] = {
+    {"system", "cpu"}, {"cpu", "pci"},     {"cpu", "nic"},    {"pci", "pci"},   {"pci", "gpu"},  {"pci", "nic"},
+    {"pci", "pcilink"}, {"gpu", "nvlink"}, {"gpu", "c2c"},    {"gpu", "xgmi"},  {"nic", "net"}};
+
+// One warning line per kind of ignored element (its first place), once per process.
+void warnIgnoredElements(const XmlDoc& doc, const XmlNode& n) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  for (auto& c : n.subs) {
+    bool known = false;
+    std::string allowed;
+    for (auto& [parent, child] : kGrammar) {
+      if (n.name != parent) continue;
+      known |= c->name == child;
+      allowed += (allowed.empty() ? "" : ", ") + std::string("<") + child + ">";
+    }
+    if (known) {
+      warnIgnoredElements(doc, *c);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said.insert(doc.source + "\n" + n.name + "\n" + c->name).second) continue;
+    TC_WARN("{}: <{}> in <{}> is ignored, as NCCL ignores it ({})", doc.where(*c), c->name, n.name,
+            allowed.empty() ? "nothing is read inside <" + n.name + ">" : "it reads " + allowed + " there");
+  }
+}
+
 class Builder {
  public:
   Builder(const XmlDoc& doc) : doc_(doc), a_(doc) {}
 
   System build(uint64_t localHostHash) {
     XmlNode* top = &systemElement(doc_);
+    warnIgnoredElements(doc_, *top);
     for (auto& s : top->subs)
       if (s->name == "cpu") addCpu(*s);
     if (sys_.hostHashes.empty()) fail(StatusCode::kInvalidArgument, "{}: <system> has no <cpu>", doc_.where(*top));
