@@ -115,7 +115,7 @@ sed 's|</system>|  <foo/>\n</system>|' "$SEED" > "$tmp/foo.xml"
 check ignored-element 0 "<foo> in <system> is ignored, as NCCL ignores it" -- "$T" topo show --topo "$tmp/foo.xml"
 check paths-unknown-node 1 "no NET with dev 99" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET99
 # Inputs the fuzzer once crashed on: clear errors now.
-for f in "$G"/../../fuzz/regressions/*.xml; do
+for f in "$G"/../../fuzz/regressions/topology/*.xml; do
   check "fuzz-regression $(basename "$f")" 1 "error" -- "$T" plan --topo "$f" --nodes 2
 done
 echo "$fails failure(s)"

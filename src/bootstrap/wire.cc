@@ -92,32 +92,22 @@ RegistrationBook::Verdict RegistrationBook::add(const Header& h, const std::vect
     nRanks_ = r.nRanks;
     firstRank_ = h.rank;
   }
-  if (regs_.empty()) {
-    regs_.resize(nRanks_);
-    present_.assign(nRanks_, 0);
-    timeoutMs_ = r.timeoutMs;
-  }
-  if (present_[h.rank]) {
+  if (regs_.empty()) timeoutMs_ = r.timeoutMs;
+  if (!regs_.emplace(h.rank, r).second) {
     *why = "rank " + std::to_string(h.rank) + " registered twice (two processes were started as rank " +
            std::to_string(h.rank) + ", or two jobs that cannot be told apart share the root's address)";
     return Verdict::kJobFails;
   }
-  present_[h.rank] = 1;
-  regs_[h.rank] = r;
-  ++count_;
   return Verdict::kAccepted;
 }
 
 std::string RegistrationBook::missingText() const {
   std::string missing;
-  int shown = 0, total = 0;
-  for (int r = 0; r < nRanks_; ++r) {
+  int shown = 0, total = nRanks_ - registered();
+  for (int r = 0; r < nRanks_ && shown < 32; ++r) {
     if (has(r)) continue;
-    ++total;
-    if (shown < 32) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      ++shown;
-    }
+    missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    ++shown;
   }
   if (total > shown) missing += ", ... (" + std::to_string(total) + " in all)";
   return "rank(s) " + missing + " of " + std::to_string(nRanks_) + " never registered with the root";

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 namespace topocoll::bootstrap {
@@ -102,10 +103,10 @@ class RegistrationBook {
   /// A complete message whose magic the parser checked. `why` says what was wrong when not accepted.
   Verdict add(const Header& h, const std::vector<uint8_t>& body, std::string* why);
   int nRanks() const { return nRanks_; }
-  int registered() const { return count_; }
-  bool complete() const { return nRanks_ > 0 && count_ == nRanks_; }
-  const Registration& of(int rank) const { return regs_[rank]; }
-  bool has(int rank) const { return rank >= 0 && rank < static_cast<int>(present_.size()) && present_[rank]; }
+  int registered() const { return static_cast<int>(regs_.size()); }
+  bool complete() const { return nRanks_ > 0 && registered() == nRanks_; }
+  const Registration& of(int rank) const { return regs_.at(rank); }
+  bool has(int rank) const { return regs_.count(rank) > 0; }
   /// The timeout the first rank came with (ms), 0 before any.
   int64_t timeoutMs() const { return timeoutMs_; }
   /// "rank(s) 2, 5 of 8 never registered with the root".
@@ -115,10 +116,8 @@ class RegistrationBook {
   int nRanks_;
   bool rootKnowsSize_;
   int firstRank_ = -1;
-  int count_ = 0;
   int64_t timeoutMs_ = 0;
-  std::vector<Registration> regs_;
-  std::vector<uint8_t> present_;
+  std::unordered_map<int, Registration> regs_;  // what came, not what the job size promises
 };
 
 }  // namespace topocoll::bootstrap

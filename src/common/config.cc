@@ -313,6 +313,8 @@ std::vector<std::string> knobTypos(const Env& env) {
     const Knob* best = nullptr;
     size_t bestD = 3;
     for (const Knob& k : knobs()) {
+      // The distance is at least the length difference: names far longer than any knob cost nothing.
+      if (std::max(name.size(), k.name.size()) - std::min(name.size(), k.name.size()) >= bestD) continue;
       size_t d = editDistance(name, k.name);
       if (d < bestD) bestD = d, best = &k;
     }

@@ -1,4 +1,5 @@
 // Graph XML, as NCCL_GRAPH_DUMP_FILE writes it and NCCL_GRAPH_FILE reads it.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -100,6 +101,10 @@ int graphFromXml(const XmlDoc& doc, const System& sys, const Config& cfg, Graph&
   };
   int loaded = 0;
   const int ngpus = sys.count(NodeType::GPU);
+  // Room for every channel the file may hold (compute() sizes them so already; other callers need not).
+  if (graph.intra.size() < static_cast<size_t>(kMaxChannels) * std::max(ngpus, 1))
+    graph.intra.assign(static_cast<size_t>(kMaxChannels) * std::max(ngpus, 1), 0);
+  if (graph.inter.size() < static_cast<size_t>(kMaxChannels) * 2) graph.inter.assign(kMaxChannels * 2, 0);
   for (auto& sub : graphs->subs) {
     if (sub->name != "graph") continue;
     const XmlNode& xg = *sub;
