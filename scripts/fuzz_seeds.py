@@ -50,6 +50,16 @@ def main():
     write(r + "strangers", bytes([2]) + conns(b"GET / HTTP/1.0\r\n\r\n", registration(0, 2, magic=99),
                                                header(0, TAG_REGISTER, 32) + bytes([255]) * 32, registration(0, 2)))
     write(r + "ipv6", bytes([1]) + conns(registration(0, 1, family=AF_INET6)))
+    c = "fuzz/corpus/c_api/"
+
+    def call(n, flags=0, count=4, dtype=7, op=0, who=0):
+        return struct.pack("<BBBBiii", n, flags, count, 0, dtype, op, who)
+
+    write(c + "collectives", b"".join(call(n) for n in range(9)))
+    write(c + "p2p", call(9) + call(9, count=3, dtype=2) + call(9, flags=32))
+    write(c + "refused", call(0, dtype=12) + call(0, op=5) + call(1, who=3) + call(0, flags=1) + call(0, flags=8) +
+          call(0, flags=16) + call(9, who=1) + call(10) + call(11, flags=1) + call(12, dtype=99) + call(13, flags=16))
+    write(c + "in-place", call(0, flags=4, count=200) + call(3, flags=4) + call(4, flags=4, dtype=9, op=4))
     k = "fuzz/corpus/knobs/"
     write(k + "nccl", b"NCCL_ALGO=ring,tree\nNCCL_PROTO=^LL128\nNCCL_P2P_LEVEL=NVL\nNCCL_MIN_NCHANNELS=4\n"
           b"NCCL_DEBUG=INFO\nNCCL_DEBUG_SUBSYS=^ENV,INIT\nNCCL_NET_FORCE_MERGE=mlx5_0,mlx5_1;mlx5_2\n"

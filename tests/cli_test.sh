@@ -111,6 +111,10 @@ check out-of-range-not-nan 1 "sm=\"1e300\" is out of range" -- "$T" plan --topo 
   echo '</cpu></system>'
 } > "$tmp/641.xml"
 check too-many-gpus 1 "641 ranks on one host; NCCL supports at most 640" -- "$T" plan --topo "$tmp/641.xml"
+PARTIAL=$D/aws-p5.48xlarge-h100-partial-pcie-only.xml  # NCCL completes it on the machine: here, nothing to plan
+check partial-plan 1 "no <gpu>: nothing to plan (a partial file" -- "$T" plan --topo "$PARTIAL"
+check partial-show 1 "<cpu> is missing attribute 'arch' (NCCL fills it from the machine it runs on" -- \
+  "$T" topo show --topo "$PARTIAL"
 sed 's|</system>|  <foo/>\n</system>|' "$SEED" > "$tmp/foo.xml"
 check ignored-element 0 "<foo> in <system> is ignored, as NCCL ignores it" -- "$T" topo show --topo "$tmp/foo.xml"
 check paths-unknown-node 1 "no NET with dev 99" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET99

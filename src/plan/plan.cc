@@ -22,7 +22,11 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
   if (job.nNodes < 1) fail(StatusCode::kInvalidArgument, "--nodes must be >= 1 (got {})", job.nNodes);
   if (job.nNodes > (1 << 20)) fail(StatusCode::kInvalidArgument, "--nodes {} is more than this planner supports (1048576)", job.nNodes);
   std::vector<int> devs = topology::gpuDevs(topo);
-  if (devs.empty()) fail(StatusCode::kInvalidArgument, "{}: the topology has no <gpu>: nothing to plan", topo.source);
+  if (devs.empty())
+    fail(StatusCode::kInvalidArgument,
+         "{}: the topology has no <gpu>: nothing to plan (a partial file, which NCCL completes with the GPUs it finds "
+         "on the machine it runs on? Plan on that machine, or from a complete dump: NCCL_TOPO_DUMP_FILE)",
+         topo.source);
   if (!job.ranksOnGpus.empty()) {
     for (int d : job.ranksOnGpus)
       if (std::find(devs.begin(), devs.end(), d) == devs.end())

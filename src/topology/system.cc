@@ -246,6 +246,13 @@ class Builder {
     NodeRef cpu = create(NodeType::CPU, makeId(systemId, numaId), x);
     Node& c = sys_.at(cpu);
     if (const std::string* s = x.attr("affinity")) c.affinity = *s;
+    // A partial file's CPUs lack what NCCL reads from the machine it runs on; another machine cannot be guessed.
+    for (const char* key : {"arch", "vendor"})
+      if (!x.has(key) && (std::string(key) == "arch" || *x.attr("arch") == "x86_64"))
+        fail(StatusCode::kInvalidArgument,
+             "{}: <cpu> is missing attribute '{}' (NCCL fills it from the machine it runs on: a partial topology file "
+             "needs that machine, or name it in the file)",
+             doc_.where(x), key);
     c.arch = kvPrefix(a_.reqStr(x, "arch"), kCpuArch, 0);
     if (c.arch == kCpuArchX86) {
       c.vendor = kvPrefix(a_.reqStr(x, "vendor"), kCpuVendor, 0);
