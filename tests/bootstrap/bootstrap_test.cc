@@ -333,6 +333,30 @@ TEST(Bootstrap, AnAbortIsNamedByEverySurvivor) {
   }
 }
 
+TEST(Bootstrap, AnInMemoryAbortReachesEveryWaitingRank) {
+  auto group = makeInMemoryGroup(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      group[r]->setPhase("the test's allgather");
+      if (r == 1) {
+        group[r]->abort("its topology file is broken");
+        return;
+      }
+      std::vector<int> v(3);
+      try {
+        group[r]->allGather(v.data(), sizeof(int));
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r : {0, 2})
+    EXPECT_EQ(errors[r], "rank 1 failed during the test's allgather: its topology file is broken") << r;
+}
+
 TEST(Bootstrap, NegativeTagsAreTheBootstrapsOwn) {
   runTcp(2, [](Bootstrap& bs) {
     int x = 0;
