@@ -66,16 +66,60 @@ check gpu-without-dev 1 "'dev'" -- "$T" plan --topo "$tmp/nodev.xml"
 printf '<system version="1"><cpu numaid="0" arch="x86_64" vendor="AuthenticAMD"><pci busid="0000:01:00.0" class="0x060400" link_speed="warp 9" link_width="16"/></cpu></system>\n' > "$tmp/speed.xml"
 check bad-pcie-speed 1 'link_speed="warp 9"' -- "$T" topo show --topo "$tmp/speed.xml"
 check no-gpu 1 "no <gpu>" -- "$T" plan --topo "$tmp/speed.xml"
-check nodes-zero nonzero "nodes" -- "$T" plan --topo "$SEED" --nodes 0
+check nodes-zero 2 "nodes" -- "$T" plan --topo "$SEED" --nodes 0
 check gpus-per-node 1 "only 8 GPUs" -- "$T" plan --topo "$SEED" --gpus-per-node 9
 check ranks-on-gpus 1 "dev 12" -- "$T" plan --topo "$SEED" --ranks-on-gpus 0,12
 check bad-level 1 "NCCL_P2P_LEVEL=FAST" -- env NCCL_P2P_LEVEL=FAST "$T" plan --topo "$SEED"
 check bad-algo 2 "NCCL_ALGO" -- env NCCL_ALGO=ring,warp "$T" tune --topo "$SEED"
 check bad-coll 1 "unknown collective" -- "$T" tune --topo "$SEED" --coll alltoall
-check bad-flag nonzero "frobnicate" -- "$T" plan --topo "$SEED" --frobnicate
+check bad-flag 2 "frobnicate" -- "$T" plan --topo "$SEED" --frobnicate
+check bad-flag-value 2 "gpus-per-node" -- "$T" plan --topo "$SEED" --gpus-per-node many
+check no-command 2 "subcommand is required" -- "$T"
+check unknown-command 2 "'bogus' is not a topocoll command; the commands are: topo, plan, tune" -- "$T" bogus
+check unknown-topo-command 2 "'bogus' is not a topocoll topo command; the commands are: dump, show" -- "$T" topo bogus
+check conflicting-flags 2 "excludes --ranks-on-gpus" -- "$T" plan --topo "$SEED" --gpus-per-node 2 --ranks-on-gpus 0,1
+check no-algorithm-enabled 2 "no algorithm/protocol is enabled for AllReduce" -- \
+  env NCCL_ALGO=^ring,tree,collnetdirect,collnetchain,nvls,nvlstree,pat "$T" tune --topo "$SEED" --coll allreduce
+check draw-unknown-format 2 "use FILE.svg, FILE.png, FILE.pdf or FILE.dot" -- "$T" topo draw --topo "$SEED" --out "$tmp/t.jpg"
+if command -v dot > /dev/null; then
+  for fmt in png pdf svg; do
+    "$T" topo draw --topo "$SEED" --out "$tmp/t.$fmt"
+    check "draw-$fmt" 0 "$(echo $fmt | tr a-z A-Z)" -- file "$tmp/t.$fmt"
+  done
+  check plan-draw-png 0 "PNG image" -- sh -c "'$T' plan --topo '$SEED' --draw '$tmp/p.png' > /dev/null && file '$tmp/p.png'"
+fi
+# Files that are not topologies, too large, or describe more than NCCL allows; values NCCL cannot compute with.
+check dev-zero 1 "/dev/zero: is not a regular file" -- "$T" topo show --topo /dev/zero
+check directory 1 "$tmp: is a directory" -- "$T" topo show --topo "$tmp"
+truncate -s 65M "$tmp/huge.xml"
+check huge-file 1 "over the 64 MiB limit" -- "$T" topo show --topo "$tmp/huge.xml"
+check graph-as-topology 1 "this is a graph file (NCCL_GRAPH_FILE), use --graph-in" -- "$T" plan --topo "$G/seed-h100.n2.graph.xml"
+check topology-as-graph 1 "this is a topology file" -- "$T" plan --topo "$SEED" --graph-in "$SEED"
+sed 's/sm="90"/sm="-90"/' "$SEED" > "$tmp/sm.xml"
+check negative-sm 1 "sm.xml:[0-9]*: <gpu> attribute sm=\"-90\" is out of range" -- "$T" plan --topo "$tmp/sm.xml"
+sed 's/latency="0.000000"/latency="nan"/' "$SEED" > "$tmp/nan.xml"
+check nan-latency 1 "latency=\"nan\" is not a finite number" -- "$T" plan --topo "$tmp/nan.xml"
+sed '0,/count="2"/s//count="2147483647"/' "$SEED" > "$tmp/count.xml"
+check nvlink-count 1 "count=\"2147483647\" is out of range \[0, 64\]" -- "$T" plan --topo "$tmp/count.xml"
+sed 's/sm="90"/sm="1e300"/' "$SEED" > "$tmp/e300.xml"
+check out-of-range-not-nan 1 "sm=\"1e300\" is out of range" -- "$T" plan --topo "$tmp/e300.xml"
+{
+  echo '<system version="1"><cpu numaid="0" arch="x86_64" vendor="AuthenticAMD">'
+  for i in $(seq 0 640); do
+    printf '<pci busid="0000:%02x:%02x.0" class="0x030200" link_speed="" link_width="16"><gpu dev="%d" sm="90" gdr="1"/></pci>\n' $((i / 32 + 1)) $((i % 32)) "$i"
+  done
+  echo '</cpu></system>'
+} > "$tmp/641.xml"
+check too-many-gpus 1 "641 ranks on one host; NCCL supports at most 640" -- "$T" plan --topo "$tmp/641.xml"
+PARTIAL=$D/aws-p5.48xlarge-h100-partial-pcie-only.xml  # NCCL completes it on the machine: here, nothing to plan
+check partial-plan 1 "no <gpu>: nothing to plan (a partial file" -- "$T" plan --topo "$PARTIAL"
+check partial-show 1 "<cpu> is missing attribute 'arch' (NCCL fills it from the machine it runs on" -- \
+  "$T" topo show --topo "$PARTIAL"
+sed 's|</system>|  <foo/>\n</system>|' "$SEED" > "$tmp/foo.xml"
+check ignored-element 0 "<foo> in <system> is ignored, as NCCL ignores it" -- "$T" topo show --topo "$tmp/foo.xml"
 check paths-unknown-node 1 "no NET with dev 99" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET99
 # Inputs the fuzzer once crashed on: clear errors now.
-for f in "$G"/../../fuzz/regressions/*.xml; do
+for f in "$G"/../../fuzz/regressions/topology/*.xml; do
   check "fuzz-regression $(basename "$f")" 1 "error" -- "$T" plan --topo "$f" --nodes 2
 done
 echo "$fails failure(s)"

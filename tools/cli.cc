@@ -1,12 +1,21 @@
 #include "cli.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
-#include <fmt/format.h>
-
 #include <iostream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "topocoll/unique_fd.h"
 
 #include "topocoll/status.h"
 #include "topocoll/topology/discovery.h"
@@ -44,31 +53,100 @@ void writeOut(const std::string& path, const std::string& content) {
   if (!out) fail(StatusCode::kSystemError, "{}: write error", path);
 }
 
-std::string dotToSvg(const std::string& dot) {
-  char tmpl[] = "/tmp/topocoll-XXXXXX";
-  int fd = mkstemp(tmpl);
-  if (fd < 0) fail(StatusCode::kSystemError, "cannot create a temporary file");
-  FILE* f = fdopen(fd, "w");
-  fputs(dot.c_str(), f);
-  fclose(f);
-  std::string cmd = std::string("dot -Tsvg ") + tmpl + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string svg;
-  if (p) {
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) svg.append(buf, n);
-    int rc = pclose(p);
-    if (rc != 0) svg.clear();
+std::optional<std::string> unknownSubcommand(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* level = &app;
+  std::string path = "topocoll";
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.empty() || arg[0] == '-') return std::nullopt;  // options: CLI11 checks them (and their values)
+    auto subs = level->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) return std::nullopt;  // a positional argument of a leaf command
+    const CLI::App* next = nullptr;
+    std::string names;
+    for (const CLI::App* s : subs) {
+      if (s->get_name() == arg) next = s;
+      names += (names.empty() ? "" : ", ") + s->get_name();
+    }
+    if (!next) return fmt::format("'{}' is not a {} command; the commands are: {}", arg, path, names);
+    path += " " + arg;
+    level = next;
   }
-  unlink(tmpl);
-  if (svg.empty())
-    fail(StatusCode::kSystemError, "Graphviz 'dot' is needed to write SVG (apt-get install graphviz), or use --out FILE.dot");
-  return svg;
+  return std::nullopt;
 }
 
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+namespace {
+
+// Runs `argv` with `input` on its standard input and returns its standard output (no shell, no temporary file).
+// Throws Error(kSystemError) when it cannot run or exits non-zero.
+std::string runFilter(const std::vector<std::string>& argv, const std::string& input) {
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC) != 0) fail(StatusCode::kSystemError, "pipe: {}", std::strerror(errno));
+  UniqueFd inRead(in[0]), inWrite(in[1]);
+  if (pipe2(out, O_CLOEXEC) != 0) fail(StatusCode::kSystemError, "pipe: {}", std::strerror(errno));
+  UniqueFd outRead(out[0]), outWrite(out[1]);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, inRead.get(), 0);
+  posix_spawn_file_actions_adddup2(&fa, outWrite.get(), 1);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) fail(StatusCode::kSystemError, "cannot run '{}': {}", argv[0], std::strerror(rc));
+  inRead.reset();
+  outWrite.reset();
+  // Feed and drain together: a large graph must not block on a full pipe.
+  fcntl(inWrite.get(), F_SETFL, O_NONBLOCK);
+  std::string result;
+  size_t sent = 0;
+  char buf[1 << 16];
+  while (outRead.valid()) {
+    pollfd p[2] = {{outRead.get(), POLLIN, 0}, {inWrite.valid() ? inWrite.get() : -1, POLLOUT, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
+    if (p[1].revents) {
+      ssize_t n = ::write(inWrite.get(), input.data() + sent, input.size() - sent);
+      if (n > 0) sent += static_cast<size_t>(n);
+      if (sent == input.size() || (n < 0 && errno != EAGAIN && errno != EINTR)) inWrite.reset();
+    }
+    if (p[0].revents) {
+      ssize_t n = ::read(outRead.get(), buf, sizeof(buf));
+      if (n > 0) result.append(buf, static_cast<size_t>(n));
+      else if (n == 0 || (errno != EAGAIN && errno != EINTR)) outRead.reset();
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail(StatusCode::kSystemError, "'{}' failed (exit status {})", fmt::join(argv, " "),
+         WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return result;
+}
+
+}  // namespace
+
+std::string writeGraph(const std::string& path, const std::string& dot) {
+  auto dotPos = path.rfind('.');
+  std::string ext = dotPos == std::string::npos ? "" : path.substr(dotPos + 1);
+  if (ext == "dot" || ext == "gv") {
+    writeOut(path, dot);
+    return "dot";
+  }
+  if (ext != "svg" && ext != "png" && ext != "pdf")
+    fail(StatusCode::kInvalidUsage, "--out {}: cannot tell the format; use FILE.svg, FILE.png, FILE.pdf or FILE.dot",
+         path);
+  std::string rendered;
+  try {
+    rendered = runFilter({"dot", "-T" + ext}, dot);
+  } catch (const Error& e) {
+    fail(StatusCode::kSystemError, "{}: Graphviz's 'dot' is needed to write {} ({}; apt-get install graphviz), or use "
+         "FILE.dot", path, ext, e.what());
+  }
+  writeOut(path, rendered);
+  return ext;
 }
 
 std::string ringsAndTrees(const search::Connect& c, int nRanks) {

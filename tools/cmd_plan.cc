@@ -159,9 +159,10 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
     c->add_option("--topo", a->topo, "Topology XML of one node (default: NCCL_TOPO_FILE, then discovery)");
     c->add_option("--nodes,-n", a->job.nNodes, "Number of nodes, each described by the same topology")
         ->check(CLI::Range(1, 1 << 20));
-    c->add_option("--gpus-per-node,-g", a->job.gpusPerNode, "Use the first G GPUs (by dev) of each node")
-        ->check(CLI::Range(1, 1 << 16));
-    c->add_option("--ranks-on-gpus", a->gpusList, "Comma-separated GPU dev of each local rank, e.g. 0,1,2,3");
+    auto* g = c->add_option("--gpus-per-node,-g", a->job.gpusPerNode, "Use the first G GPUs (by dev) of each node")
+                  ->check(CLI::Range(1, 1 << 16));
+    c->add_option("--ranks-on-gpus", a->gpusList, "Comma-separated GPU dev of each local rank, e.g. 0,1,2,3")
+        ->excludes(g);
     c->add_option("--clique-hosts", a->job.cliqueHosts,
                   "Hosts per multi-node NVLink clique when the topology describes several hosts (default: as many "
                   "as the job and the topology divide into; 1 = no multi-node NVLink, like NCCL_MNNVL_ENABLE=0)")
@@ -179,7 +180,7 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
   addJob(plan);
   plan->add_option("--graph-out", a->graphOut, "Write the searched graphs as graph XML (NCCL_GRAPH_DUMP_FILE format)");
   plan->add_option("--graph-in", a->graphIn, "Use graphs from a graph XML instead of searching (NCCL_GRAPH_FILE)");
-  plan->add_option("--draw", a->drawOut, "Draw the ring channels over the topology (FILE.svg or FILE.dot)");
+  plan->add_option("--draw", a->drawOut, "Draw the ring channels over the topology (FILE.svg, .png, .pdf or .dot)");
   plan->add_flag("--explain", a->explain, "Say which link limits the channels and why");
   auto* tune = app.add_subcommand("tune", "Tuning tables and algorithm/protocol choice per size");
   addJob(tune);
@@ -192,8 +193,7 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
                     std::string name, shown;
                     Plan p = planFor(*a, cfg, &name, &shown);
                     if (!a->drawOut.empty()) {
-                      std::string dot = topology::renderDot(p.system, name + " ring channels", channelOverlay(p));
-                      writeOut(a->drawOut, endsWith(a->drawOut, ".svg") ? dotToSvg(dot) : dot);
+                      writeGraph(a->drawOut, topology::renderDot(p.system, name + " ring channels", channelOverlay(p)));
                     }
                     if (a->json) std::cout << planToJson(p, shown, typeSizeOf(a->typeName), a->pretty) << "\n";
                     else std::cout << planText(p, a->explain);
@@ -212,6 +212,13 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
                       writeOut(a->plotOut, busbwPlot(p, typeSize, onlyColl < 0 ? tuning::kAllReduce : onlyColl, name));
                     if (a->json) std::cout << planToJson(p, shown, typeSize, a->pretty) << "\n";
                     else std::cout << tuningTables(p) << "\n" << selectionText(p, typeSize, onlyColl);
+                    // NCCL fails an operation for which no algorithm/protocol is enabled: so does tune.
+                    for (const auto& s : selectionTable(p, typeSize, onlyColl))
+                      if (s.error)
+                        fail(StatusCode::kInvalidUsage,
+                             "no algorithm/protocol is enabled for {} of {} bytes (NCCL_ALGO=\"{}\", NCCL_PROTO=\"{}\"): "
+                             "NCCL would fail it",
+                             tuning::collName(s.coll), s.nBytes, cfg.algo, cfg.proto);
                     return 0;
                   }});
   return cmds;

@@ -95,8 +95,9 @@ std::vector<Command> addTopoCommands(CLI::App& app) {
   auto* pathsCmd = sub("paths", "Hop list of one path (or all GPU paths)");
   pathsCmd->add_option("--from", a->from, "Source: GPU<dev>, NET<dev>, CPU<i>");
   pathsCmd->add_option("--to", a->to, "Destination: GPU<dev>, NET<dev>, CPU<i>");
-  auto* draw = sub("draw", "Render the system with Graphviz (.svg or .dot)");
-  draw->add_option("--out,-o", a->out, "Output file: FILE.svg or FILE.dot")->required();
+  auto* draw = sub("draw", "Render the system with Graphviz (.svg, .png, .pdf or .dot)");
+  draw->add_option("--out,-o", a->out, "Output file: FILE.svg, FILE.png, FILE.pdf (rendered by Graphviz) or FILE.dot")
+      ->required();
 
   std::vector<Command> cmds;
   cmds.push_back({dump, [a](const Env&, Config& cfg) {
@@ -126,11 +127,8 @@ std::vector<Command> addTopoCommands(CLI::App& app) {
                     std::cout << (a->from.empty() ? allGpuPaths(sys, a->json) : pathReport(sys, a->from, a->to, a->json));
                   })});
   cmds.push_back({draw, onSystem([a](const topology::System& sys, const std::string& name) {
-                    bool svg = endsWith(a->out, ".svg");
-                    std::string dot = topology::renderDot(sys, name);
-                    writeOut(a->out, svg ? dotToSvg(dot) : dot);
-                    if (a->json)
-                      std::cout << nlohmann::ordered_json{{"out", a->out}, {"format", svg ? "svg" : "dot"}}.dump() << "\n";
+                    std::string format = writeGraph(a->out, topology::renderDot(sys, name));
+                    if (a->json) std::cout << nlohmann::ordered_json{{"out", a->out}, {"format", format}}.dump() << "\n";
                   })});
   return cmds;
 }

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
       "  NCCL_ALGO=ring topocoll tune --topo dgx-h100.xml --nodes 2 --coll allreduce --plot busbw.svg\n"
       "  mpirun -np 8 -x NCCL_TOPO_FILE=dgx-h100.xml -x TOPOCOLL_SIMULATE_GPUS=1 topocoll comm-check\n"
       "Exit status: 0 ok, 1 bad input or failure (the message names the file:line, attribute, knob or rank), 2 invalid\n"
-      "usage (e.g. an NCCL_ALGO naming no algorithm), 3 internal error.");
+      "usage (unknown command or flag, conflicting flags, an NCCL_ALGO naming no algorithm, no algorithm enabled),\n"
+      "3 internal error. Warnings go to standard error (NCCL_DEBUG=VERSION silences them).");
   app.set_version_flag("--version", "topocoll 0.1.0 (NCCL 2.30.7 rules)");
 
   std::vector<cli::Command> cmds = cli::addTopoCommands(app);
@@ -28,14 +29,22 @@ int main(int argc, char** argv) {
   cmds.push_back(cli::addCommCheckCommand(app));
 
   log::setDefaultStream(stderr);  // stdout carries the command's output (JSON, XML)
+  if (auto unknown = cli::unknownSubcommand(app, argc, argv)) {
+    std::fprintf(stderr, "topocoll: error: %s\nRun with --help for more information.\n", unknown->c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help and --version succeed; every other parse error is invalid usage
   }
 
   try {
     Env env = Env::fromProcess();
+    // The CLI shows warnings (ignored elements, dropped connections) unless NCCL_DEBUG says otherwise.
+    log::Settings logSettings = log::settingsFromEnv(env);
+    if (!env.get("NCCL_DEBUG")) logSettings.level = log::Level::kWarn;
+    log::configure(logSettings);
     Config cfg = Config::fromEnv(env);
     for (auto& c : cmds)
       if (c.app->parsed()) return c.run(env, cfg);

@@ -81,6 +81,7 @@ struct Config {
   double timeoutSec = 300;         // TOPOCOLL_TIMEOUT
   int simulateGpus = 0;            // TOPOCOLL_SIMULATE_GPUS
   int simulateGpuDev = -1;         // TOPOCOLL_SIMULATE_GPU_DEV
+  std::string jobId;               // TOPOCOLL_JOB_ID
   std::string testDieAfter;        // TOPOCOLL_TEST_DIE_AFTER (tests only)
   // Transports
   long long buffSize = 1 << 22;    // NCCL_BUFFSIZE (Simple FIFO bytes per connection)

@@ -12,7 +12,7 @@ class Env {
  public:
   Env() = default;
   explicit Env(std::map<std::string, std::string> vars) : vars_(std::move(vars)) {}
-  /// Copies the NCCL_*, TOPOCOLL_* and launcher (OMPI_*, SLURM_*, PMIX_*, RANK, WORLD_SIZE, LOCAL_RANK,
+  /// Copies the NCCL_*, TOPOCOLL_* and launcher (OMPI_*, SLURM_*, PMIX_*, TORCHELASTIC_*, RANK, WORLD_SIZE, LOCAL_RANK,
   /// MASTER_ADDR, MASTER_PORT) variables of the current process.
   static Env fromProcess();
 

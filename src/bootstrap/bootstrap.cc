@@ -1,6 +1,8 @@
-// TCP bootstrap: root rendezvous, ring, ring allgather and tagged point-to-point messages (NCCL's bootstrap.cc
-// design, our code). Every connection starts with a header carrying the job's magic and the sender's rank;
-// anything else is dropped and logged, never trusted.
+// TCP bootstrap, the ranks' side: registration with the root, ring, ring allgather and tagged point-to-point
+// messages (NCCL's bootstrap.cc design, our code). Every connection starts with a header carrying the job's magic
+// and the sender's rank; anything else is dropped and logged, never trusted. Incoming connections are read
+// concurrently with whatever the rank waits for, so a stranger cannot stall it, and a failure anywhere in the job
+// (a rank that died, or aborted) reaches every rank as a message naming the rank and the phase.
 #include "topocoll/bootstrap/bootstrap.h"
 
 #include <arpa/inet.h>
@@ -9,9 +11,10 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
-#include <random>
+#include <optional>
 #include <thread>
 
+#include "root.h"
 #include "socket.h"
 #include "wire.h"
 #include "topocoll/log.h"
@@ -21,55 +24,13 @@ namespace topocoll::bootstrap {
 
 namespace {
 
-constexpr int32_t kTagRegister = -1, kTagRing = -2, kTagError = -3, kTagBcast = -5;
-
-#pragma pack(push, 1)
-struct WireAddr {
-  uint16_t family = 0;
-  uint16_t port = 0;  // network order
-  uint8_t addr[16] = {};
-};
-struct Registration {
-  WireAddr listen;
-  int32_t nRanks = 0;
-  int64_t timeoutMs = 0;  // the rank's bootstrap timeout: the root reports missing ranks a little before it
-};
-#pragma pack(pop)
-
-WireAddr toWire(const Address& a) {
-  WireAddr w;
-  w.family = a.storage.ss_family;
-  if (w.family == AF_INET) {
-    auto* s = reinterpret_cast<const sockaddr_in*>(&a.storage);
-    w.port = s->sin_port;
-    std::memcpy(w.addr, &s->sin_addr, 4);
-  } else {
-    auto* s = reinterpret_cast<const sockaddr_in6*>(&a.storage);
-    w.port = s->sin6_port;
-    std::memcpy(w.addr, &s->sin6_addr, 16);
-  }
-  return w;
-}
-
-Address fromWire(const WireAddr& w) {
-  Address a;
-  if (w.family == AF_INET) {
-    auto* s = reinterpret_cast<sockaddr_in*>(&a.storage);
-    s->sin_family = AF_INET;
-    s->sin_port = w.port;
-    std::memcpy(&s->sin_addr, w.addr, 4);
-    a.len = sizeof(sockaddr_in);
-  } else if (w.family == AF_INET6) {
-    auto* s = reinterpret_cast<sockaddr_in6*>(&a.storage);
-    s->sin6_family = AF_INET6;
-    s->sin6_port = w.port;
-    std::memcpy(&s->sin6_addr, w.addr, 16);
-    a.len = sizeof(sockaddr_in6);
-  } else {
-    fail(StatusCode::kInvalidArgument, "bootstrap: address family {} in a unique id or message", w.family);
-  }
-  return a;
-}
+// How long a rank that lost a neighbour waits for the message that says why (the neighbour may have left because
+// the job failed elsewhere) before it concludes that the neighbour died and tells the others.
+constexpr auto kGrace = std::chrono::milliseconds(1000);
+// Per incoming connection: its message must arrive within this (the rank keeps waiting for others meanwhile).
+constexpr auto kIncomingWait = std::chrono::seconds(10);
+// Per peer, when telling every rank that the job fails.
+constexpr auto kTellDeadline = std::chrono::milliseconds(500);
 
 bool isLoopback(const Address& a) {
   if (a.storage.ss_family == AF_INET)
@@ -78,37 +39,20 @@ bool isLoopback(const Address& a) {
          IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr);
 }
 
-// A stranger or a broken peer: the job goes on without it, and NCCL_DEBUG=WARN says why.
-void logDropped(const std::string& why) { TC_WARN("Bootstrap : dropped a connection: {}", why); }
+uint64_t idMagic(const UniqueId& id) {
+  uint64_t m;
+  std::memcpy(&m, id.bytes.data(), sizeof(m));
+  return m;
+}
+
+UniqueId makeId(uint64_t magic, const WireAddr& w) {
+  UniqueId id;
+  std::memcpy(id.bytes.data(), &magic, sizeof(magic));
+  std::memcpy(id.bytes.data() + sizeof(magic), &w, sizeof(w));
+  return id;
+}
 
 }  // namespace
-
-std::string checkHeader(const Header& h, uint64_t magic, int nRanks, size_t maxBytes) {
-  if (h.magic != magic) return "wrong magic";
-  if (h.rank < 0 || h.rank >= nRanks) return "sender rank " + std::to_string(h.rank) + " out of range";
-  if (h.size > maxBytes) return "message of " + std::to_string(h.size) + " bytes is over the limit";
-  return "";
-}
-
-bool decodeMessage(std::string_view bytes, uint64_t magic, int nRanks, size_t maxBytes, DecodedMessage* out,
-                   std::string* why) {
-  Header h;
-  if (bytes.size() < sizeof(h)) {
-    *why = "truncated header";
-    return false;
-  }
-  std::memcpy(&h, bytes.data(), sizeof(h));
-  *why = checkHeader(h, magic, nRanks, maxBytes);
-  if (!why->empty()) return false;
-  if (bytes.size() - sizeof(h) != h.size) {
-    *why = "body of " + std::to_string(bytes.size() - sizeof(h)) + " bytes, header says " + std::to_string(h.size);
-    return false;
-  }
-  out->rank = h.rank;
-  out->tag = h.tag;
-  out->body.assign(bytes.begin() + sizeof(h), bytes.end());
-  return true;
-}
 
 void Bootstrap::barrier() {
   std::vector<uint8_t> v(nRanks());
@@ -126,129 +70,24 @@ void Bootstrap::broadcast(int root, void* data, size_t size) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Root
+// Root handle and ids
 
-class Root {
- public:
-  Root(const Address& bindAddr, uint64_t magic) {
-    listener_ = Socket::listen(bindAddr, &addr_);
-    std::random_device rd;
-    magic_ = magic ? magic : (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 0x746f706f636f6c6cULL;
-    thread_ = std::thread([this] { run(); });
-  }
-  ~Root() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  Address address() const { return addr_; }
-  uint64_t magic() const { return magic_; }
-
- private:
-  void run() {
-    // Until every rank of the job has registered, then answer each with its ring neighbour. The job size and the
-    // timeout come with the first registration; when the timeout nears, the registered ranks are told which ranks
-    // never came.
-    struct Reg {
-      Socket sock;
-      WireAddr listen;
-      int rank;
-    };
-    std::vector<Reg> regs;
-    int nRanks = -1;
-    auto deadline = Clock::now() + std::chrono::hours(24);
-    try {
-      while (nRanks < 0 || static_cast<int>(regs.size()) < nRanks) {
-        Socket c;
-        try {
-          c = listener_.accept(deadline, &stop_, "waiting for ranks to register");
-        } catch (const Error& e) {
-          if (e.code() == StatusCode::kTimeout) reportMissing(regs.size(), nRanks, [&](int i) -> Socket& { return regs[i].sock; },
-                                                             [&](int i) { return regs[i].rank; });
-          return;
-        }
-        Header h;
-        Registration r;
-        try {
-          auto d = Clock::now() + std::chrono::seconds(10);
-          c.recvAll(&h, sizeof(h), d, &stop_, "reading a registration");
-          if (h.magic != magic_ || h.tag != kTagRegister || h.size != sizeof(r)) {
-            logDropped("root: wrong magic or not a registration");
-            continue;
-          }
-          c.recvAll(&r, sizeof(r), d, &stop_, "reading a registration");
-        } catch (const Error& e) {
-          logDropped(std::string("root: ") + e.what());
-          continue;
-        }
-        if (r.nRanks <= 0 || h.rank < 0 || h.rank >= r.nRanks || (nRanks >= 0 && r.nRanks != nRanks)) {
-          logDropped("root: rank or job size out of range");
-          continue;
-        }
-        if (nRanks < 0 && r.timeoutMs > 0) {
-          auto margin = std::chrono::milliseconds(std::max<int64_t>(r.timeoutMs / 10, 50));
-          deadline = Clock::now() + std::chrono::milliseconds(r.timeoutMs) - margin;
-        }
-        nRanks = r.nRanks;
-        regs.push_back(Reg{std::move(c), r.listen, h.rank});
-      }
-      std::vector<WireAddr> byRank(nRanks);
-      for (auto& g : regs) byRank[g.rank] = g.listen;
-      for (auto& g : regs) {
-        Header h{magic_, -1, kTagRegister, sizeof(WireAddr)};
-        auto d = Clock::now() + std::chrono::seconds(10);
-        g.sock.sendAll(&h, sizeof(h), d, &stop_, "answering a registration");
-        g.sock.sendAll(&byRank[(g.rank + 1) % nRanks], sizeof(WireAddr), d, &stop_, "answering a registration");
-      }
-    } catch (const Error& e) {
-      TC_WARN("Bootstrap : root: {}", e.what());
-    }
-  }
-
-  template <typename SockAt, typename RankAt>
-  void reportMissing(size_t n, int nRanks, SockAt sockAt, RankAt rankAt) {
-    std::vector<int> present(std::max(nRanks, 0), 0);
-    for (size_t i = 0; i < n; ++i) present[rankAt(static_cast<int>(i))] = 1;
-    std::string missing;
-    for (int r = 0; r < nRanks; ++r)
-      if (!present[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    std::string msg = "rank(s) " + missing + " of " + std::to_string(nRanks) + " never registered with the root";
-    for (size_t i = 0; i < n; ++i) {
-      try {
-        Header h{magic_, -1, kTagError, msg.size()};
-        auto d = Clock::now() + std::chrono::seconds(2);
-        sockAt(static_cast<int>(i)).sendAll(&h, sizeof(h), d, nullptr, "reporting missing ranks");
-        sockAt(static_cast<int>(i)).sendAll(msg.data(), msg.size(), d, nullptr, "reporting missing ranks");
-      } catch (const Error&) {
-      }
-    }
-  }
-
-  Socket listener_;
-  Address addr_;
-  uint64_t magic_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
+RootHandle::RootHandle() = default;
+RootHandle::RootHandle(RootHandle&&) noexcept = default;
+RootHandle& RootHandle::operator=(RootHandle&&) noexcept = default;
 RootHandle::~RootHandle() = default;
 
-UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic) {
-  UniqueId id;
-  WireAddr w = toWire(parseHostPort(hostPort));
-  std::memcpy(id.bytes.data(), &magic, sizeof(magic));
-  std::memcpy(id.bytes.data() + sizeof(magic), &w, sizeof(w));
-  return id;
+void RootHandle::abort(const std::string& reason, std::chrono::milliseconds linger) {
+  if (root) root->abort(reason, Clock::now() + linger);
 }
 
-UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort, uint64_t magic) {
+UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic) { return makeId(magic, toWire(parseHostPort(hostPort))); }
+
+UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort, uint64_t magic, int nRanks) {
   Address bind = hostPort.empty() ? defaultAddress() : parseHostPort(hostPort);
-  auto root = std::make_shared<Root>(bind, magic);
-  if (holder) holder->root = root;
-  UniqueId id;
-  uint64_t m = root->magic();
-  WireAddr w = toWire(root->address());
-  std::memcpy(id.bytes.data(), &m, sizeof(m));
-  std::memcpy(id.bytes.data() + sizeof(m), &w, sizeof(w));
+  auto root = std::make_unique<Root>(bind, magic, nRanks);
+  UniqueId id = makeId(root->magic(), toWire(root->address()));
+  if (holder) holder->root = std::move(root);
   return id;
 }
 
@@ -257,46 +96,276 @@ UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort, uint64_
 
 struct TcpBootstrap::Impl {
   Options opts;
+  int rank = 0, nRanks = 0;
   uint64_t magic = 0;
   Socket listener;
   Address listenAddr;
+  // The connection to the root, kept until this rank's bootstrap is complete: the root tells it about failures
+  // (and it tells the root) while the ranks cannot reach each other yet.
+  Socket root;
+  Address rootAddr;
+  MessageParser rootParser;
+  std::optional<WireAddr> nextAddr;
   Socket next, prev;
   std::vector<WireAddr> peers;
-  struct Pending {
+  struct Incoming {
+    Socket sock;
+    MessageParser parser;
+    Clock::time_point deadline;
+  };
+  std::vector<Incoming> incoming;
+  struct Message {
     int rank, tag;
     std::vector<uint8_t> data;
   };
-  std::deque<Pending> unexpected;
-  std::mutex mu;  // one collective operation at a time
+  std::deque<Message> unexpected;
+  std::mutex mu;  // one receiving operation at a time
+
+  std::mutex failMu;                              // guards what follows (abort() and send() may come from any thread)
+  std::string phase = "registration with the root";
+  std::optional<Error> failed;  // the job's failure once known: every later call throws it
+  bool told = false;            // this rank told the others about a failure
 
   Clock::time_point deadline() const { return Clock::now() + opts.timeout; }
 
-  // Reads one incoming connection's message, validating it. Returns false when it was dropped.
-  bool readMessage(Socket& c, int nRanks, Pending* out) {
-    Header h;
-    auto d = Clock::now() + std::min<std::chrono::milliseconds>(opts.timeout, std::chrono::seconds(10));
-    try {
-      c.recvAll(&h, sizeof(h), d, opts.abortFlag, "reading a message header");
-      std::string why = checkHeader(h, magic, nRanks, opts.maxMessageBytes);
-      if (!why.empty()) {
-        logDropped(why);
-        return false;
-      }
-      out->rank = h.rank;
-      out->tag = h.tag;
-      out->data.resize(h.size);
-      if (h.size) c.recvAll(out->data.data(), h.size, d, opts.abortFlag, "reading a message body");
-    } catch (const Error& e) {
-      if (e.code() == StatusCode::kAborted) throw;
-      logDropped(e.what());
-      return false;
-    }
-    return true;
+  void throwIfFailed() {
+    std::lock_guard<std::mutex> lock(failMu);
+    if (failed) throw *failed;
   }
+  [[noreturn]] void failWith(StatusCode code, const std::string& text) {
+    {
+      std::lock_guard<std::mutex> lock(failMu);
+      if (!failed) failed.emplace(code, text);
+    }
+    throwIfFailed();
+    std::abort();  // unreachable
+  }
+
+  Interrupt interrupt() {
+    return Interrupt{opts.abortFlag, [this] {
+                       std::vector<pollfd> none;
+                       service(none, 0);
+                     }};
+  }
+
+  // Polls `own` (the caller's sockets) together with the listener, the incoming connections and the root for up to
+  // `ms`, handles what arrived on the latter, and throws when the job failed.
+  void service(std::vector<pollfd>& own, int ms) {
+    std::vector<pollfd> fds = own;
+    const size_t base = fds.size();
+    fds.push_back({listener.fd(), POLLIN, 0});
+    for (auto& c : incoming) fds.push_back({c.sock.fd(), POLLIN, 0});
+    fds.push_back({root.valid() ? root.fd() : -1, POLLIN, 0});
+    int r = ::poll(fds.data(), fds.size(), ms);
+    if (r < 0 && errno != EINTR) fail(StatusCode::kSystemError, "rank {}: poll: {}", rank, std::strerror(errno));
+    for (size_t i = 0; i < base; ++i) own[i].revents = fds[i].revents;
+    const size_t nIncoming = incoming.size();
+    for (size_t i = 0; i < nIncoming; ++i)
+      if (fds[base + 1 + i].revents) onIncoming(incoming[i]);
+    if (fds.back().revents) onRoot();
+    auto now = Clock::now();
+    for (auto& c : incoming)
+      if (c.sock.valid() && now >= c.deadline) dropIncoming(c, "no complete message in time");
+    std::erase_if(incoming, [](const Incoming& c) { return !c.sock.valid(); });
+    if (fds[base].revents) acceptAll();
+    throwIfFailed();
+  }
+
+  void acceptAll() {
+    while (true) {
+      Socket c;
+      try {
+        c = listener.acceptNow();
+      } catch (const Error& e) {
+        if (incoming.empty()) return;
+        dropIncoming(incoming.front(), std::string("out of descriptors: ") + e.what());
+        incoming.erase(incoming.begin());
+        continue;
+      }
+      if (!c.valid()) return;
+      auto wait = std::min<Clock::duration>(opts.timeout, kIncomingWait);
+      incoming.push_back(
+          Incoming{std::move(c), MessageParser({magic, nRanks, opts.maxMessageBytes}), Clock::now() + wait});
+    }
+  }
+
+  void dropIncoming(Incoming& c, const std::string& why) {
+    TC_WARN("Bootstrap : rank {}: dropped a connection from {}: {}", rank, c.sock.peerName(), why);
+    c.sock = Socket();
+  }
+
+  void onIncoming(Incoming& c) {
+    switch (c.sock.readInto(c.parser)) {
+      case Socket::ReadStatus::kWaiting:
+        return;
+      case Socket::ReadStatus::kClosed:
+        dropIncoming(c, c.parser.headerComplete() ? "closed in the middle of a message" : "closed before a message");
+        return;
+      case Socket::ReadStatus::kRejected:
+        dropIncoming(c, c.parser.why());
+        return;
+      case Socket::ReadStatus::kMessage:
+        break;
+    }
+    const Header& h = c.parser.header();
+    if (h.tag == kTagAbort) {
+      auto b = c.parser.takeBody();
+      c.sock = Socket();
+      failWith(StatusCode::kRemoteError, fmt::format("rank {}: {}", rank, std::string(b.begin(), b.end())));
+    }
+    if (h.tag == kTagRing) {
+      if (h.rank == (rank - 1 + nRanks) % nRanks && !prev.valid()) prev = std::move(c.sock);
+      else dropIncoming(c, fmt::format("unexpected ring connection from rank {}", h.rank));
+      return;
+    }
+    if (h.tag < 0 && h.tag != kTagBcast) {
+      dropIncoming(c, fmt::format("unexpected message tag {}", h.tag));
+      return;
+    }
+    unexpected.push_back(Message{h.rank, h.tag, c.parser.takeBody()});
+    c.sock = Socket();
+  }
+
+  void onRoot() {
+    auto st = root.readInto(rootParser);
+    if (st == Socket::ReadStatus::kWaiting) return;
+    if (st == Socket::ReadStatus::kClosed) {
+      root = Socket();
+      failWith(StatusCode::kRemoteError,
+               fmt::format("rank {}: the root at {} closed its connection during {} (the process hosting it, rank 0 "
+                           "under a launcher, died)",
+                           rank, rootAddr.toString(), currentPhase()));
+    }
+    if (st == Socket::ReadStatus::kRejected) {
+      root = Socket();
+      failWith(StatusCode::kRemoteError,
+               fmt::format("rank {}: the root at {} sent a malformed message: {}", rank, rootAddr.toString(),
+                           rootParser.why()));
+    }
+    const Header h = rootParser.header();
+    auto b = rootParser.takeBody();
+    rootParser.reset();
+    if (h.tag == kTagRegister && b.size() == sizeof(WireAddr) && !nextAddr) {
+      WireAddr w;
+      std::memcpy(&w, b.data(), sizeof(w));
+      nextAddr = w;
+    } else if (h.tag == kTagError && !b.empty()) {
+      root = Socket();
+      auto code = static_cast<StatusCode>(b[0]);
+      if (code != StatusCode::kTimeout && code != StatusCode::kInvalidUsage) code = StatusCode::kRemoteError;
+      failWith(code, fmt::format("rank {}: {}", rank, std::string(b.begin() + 1, b.end())));
+    } else if (h.tag == kTagRefused) {
+      root = Socket();
+      failWith(StatusCode::kInvalidUsage,
+               fmt::format("rank {}: connected to a different job's root at {} (the jobs' ids differ): two jobs use "
+                           "one root address; give each its own NCCL_COMM_ID or MASTER_PORT",
+                           rank, rootAddr.toString()));
+    } else {
+      failWith(StatusCode::kRemoteError,
+               fmt::format("rank {}: unexpected message (tag {}) from the root at {}", rank, h.tag,
+                           rootAddr.toString()));
+    }
+  }
+
+  // Until `done()` or the deadline (naming `what`), serving incoming connections and the root meanwhile.
+  template <typename Done>
+  void waitUntil(Done done, Clock::time_point until, const std::string& what) {
+    std::vector<pollfd> none;
+    while (!done()) {
+      checkWait(until, what);
+      service(none, pollSlice(until));
+    }
+  }
+
+  void checkWait(Clock::time_point until, const std::string& what) {
+    if (opts.abortFlag && opts.abortFlag->load()) fail(StatusCode::kAborted, "rank {}: bootstrap aborted: {}", rank, what);
+    if (Clock::now() >= until) fail(StatusCode::kTimeout, "rank {}: timeout: {}", rank, what);
+  }
+
+  std::string currentPhase() {
+    std::lock_guard<std::mutex> lock(failMu);
+    return phase;
+  }
+
+  // Tells the root (while this rank is connected to it) or every other rank that the job fails.
+  void tellOthers(const std::string& text, int except) {
+    {
+      std::lock_guard<std::mutex> lock(failMu);
+      if (told) return;
+      told = true;
+    }
+    Header h{magic, rank, kTagAbort, text.size()};
+    if (root.valid()) {
+      root.trySend(h, text.data(), Clock::now() + kTellDeadline);
+      return;
+    }
+    if (static_cast<int>(peers.size()) != nRanks) return;
+    // The ring neighbours first: they are the ones that would otherwise blame this rank when it leaves.
+    std::vector<int> order = {(rank + 1) % nRanks, (rank - 1 + nRanks) % nRanks};
+    for (int r = 0; r < nRanks; ++r) order.push_back(r);
+    std::vector<uint8_t> done(nRanks, 0);
+    done[rank] = 1;
+    if (except >= 0) done[except] = 1;
+    for (int r : order) {
+      if (done[r]) continue;
+      done[r] = 1;
+      Address a;
+      if (!fromWire(peers[r], &a)) continue;
+      try {
+        Socket s = Socket::connect(a, Clock::now() + kTellDeadline, Interrupt{}, "telling a rank that the job fails",
+                                   /*retryRefused=*/false);
+        s.trySend(h, text.data(), Clock::now() + kTellDeadline);
+      } catch (const Error&) {  // that rank is gone too, or leaving
+      }
+    }
+  }
+
+  // A neighbour's connection broke: either the job failed elsewhere (its message is on the way) or `peer` died.
+  [[noreturn]] void lost(int peer, const std::string& how) {
+    auto until = Clock::now() + kGrace;
+    std::vector<pollfd> none;
+    while (Clock::now() < until) service(none, pollSlice(until));
+    std::string text = fmt::format("rank {} died during {} (rank {} {})", peer, currentPhase(), rank, how);
+    tellOthers(text, peer);
+    failWith(StatusCode::kRemoteError, fmt::format("rank {}: {}", rank, text));
+  }
+
+  void ringAllGather(void* data, size_t size);
 };
 
+void TcpBootstrap::Impl::ringAllGather(void* data, size_t size) {
+  auto* base = static_cast<uint8_t*>(data);
+  const auto until = deadline();
+  const int prevRank = (rank - 1 + nRanks) % nRanks, nextRank = (rank + 1) % nRanks;
+  for (int i = 0; i < nRanks - 1; ++i) {
+    int sendSlice = (rank - i + nRanks) % nRanks;
+    int recvSlice = (rank - i - 1 + nRanks) % nRanks;
+    // Send and receive together so that large slices cannot deadlock on full socket buffers.
+    const uint8_t* sp = base + static_cast<size_t>(sendSlice) * size;
+    uint8_t* rp = base + static_cast<size_t>(recvSlice) * size;
+    size_t sent = 0, got = 0;
+    std::string what = fmt::format("{}, allGather step {} (waiting for rank {})", currentPhase(), i, prevRank);
+    while (sent < size || got < size) {
+      checkWait(until, what);
+      std::vector<pollfd> own = {{next.fd(), static_cast<short>(sent < size ? POLLOUT : 0), 0},
+                                 {prev.fd(), static_cast<short>(got < size ? POLLIN : 0), 0}};
+      service(own, pollSlice(until));
+      if (sent < size && (own[0].revents & (POLLOUT | POLLERR | POLLHUP))) {
+        ssize_t n = ::send(next.fd(), sp + sent, size - sent, MSG_NOSIGNAL);
+        if (n > 0) sent += static_cast<size_t>(n);
+        else if (n < 0 && errno != EAGAIN && errno != EINTR) lost(nextRank, "lost its connection to it");
+      }
+      if (got < size && (own[1].revents & (POLLIN | POLLERR | POLLHUP))) {
+        ssize_t n = ::recv(prev.fd(), rp + got, size - got, 0);
+        if (n > 0) got += static_cast<size_t>(n);
+        else if (n == 0 || (errno != EAGAIN && errno != EINTR)) lost(prevRank, "lost its connection to it");
+      }
+    }
+  }
+}
+
 std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank, int nRanks, const Options& opts) {
-  if (nRanks <= 0 || rank < 0 || rank >= nRanks)
+  if (nRanks <= 0 || nRanks > kMaxRanks || rank < 0 || rank >= nRanks)
     fail(StatusCode::kInvalidArgument, "bootstrap: rank {} of {} is out of range", rank, nRanks);
   std::unique_ptr<TcpBootstrap> bs(new TcpBootstrap());
   bs->rank_ = rank;
@@ -304,131 +373,137 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank
   bs->impl_ = std::make_unique<Impl>();
   Impl& I = *bs->impl_;
   I.opts = opts;
+  I.rank = rank;
+  I.nRanks = nRanks;
+  I.magic = idMagic(id);
   WireAddr rootW;
-  std::memcpy(&I.magic, id.bytes.data(), sizeof(I.magic));
   std::memcpy(&rootW, id.bytes.data() + sizeof(I.magic), sizeof(rootW));
-  Address root = fromWire(rootW);
-  Address mine = isLoopback(root) && opts.socketIfname.empty() ? root : chooseAddress(opts.socketIfname, opts.socketFamily);
+  if (!fromWire(rootW, &I.rootAddr))
+    fail(StatusCode::kInvalidArgument, "bootstrap: the unique id holds no root address (address family {})",
+         rootW.family);
+  Address mine = isLoopback(I.rootAddr) && opts.socketIfname.empty() ? I.rootAddr
+                                                                       : chooseAddress(opts.socketIfname, opts.socketFamily);
   if (mine.storage.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&mine.storage)->sin_port = 0;
   else reinterpret_cast<sockaddr_in6*>(&mine.storage)->sin6_port = 0;
   I.listener = Socket::listen(mine, &I.listenAddr);
-  TC_INFO(log::kInit | log::kBootstrap, "Bootstrap : Using {} (root {})", I.listenAddr.toString(), root.toString());
+  TC_INFO(log::kInit | log::kBootstrap, "Bootstrap : Using {} (root {})", I.listenAddr.toString(),
+          I.rootAddr.toString());
 
-  const auto deadline = I.deadline();
-  std::string what = fmt::format("rank {} registering with the root at {}", rank, root.toString());
-  Socket r = Socket::connect(root, deadline, opts.abortFlag, what);
-  Header h{I.magic, rank, kTagRegister, sizeof(Registration)};
+  // Registration: the root answers with the next rank's address once every rank has registered.
+  const auto until = I.deadline();
+  std::string what = fmt::format("rank {} registering with the root at {}", rank, I.rootAddr.toString());
+  I.root = Socket::connect(I.rootAddr, until, Interrupt{opts.abortFlag, nullptr}, what);
+  I.rootParser = MessageParser({I.magic, 0, kMaxControlBytes});
   Registration reg{toWire(I.listenAddr), nRanks, static_cast<int64_t>(opts.timeout.count())};
-  r.sendAll(&h, sizeof(h), deadline, opts.abortFlag, what);
-  r.sendAll(&reg, sizeof(reg), deadline, opts.abortFlag, what);
-  WireAddr nextW;
-  what = fmt::format("rank {} waiting for all {} ranks to register (some rank has not started)", rank, nRanks);
-  r.recvAll(&h, sizeof(h), deadline, opts.abortFlag, what);
-  if (h.magic == I.magic && h.tag == kTagError && h.size < 4096) {
-    std::string msg(h.size, '\0');
-    r.recvAll(msg.data(), msg.size(), deadline, opts.abortFlag, what);
-    fail(StatusCode::kTimeout, "rank {}: bootstrap timed out: {}", rank, msg);
-  }
-  if (h.magic != I.magic || h.size != sizeof(WireAddr)) fail(StatusCode::kRemoteError, "bootstrap: bad answer from the root");
-  r.recvAll(&nextW, sizeof(nextW), deadline, opts.abortFlag, what);
+  Header h{I.magic, rank, kTagRegister, sizeof(reg)};
+  I.root.sendAll(&h, sizeof(h), until, I.interrupt(), what);
+  I.root.sendAll(&reg, sizeof(reg), until, I.interrupt(), what);
+  if (opts.testDieAfter == "register") std::_Exit(3);
+  I.waitUntil([&] { return I.nextAddr.has_value(); }, until,
+              fmt::format("rank {} waiting for all {} ranks to register (some rank has not started)", rank, nRanks));
 
   // The ring: connect to next, accept prev (queueing anything else that arrives first).
-  int next = (rank + 1) % nRanks, prev = (rank - 1 + nRanks) % nRanks;
-  I.next = Socket::connect(fromWire(nextW), deadline, opts.abortFlag, fmt::format("connecting to rank {}", next));
-  Header rh{I.magic, rank, kTagRing, 0};
-  I.next.sendAll(&rh, sizeof(rh), deadline, opts.abortFlag, fmt::format("connecting to rank {}", next));
-  while (!I.prev.valid()) {
-    Socket c = I.listener.accept(deadline, opts.abortFlag, fmt::format("rank {} waiting for rank {} to join the ring", rank, prev));
-    Impl::Pending m;
-    if (!I.readMessage(c, nRanks, &m)) continue;
-    if (m.tag == kTagRing && m.rank == prev) I.prev = std::move(c);
-    else I.unexpected.push_back(std::move(m));
+  bs->setPhase("bootstrap ring setup");
+  const int next = (rank + 1) % nRanks, prev = (rank - 1 + nRanks) % nRanks;
+  what = fmt::format("rank {} connecting to rank {}", rank, next);
+  Address nextAddr;
+  if (!fromWire(*I.nextAddr, &nextAddr)) fail(StatusCode::kRemoteError, "rank {}: the root sent no address for rank {}", rank, next);
+  try {
+    I.next = Socket::connect(nextAddr, until, I.interrupt(), what, /*retryRefused=*/false);  // it listens already
+    Header rh{I.magic, rank, kTagRing, 0};
+    I.next.sendAll(&rh, sizeof(rh), until, I.interrupt(), what);
+  } catch (const Error& e) {
+    I.throwIfFailed();
+    if (e.code() != StatusCode::kRemoteError) throw;
+    I.lost(next, "could not connect to it");
   }
+  I.waitUntil([&] { return I.prev.valid(); }, until,
+              fmt::format("rank {} waiting for rank {} to join the ring", rank, prev));
+  if (opts.testDieAfter == "ring") std::_Exit(3);
+
+  // Every rank's address, so that any rank can reach any other; then the root is no longer needed.
+  bs->setPhase("bootstrap address allgather");
   I.peers.resize(nRanks);
   I.peers[rank] = toWire(I.listenAddr);
   bs->allGather(I.peers.data(), sizeof(WireAddr));
+  I.root.trySend(Header{I.magic, rank, kTagReady, 0}, nullptr, Clock::now() + std::chrono::seconds(2));
+  I.root = Socket();
+  bs->setPhase("communicator init");
   return bs;
 }
 
 TcpBootstrap::~TcpBootstrap() = default;
 
+void TcpBootstrap::setPhase(const std::string& phase) {
+  std::lock_guard<std::mutex> lock(impl_->failMu);
+  impl_->phase = phase;
+}
+
+void TcpBootstrap::abort(const std::string& reason) {
+  Impl& I = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(I.failMu);
+    if (I.failed || I.told) return;
+  }
+  std::string text = fmt::format("rank {} failed during {}: {}", rank_, I.currentPhase(), reason);
+  I.tellOthers(text, -1);
+  std::lock_guard<std::mutex> lock(I.failMu);
+  if (!I.failed) I.failed.emplace(StatusCode::kAborted, text);
+}
+
 void TcpBootstrap::allGather(void* data, size_t size) {
   Impl& I = *impl_;
   std::lock_guard<std::mutex> lock(I.mu);
+  I.throwIfFailed();
   if (nRanks_ == 1 || size == 0) return;
-  auto* base = static_cast<uint8_t*>(data);
-  const auto deadline = I.deadline();
-  int prev = (rank_ - 1 + nRanks_) % nRanks_;
-  for (int i = 0; i < nRanks_ - 1; ++i) {
-    int sendSlice = (rank_ - i + nRanks_) % nRanks_;
-    int recvSlice = (rank_ - i - 1 + nRanks_) % nRanks_;
-    // Send and receive together so that large slices cannot deadlock on full socket buffers.
-    const uint8_t* sp = base + static_cast<size_t>(sendSlice) * size;
-    uint8_t* rp = base + static_cast<size_t>(recvSlice) * size;
-    size_t sent = 0, got = 0;
-    std::string what = fmt::format("rank {} in allGather step {} (waiting for rank {})", rank_, i, prev);
-    while (sent < size || got < size) {
-      if (I.opts.abortFlag && I.opts.abortFlag->load()) fail(StatusCode::kAborted, "bootstrap aborted during {}", what);
-      if (Clock::now() >= deadline) fail(StatusCode::kTimeout, "timeout: {}", what);
-      pollfd p[2] = {{I.next.fd(), static_cast<short>(sent < size ? POLLOUT : 0), 0},
-                     {I.prev.fd(), static_cast<short>(got < size ? POLLIN : 0), 0}};
-      ::poll(p, 2, 100);
-      if (sent < size && (p[0].revents & (POLLOUT | POLLERR | POLLHUP))) {
-        ssize_t n = ::send(I.next.fd(), sp + sent, size - sent, MSG_NOSIGNAL);
-        if (n > 0) sent += static_cast<size_t>(n);
-        else if (n < 0 && errno != EAGAIN && errno != EINTR)
-          fail(StatusCode::kRemoteError, "rank {}: connection to rank {} lost during allGather", rank_, (rank_ + 1) % nRanks_);
-      }
-      if (got < size && (p[1].revents & (POLLIN | POLLERR | POLLHUP))) {
-        ssize_t n = ::recv(I.prev.fd(), rp + got, size - got, 0);
-        if (n > 0) got += static_cast<size_t>(n);
-        else if (n == 0 || (errno != EAGAIN && errno != EINTR))
-          fail(StatusCode::kRemoteError, "rank {}: rank {} left during allGather", rank_, prev);
-      }
-    }
-  }
+  I.ringAllGather(data, size);
 }
 
 void TcpBootstrap::send(int peer, int tag, const void* data, size_t size) {
   Impl& I = *impl_;
   if (peer < 0 || peer >= nRanks_) fail(StatusCode::kInvalidArgument, "bootstrap send to rank {} of {}", peer, nRanks_);
+  if (tag < 0 && tag != kTagBcast) fail(StatusCode::kInvalidArgument, "bootstrap send: tag {} is negative", tag);
   if (size > I.opts.maxMessageBytes) fail(StatusCode::kInvalidArgument, "bootstrap message of {} bytes is over the limit", size);
-  const auto deadline = I.deadline();
+  I.throwIfFailed();
+  const auto until = I.deadline();
   std::string what = fmt::format("rank {} sending tag {} to rank {}", rank_, tag, peer);
-  Socket s = Socket::connect(fromWire(I.peers[peer]), deadline, I.opts.abortFlag, what);
-  Header h{I.magic, rank_, tag, size};
-  s.sendAll(&h, sizeof(h), deadline, I.opts.abortFlag, what);
-  if (size) s.sendAll(data, size, deadline, I.opts.abortFlag, what);
+  Address a;
+  fromWire(I.peers[peer], &a);
+  try {
+    Socket s = Socket::connect(a, until, Interrupt{I.opts.abortFlag, [&] { I.throwIfFailed(); }}, what,
+                               /*retryRefused=*/false);  // every rank listens once the bootstrap is up
+    Header h{I.magic, rank_, tag, size};
+    s.sendAll(&h, sizeof(h), until, Interrupt{I.opts.abortFlag, nullptr}, what);
+    if (size) s.sendAll(data, size, until, Interrupt{I.opts.abortFlag, nullptr}, what);
+  } catch (const Error& e) {
+    I.throwIfFailed();
+    if (e.code() != StatusCode::kRemoteError) throw;
+    // The peer is gone. Name it to everyone; a receiving call of another thread will see the others' messages.
+    std::string text = fmt::format("rank {} died during {} (rank {} could not send to it)", peer, I.currentPhase(), rank_);
+    I.tellOthers(text, peer);
+    I.failWith(StatusCode::kRemoteError, fmt::format("rank {}: {}", rank_, text));
+  }
 }
 
 void TcpBootstrap::recv(int peer, int tag, void* data, size_t size) {
   Impl& I = *impl_;
   if (peer < 0 || peer >= nRanks_) fail(StatusCode::kInvalidArgument, "bootstrap recv from rank {} of {}", peer, nRanks_);
-  auto take = [&](Impl::Pending& m) {
-    if (m.data.size() != size)
-      fail(StatusCode::kRemoteError, "rank {}: message tag {} from rank {} has {} bytes, {} expected", rank_, tag, peer,
-           m.data.size(), size);
-    if (size) std::memcpy(data, m.data.data(), size);
+  if (tag < 0 && tag != kTagBcast) fail(StatusCode::kInvalidArgument, "bootstrap recv: tag {} is negative", tag);
+  std::lock_guard<std::mutex> lock(I.mu);
+  I.throwIfFailed();
+  auto find = [&] {
+    for (auto it = I.unexpected.begin(); it != I.unexpected.end(); ++it)
+      if (it->rank == peer && it->tag == tag) return it;
+    return I.unexpected.end();
   };
-  for (auto it = I.unexpected.begin(); it != I.unexpected.end(); ++it) {
-    if (it->rank == peer && it->tag == tag) {
-      take(*it);
-      I.unexpected.erase(it);
-      return;
-    }
-  }
-  const auto deadline = I.deadline();
-  std::string what = fmt::format("rank {} waiting for tag {} from rank {}", rank_, tag, peer);
-  while (true) {
-    Socket c = I.listener.accept(deadline, I.opts.abortFlag, what);
-    Impl::Pending m;
-    if (!I.readMessage(c, nRanks_, &m)) continue;
-    if (m.rank == peer && m.tag == tag) {
-      take(m);
-      return;
-    }
-    I.unexpected.push_back(std::move(m));
-  }
+  I.waitUntil([&] { return find() != I.unexpected.end(); }, I.deadline(),
+              fmt::format("rank {} waiting for tag {} from rank {} during {}", rank_, tag, peer, I.currentPhase()));
+  auto it = find();
+  if (it->data.size() != size)
+    fail(StatusCode::kRemoteError, "rank {}: message tag {} from rank {} has {} bytes, {} expected", rank_, tag, peer,
+         it->data.size(), size);
+  if (size) std::memcpy(data, it->data.data(), size);
+  I.unexpected.erase(it);
 }
 
 }  // namespace topocoll::bootstrap

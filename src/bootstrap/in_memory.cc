@@ -22,11 +22,13 @@ class InMemoryGroup {
   int arrived = 0, leaving = 0;
   uint64_t generation = 0;
   std::map<std::tuple<int, int, int>, std::deque<std::vector<uint8_t>>> mail;  // (src, dst, tag)
+  std::string failure;  // set by abort(): every wait fails with it
 
   template <typename Pred>
   void wait(std::unique_lock<std::mutex>& lock, Pred pred, const std::string& what) {
     auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
     while (!pred()) {
+      if (!failure.empty()) fail(StatusCode::kRemoteError, "{}", failure);
       if (opts_.abortFlag && opts_.abortFlag->load()) fail(StatusCode::kAborted, "bootstrap aborted while {}", what);
       if (cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50))) ==
               std::cv_status::timeout &&
@@ -86,9 +88,21 @@ class InMemoryBootstrap : public Bootstrap {
     std::memcpy(data, msg.data(), size);
   }
 
+  void setPhase(const std::string& phase) override {
+    std::lock_guard<std::mutex> lock(g_->mu);
+    phase_ = phase;
+  }
+
+  void abort(const std::string& reason) override {
+    std::lock_guard<std::mutex> lock(g_->mu);
+    if (g_->failure.empty()) g_->failure = fmt::format("rank {} failed during {}: {}", rank_, phase_, reason);
+    g_->cv.notify_all();
+  }
+
  private:
   std::shared_ptr<InMemoryGroup> g_;
   int rank_;
+  std::string phase_ = "communicator init";
 };
 
 }  // namespace

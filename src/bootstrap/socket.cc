@@ -10,29 +10,31 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "topocoll/status.h"
 
 namespace topocoll::bootstrap {
 
+void Interrupt::poll(const std::string& what) const {
+  if (flag && flag->load()) fail(StatusCode::kAborted, "bootstrap aborted while {}", what);
+  if (check) check();
+}
+
+int pollSlice(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 100));
+}
+
 namespace {
 
-int msLeft(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 100));  // wake up to check the abort flag
-}
-
-void checkAbort(const std::atomic<bool>* abort, const std::string& what) {
-  if (abort && abort->load()) fail(StatusCode::kAborted, "bootstrap aborted while {}", what);
-}
-
 // Waits until fd is ready for `events` or the deadline passes.
-void waitFor(int fd, short events, Clock::time_point deadline, const std::atomic<bool>* abort, const std::string& what) {
+void waitFor(int fd, short events, Clock::time_point deadline, const Interrupt& intr, const std::string& what) {
   while (true) {
-    checkAbort(abort, what);
+    intr.poll(what);
     if (Clock::now() >= deadline) fail(StatusCode::kTimeout, "timeout while {}", what);
     pollfd p{fd, events, 0};
-    int r = ::poll(&p, 1, msLeft(deadline));
+    int r = ::poll(&p, 1, pollSlice(deadline));
     if (r > 0) return;
     if (r < 0 && errno != EINTR) fail(StatusCode::kSystemError, "poll failed while {}: {}", what, std::strerror(errno));
   }
@@ -56,6 +58,42 @@ std::string Address::toString() const {
     return "[" + std::string(host) + "]:" + std::to_string(port);
   }
   return "?";
+}
+
+WireAddr toWire(const Address& a) {
+  WireAddr w;
+  w.family = a.storage.ss_family;
+  if (w.family == AF_INET) {
+    auto* s = reinterpret_cast<const sockaddr_in*>(&a.storage);
+    w.port = s->sin_port;
+    std::memcpy(w.addr, &s->sin_addr, 4);
+  } else if (w.family == AF_INET6) {
+    auto* s = reinterpret_cast<const sockaddr_in6*>(&a.storage);
+    w.port = s->sin6_port;
+    std::memcpy(w.addr, &s->sin6_addr, 16);
+  }
+  return w;
+}
+
+bool fromWire(const WireAddr& w, Address* out) {
+  Address a;
+  if (w.family == AF_INET) {
+    auto* s = reinterpret_cast<sockaddr_in*>(&a.storage);
+    s->sin_family = AF_INET;
+    s->sin_port = w.port;
+    std::memcpy(&s->sin_addr, w.addr, 4);
+    a.len = sizeof(sockaddr_in);
+  } else if (w.family == AF_INET6) {
+    auto* s = reinterpret_cast<sockaddr_in6*>(&a.storage);
+    s->sin6_family = AF_INET6;
+    s->sin6_port = w.port;
+    std::memcpy(&s->sin6_addr, w.addr, 16);
+    a.len = sizeof(sockaddr_in6);
+  } else {
+    return false;
+  }
+  *out = a;
+  return true;
 }
 
 bool matchInterface(const std::string& name, const std::string& specIn) {
@@ -86,11 +124,12 @@ bool matchInterface(const std::string& name, const std::string& specIn) {
 Address chooseAddress(const std::string& ifname, const std::string& family) {
   int fam = family.empty() ? AF_UNSPEC : family == "AF_INET" ? AF_INET : family == "AF_INET6" ? AF_INET6 : -1;
   if (fam < 0) fail(StatusCode::kInvalidArgument, "NCCL_SOCKET_FAMILY={}: expected AF_INET or AF_INET6", family);
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) fail(StatusCode::kSystemError, "getifaddrs: {}", std::strerror(errno));
+  ifaddrs* raw = nullptr;
+  if (getifaddrs(&raw) != 0) fail(StatusCode::kSystemError, "getifaddrs: {}", std::strerror(errno));
+  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> list(raw, freeifaddrs);
   auto pick = [&](const std::string& spec) -> Address {
     Address out;
-    for (ifaddrs* i = list; i; i = i->ifa_next) {
+    for (ifaddrs* i = list.get(); i; i = i->ifa_next) {
       if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
       int f = i->ifa_addr->sa_family;
       if (f != AF_INET && f != AF_INET6) continue;
@@ -106,14 +145,12 @@ Address chooseAddress(const std::string& ifname, const std::string& family) {
   Address out;
   if (!ifname.empty()) {
     out = pick(ifname);
-    freeifaddrs(list);
     if (out.len == 0) fail(StatusCode::kInvalidArgument, "NCCL_SOCKET_IFNAME={}: no up interface matches", ifname);
     return out;
   }
   out = pick("ib");
   if (out.len == 0) out = pick("^docker,lo,virbr");
   if (out.len == 0) out = pick("lo");
-  freeifaddrs(list);
   if (out.len == 0) {
     auto* a = reinterpret_cast<sockaddr_in*>(&out.storage);
     a->sin_family = AF_INET;
@@ -156,12 +193,12 @@ Address parseHostPort(const std::string& hp) {
   } else {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
+    addrinfo* raw = nullptr;
+    if (getaddrinfo(host.c_str(), nullptr, &hints, &raw) != 0 || !raw)
       fail(StatusCode::kInvalidArgument, "'{}': cannot resolve host '{}'", hp, host);
+    std::unique_ptr<addrinfo, void (*)(addrinfo*)> res(raw, freeaddrinfo);
     std::memcpy(&out.storage, res->ai_addr, res->ai_addrlen);
     out.len = res->ai_addrlen;
-    freeaddrinfo(res);
     if (out.storage.ss_family == AF_INET) a4->sin_port = htons(static_cast<uint16_t>(p));
     else a6->sin6_port = htons(static_cast<uint16_t>(p));
   }
@@ -186,8 +223,11 @@ Socket Socket::listen(const Address& addr, Address* bound) {
   if (!s.valid()) fail(StatusCode::kSystemError, "socket(): {}", std::strerror(errno));
   int one = 1;
   setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) != 0)
+  if (::bind(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) != 0) {
+    if (errno == EADDRINUSE)
+      fail(StatusCode::kSystemError, "cannot listen at {}: the address is in use by another job or process", addr.toString());
     fail(StatusCode::kSystemError, "bind({}): {}", addr.toString(), std::strerror(errno));
+  }
   if (::listen(s.fd(), 16384) != 0) fail(StatusCode::kSystemError, "listen(): {}", std::strerror(errno));
   if (bound) {
     bound->len = sizeof(bound->storage);
@@ -197,15 +237,26 @@ Socket Socket::listen(const Address& addr, Address* bound) {
   return s;
 }
 
-Socket Socket::connect(const Address& addr, Clock::time_point deadline, const std::atomic<bool>* abort,
-                       const std::string& what) {
+Socket Socket::connect(const Address& addr, Clock::time_point deadline, const Interrupt& intr, const std::string& what,
+                       bool retryRefused) {
+  int lastErr = 0;
+  auto timeout = [&] {
+    fail(StatusCode::kTimeout, "timeout while {} (connecting to {}{}{})", what, addr.toString(), lastErr ? ": " : "",
+         lastErr ? std::strerror(lastErr) : "");
+  };
   while (true) {
-    checkAbort(abort, what);
+    intr.poll(what);
+    if (Clock::now() >= deadline) timeout();
     Socket s(::socket(addr.storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!s.valid()) fail(StatusCode::kSystemError, "socket(): {}", std::strerror(errno));
     int r = ::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len);
     if (r != 0 && errno == EINPROGRESS) {
-      waitFor(s.fd(), POLLOUT, deadline, abort, what);
+      try {
+        waitFor(s.fd(), POLLOUT, deadline, intr, what);
+      } catch (const Error& e) {
+        if (e.code() == StatusCode::kTimeout) timeout();
+        throw;
+      }
       int err = 0;
       socklen_t len = sizeof(err);
       getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
@@ -217,28 +268,30 @@ Socket Socket::connect(const Address& addr, Clock::time_point deadline, const st
       setsockopt(s.fd(), IPPROTO_TCP, 1 /*TCP_NODELAY*/, &one, sizeof(one));
       return s;
     }
+    lastErr = errno;
+    if (errno == ECONNREFUSED && !retryRefused)
+      fail(StatusCode::kRemoteError, "connection to {} refused while {}", addr.toString(), what);
     if (errno != ECONNREFUSED && errno != ETIMEDOUT && errno != EAGAIN)
       fail(StatusCode::kSystemError, "connect to {} failed while {}: {}", addr.toString(), what, std::strerror(errno));
-    if (Clock::now() >= deadline) fail(StatusCode::kTimeout, "timeout while {} (connecting to {})", what, addr.toString());
     ::poll(nullptr, 0, 20);
   }
 }
 
-Socket Socket::accept(Clock::time_point deadline, const std::atomic<bool>* abort, const std::string& what) {
+Socket Socket::acceptNow() {
   while (true) {
-    waitFor(fd_, POLLIN, deadline, abort, what);
     int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c >= 0) return Socket(c);
-    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-      fail(StatusCode::kSystemError, "accept failed while {}: {}", what, std::strerror(errno));
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN) return Socket();
+    fail(StatusCode::kSystemError, "accept failed: {}", std::strerror(errno));
   }
 }
 
 namespace {
 // Moves `size` bytes with `io` (a send or a recv on a non-blocking socket), waiting for `events` when it would block.
 template <typename Io>
-void transferAll(int fd, char* p, size_t size, short events, Io io, Clock::time_point deadline,
-                 const std::atomic<bool>* abort, const std::string& what) {
+void transferAll(int fd, char* p, size_t size, short events, Io io, Clock::time_point deadline, const Interrupt& intr,
+                 const std::string& what) {
   while (size > 0) {
     ssize_t n = io(fd, p, size);
     if (n > 0) {
@@ -247,7 +300,7 @@ void transferAll(int fd, char* p, size_t size, short events, Io io, Clock::time_
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      waitFor(fd, events, deadline, abort, what);
+      waitFor(fd, events, deadline, intr, what);
       continue;
     }
     fail(StatusCode::kRemoteError, "connection lost while {}: {}", what, n < 0 ? std::strerror(errno) : "closed by the peer");
@@ -255,16 +308,49 @@ void transferAll(int fd, char* p, size_t size, short events, Io io, Clock::time_
 }
 }  // namespace
 
-void Socket::sendAll(const void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abort,
+void Socket::sendAll(const void* data, size_t size, Clock::time_point deadline, const Interrupt& intr,
                      const std::string& what) {
   transferAll(fd_, const_cast<char*>(static_cast<const char*>(data)), size, POLLOUT,
-              [](int fd, char* p, size_t n) { return ::send(fd, p, n, MSG_NOSIGNAL); }, deadline, abort, what);
+              [](int fd, char* p, size_t n) { return ::send(fd, p, n, MSG_NOSIGNAL); }, deadline, intr, what);
 }
 
-void Socket::recvAll(void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abort,
+void Socket::recvAll(void* data, size_t size, Clock::time_point deadline, const Interrupt& intr,
                      const std::string& what) {
   transferAll(fd_, static_cast<char*>(data), size, POLLIN,
-              [](int fd, char* p, size_t n) { return ::recv(fd, p, n, 0); }, deadline, abort, what);
+              [](int fd, char* p, size_t n) { return ::recv(fd, p, n, 0); }, deadline, intr, what);
+}
+
+Socket::ReadStatus Socket::readInto(MessageParser& parser) {
+  uint8_t buf[64 << 10];
+  while (!parser.done() && !parser.rejected()) {
+    size_t want = std::min(parser.wanted(), sizeof(buf));
+    ssize_t n = ::recv(fd_, buf, want, 0);
+    if (n > 0) {
+      parser.feed(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return ReadStatus::kWaiting;
+    return ReadStatus::kClosed;
+  }
+  return parser.done() ? ReadStatus::kMessage : ReadStatus::kRejected;
+}
+
+bool Socket::trySend(const Header& h, const void* body, Clock::time_point deadline) {
+  try {
+    sendAll(&h, sizeof(h), deadline, Interrupt{}, "sending a bootstrap message");
+    if (h.size) sendAll(body, h.size, deadline, Interrupt{}, "sending a bootstrap message");
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+std::string Socket::peerName() const {
+  Address a;
+  a.len = sizeof(a.storage);
+  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&a.storage), &a.len) != 0) return "?";
+  return a.toString();
 }
 
 }  // namespace topocoll::bootstrap

@@ -292,6 +292,7 @@ void reduce(DataType type, RedOp op, void* dst, const void* a, const void* b, si
 void reduceMany(DataType type, RedOp op, void* dst, const void* const* srcs, int n, size_t count) {
   check(type, op);
   if (n < 1) fail(StatusCode::kInvalidArgument, "reduceMany needs at least one source, got {}", n);
+  if (count == 0) return;  // buffers of no elements may be NULL (the C API allows it): nothing to touch
   size_t es = sizeOf(type);
   if (n == 1) {
     if (dst != srcs[0]) std::memmove(dst, srcs[0], count * es);

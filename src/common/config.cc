@@ -319,9 +319,17 @@ std::vector<Knob> buildRegistry() {
                                              "1: each rank takes the NCCL_TOPO_FILE GPU whose dev is its local rank"));
   r.push_back(intKnob<&Config::simulateGpuDev>("TOPOCOLL_SIMULATE_GPU_DEV", "bootstrap", -1, 1 << 16,
                                                "With TOPOCOLL_SIMULATE_GPUS: this rank's GPU dev (-1: its local rank)"));
-  r.push_back(choiceKnob<&Config::testDieAfter>("TOPOCOLL_TEST_DIE_AFTER", "bootstrap", "bootstrap",
-                                                "Tests only: the process exits at this init phase",
-                                                [](const std::string&) {}));
+  r.push_back(stringKnob<&Config::jobId>(
+      "TOPOCOLL_JOB_ID", "bootstrap",
+      "Name of this job, mixed into the bootstrap magic so that two jobs sharing a root address are told apart "
+      "(launchers' job ids are mixed in already)"));
+  r.push_back(choiceKnob<&Config::testDieAfter>(
+      "TOPOCOLL_TEST_DIE_AFTER", "bootstrap", "register | ring | bootstrap | peerinfo",
+      "Tests only: the process exits after this init phase (registration, ring setup, bootstrap, peer-info allgather)",
+      [](const std::string& v) {
+        if (v != "register" && v != "ring" && v != "bootstrap" && v != "peerinfo")
+          fail(StatusCode::kInvalidArgument, "TOPOCOLL_TEST_DIE_AFTER={}: expected register, ring, bootstrap or peerinfo", v);
+      }));
   // --- transports
   r.push_back(sizeKnob<&Config::buffSize>("NCCL_BUFFSIZE", "transport", 1 << 16, 1ll << 30,
                                           "Bytes of the Simple FIFO of each connection (NCCL_STEPS slots)"));
@@ -414,6 +422,8 @@ std::vector<std::string> knobTypos(const Env& env) {
     const Knob* best = nullptr;
     size_t bestD = 3;
     for (const Knob& k : knobs()) {
+      // The distance is at least the length difference: names far longer than any knob cost nothing.
+      if (std::max(name.size(), k.name.size()) - std::min(name.size(), k.name.size()) >= bestD) continue;
       size_t d = editDistance(name, k.name);
       if (d < bestD) bestD = d, best = &k;
     }

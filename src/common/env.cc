@@ -12,7 +12,7 @@ Env Env::fromProcess() {
     const char* eq = std::strchr(*e, '=');
     if (!eq) continue;
     std::string key(*e, eq - *e);
-    static const char* prefixes[] = {"NCCL_", "TOPOCOLL_", "OMPI_", "SLURM_", "PMIX_"};
+    static const char* prefixes[] = {"NCCL_", "TOPOCOLL_", "OMPI_", "SLURM_", "PMIX_", "TORCHELASTIC_"};
     static const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
     bool keep = false;
     for (const char* p : prefixes) keep |= key.rfind(p, 0) == 0;

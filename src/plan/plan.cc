@@ -24,7 +24,11 @@ namespace {
 std::vector<int> localDevsOf(const topology::XmlDoc& topo, const JobSpec& job, int host) {
   std::vector<int> devs = topology::gpuDevs(topo, host);
   const std::string where = host ? fmt::format("{} (host {})", topo.source, host) : topo.source;
-  if (devs.empty()) fail(StatusCode::kInvalidArgument, "{}: the topology has no <gpu>: nothing to plan", where);
+  if (devs.empty())
+    fail(StatusCode::kInvalidArgument,
+         "{}: the topology has no <gpu>: nothing to plan (a partial file, which NCCL completes with the GPUs it finds "
+         "on the machine it runs on? Plan on that machine, or from a complete dump: NCCL_TOPO_DUMP_FILE)",
+         where);
   if (!job.ranksOnGpus.empty()) {
     for (int d : job.ranksOnGpus)
       if (std::find(devs.begin(), devs.end(), d) == devs.end())
@@ -125,6 +129,8 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
   plan.job = job;
   plan.cfg = cfg;
   if (job.nNodes < 1) fail(StatusCode::kInvalidArgument, "--nodes must be >= 1 (got {})", job.nNodes);
+  if (job.nNodes > (1 << 20))
+    fail(StatusCode::kInvalidArgument, "--nodes {} is more than this planner supports (1048576)", job.nNodes);
   const int xmlHosts = std::max(1, topology::xmlHostCount(topo));
   plan.cliqueHosts = cliqueHostsOf(topo, job, cfg);
   std::vector<std::vector<int>> devsOf;  // [topology host] the devs of its ranks

@@ -157,6 +157,11 @@ void recvPieces(topocoll::bootstrap::Bootstrap& bs, int peer, int tag, void* dat
   for (size_t off = 0; off < bytes; off += kPiece) bs.recv(peer, tag, p + off, std::min(kPiece, bytes - off));
 }
 
+// memmove that takes NULL when nothing moves: the API accepts NULL buffers of zero elements, memcpy does not.
+void copyBytes(void* dst, const void* src, size_t n) {
+  if (n) std::memmove(dst, src, n);
+}
+
 // Every rank's `bytes` from `mine` into `all` (rank order), through the bootstrap's ring allGather in pieces; each
 // rank first checks that everybody called the same operation with the same size.
 void gatherAll(tcclComm* c, const void* mine, void* all, size_t bytes, const std::string& signature) {
@@ -178,9 +183,9 @@ void gatherAll(tcclComm* c, const void* mine, void* all, size_t bytes, const std
   for (size_t off = 0; off < bytes; off += kPiece) {
     size_t piece = std::min(kPiece, bytes - off);
     round.resize(piece * n);
-    std::memcpy(round.data() + me * piece, static_cast<const char*>(mine) + off, piece);
+    copyBytes(round.data() + me * piece, static_cast<const char*>(mine) + off, piece);
     bs.allGather(round.data(), piece);
-    for (int r = 0; r < n; ++r) std::memcpy(out + r * bytes + off, round.data() + r * piece, piece);
+    for (int r = 0; r < n; ++r) copyBytes(out + r * bytes + off, round.data() + r * piece, piece);
   }
 }
 
@@ -365,7 +370,7 @@ tcclResult_t tcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, t
         size_t b = bytesOf(count, datatype);
         std::vector<char> all(b * n);
         gatherAll(comm, me == root ? sendbuff : recvbuff, all.data(), b, sig("Broadcast", count, datatype, root));
-        if (me != root || recvbuff != sendbuff) std::memcpy(recvbuff, all.data() + root * b, b);
+        if (me != root || recvbuff != sendbuff) copyBytes(recvbuff, all.data() + root * b, b);
       });
 }
 
@@ -450,7 +455,7 @@ tcclResult_t tcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, tc
         size_t b = bytesOf(count, datatype);
         std::vector<char> all(b * n * n);
         gatherAll(comm, sendbuff, all.data(), b * n, sig("AlltoAll", count, datatype));
-        for (int r = 0; r < n; ++r) std::memcpy(static_cast<char*>(recvbuff) + r * b, all.data() + r * b * n + me * b, b);
+        for (int r = 0; r < n; ++r) copyBytes(static_cast<char*>(recvbuff) + r * b, all.data() + r * b * n + me * b, b);
       });
 }
 
@@ -471,7 +476,7 @@ tcclResult_t tcclGather(const void* sendbuff, void* recvbuff, size_t count, tccl
         size_t b = bytesOf(count, datatype);
         std::vector<char> all(b * n);
         gatherAll(comm, sendbuff, all.data(), b, sig("Gather", count, datatype, root));
-        if (comm->comm->rank() == root) std::memcpy(recvbuff, all.data(), b * n);
+        if (comm->comm->rank() == root) copyBytes(recvbuff, all.data(), b * n);
       });
 }
 
@@ -491,9 +496,9 @@ tcclResult_t tcclScatter(const void* sendbuff, void* recvbuff, size_t count, tcc
         int n = comm->comm->nRanks(), me = comm->comm->rank();
         size_t b = bytesOf(count, datatype);
         std::vector<char> mine(b * n), all(b * n * n);
-        if (me == root) std::memcpy(mine.data(), sendbuff, b * n);
+        if (me == root) copyBytes(mine.data(), sendbuff, b * n);
         gatherAll(comm, mine.data(), all.data(), b * n, sig("Scatter", count, datatype, root));
-        std::memmove(recvbuff, all.data() + root * b * n + me * b, b);
+        copyBytes(recvbuff, all.data() + root * b * n + me * b, b);
       });
 }
 

@@ -31,7 +31,15 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// The graph-info record is sent as bytes: every field is 4 bytes wide, so there is no padding.
+static_assert(sizeof(search::GraphInfo) == 8 * 4);
+static_assert(sizeof(search::RankTopo) ==
+              search::kNumGraphs * sizeof(search::GraphInfo) + (14 + 10 * search::kMaxChannels) * 4);
+
 double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// How long a failed rank 0 keeps its root up so that ranks still registering learn why the job failed.
+constexpr std::chrono::milliseconds kRootLinger{10000};
 
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ULL + 0x9e3779b97f4a7c15ULL; }
 
@@ -97,6 +105,7 @@ InitOptions InitOptions::fromConfig(const Config& cfg) {
   o.bootstrap.timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeoutSec * 1000));
   o.bootstrap.socketIfname = cfg.socketIfname;
   o.bootstrap.socketFamily = cfg.socketFamily;
+  o.bootstrap.testDieAfter = cfg.testDieAfter;
   return o;
 }
 
@@ -127,15 +136,26 @@ std::unique_ptr<Communicator> Communicator::init(const bootstrap::UniqueId& id, 
 }
 
 std::unique_ptr<Communicator> Communicator::initFromEnv(const Env& env) {
-  LaunchInfo li = launchInfoFromEnv(env);
   InitOptions opts = InitOptions::fromEnv(env);
+  LaunchInfo li = launchInfoFromEnv(env, opts.cfg.jobId);
+  uint64_t magic = li.jobKey;
+  if (!li.jobIdentified)
+    TC_INFO(log::kBootstrap, "Bootstrap : no launcher job id: another job using root {} would not be told apart from "
+            "this one (TOPOCOLL_JOB_ID names a job)", li.rootAddress);
   bootstrap::RootHandle root;
   bootstrap::UniqueId id;
-  if (li.rank == 0) id = bootstrap::createUniqueId(&root, li.rootAddress, li.jobKey);
-  else id = bootstrap::uniqueIdFor(li.rootAddress, li.jobKey);
-  auto comm = init(id, li.size, li.rank, opts);
-  comm->root_ = std::move(root);
-  return comm;
+  if (li.rank == 0) id = bootstrap::createUniqueId(&root, li.rootAddress, magic, li.size);
+  else id = bootstrap::uniqueIdFor(li.rootAddress, magic);
+  try {
+    auto comm = init(id, li.size, li.rank, opts);
+    comm->root_ = std::move(root);
+    return comm;
+  } catch (const Error& e) {
+    // The root leaves with this process: first, the ranks still on their way learn why the job failed.
+    root.abort(fmt::format("rank {} (hosting the root) failed: {}", li.rank, e.what()),
+               std::min<std::chrono::milliseconds>(opts.bootstrap.timeout, kRootLinger));
+    throw;
+  }
 }
 
 std::unique_ptr<Communicator> Communicator::initWithBootstrap(std::unique_ptr<bootstrap::Bootstrap> bs,
@@ -149,7 +169,15 @@ std::unique_ptr<Communicator> Communicator::create(std::unique_ptr<Communicator>
   c->bs_ = std::move(bs);
   c->rank_ = c->bs_->rank();
   c->nRanks_ = c->bs_->nRanks();
-  c->initialise(opts);
+  try {
+    c->initialise(opts);
+  } catch (const Error& e) {
+    // A failure of this rank's own (not one the bootstrap reports from elsewhere) is told to the others, so that
+    // they name it instead of waiting for this rank or blaming a neighbour.
+    if (e.code() != StatusCode::kRemoteError && e.code() != StatusCode::kTimeout && e.code() != StatusCode::kAborted)
+      c->bs_->abort(e.what());
+    throw;
+  }
   c->timings_.bootstrap = bootstrapMs;
   c->timings_.total += bootstrapMs;
   c->logInit();
@@ -175,6 +203,7 @@ void Communicator::initialise(const InitOptions& opts) {
   search::NodeGraphs node = planNode(opts, doc, &nvsCount);
   joinNodes(opts, node, nvsCount, gpuMode);
   t = Clock::now();
+  bs_->setPhase("transport setup");
   setupTransports(opts, node);
   timings_.transports = msSince(t);
   timings_.total = msSince(tStart);
@@ -183,6 +212,7 @@ void Communicator::initialise(const InitOptions& opts) {
 // AllGather 1: every rank's PeerInfo. GPU ranks are simulated from NCCL_TOPO_FILE (TOPOCOLL_SIMULATE_GPUS) or real
 // ones that discovery (NVML) finds; a job is all GPU ranks or all host-memory ranks.
 void Communicator::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topology::XmlDoc* doc) {
+  bs_->setPhase("topology discovery");
   auto t = Clock::now();
   peers_.assign(nRanks_, PeerInfo{});
   PeerInfo& me = peers_[rank_];
@@ -216,7 +246,10 @@ void Communicator::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topolo
   me.dev = opts.cfg.simulateGpus ? opts.cfg.simulateGpuDev : -1;
   timings_.topology += msSince(t);
   t = Clock::now();
+  bs_->setPhase("peer-info allgather");
   bs_->allGather(peers_.data(), sizeof(PeerInfo));
+  if (opts.cfg.testDieAfter == "peerinfo") std::_Exit(3);
+  bs_->setPhase("node search");
   for (int r = 0; r < nRanks_; ++r) {
     if (peers_[r].rank != r) fail(StatusCode::kRemoteError, "peer info of rank {} is corrupt", r);
     if ((peers_[r].cudaCompCap != 0) != *gpuMode)
@@ -311,7 +344,9 @@ void Communicator::joinNodes(const InitOptions& opts, const search::NodeGraphs& 
   auto t = Clock::now();
   std::vector<search::RankTopo> all(nRanks_);
   all[rank_] = search::presetRank(rank_, node);
+  bs_->setPhase("graph-info allgather");
   bs_->allGather(all.data(), sizeof(search::RankTopo));
+  bs_->setPhase("connect");
   timings_.allgathers += msSince(t);
   t = Clock::now();
   connect_ = search::connectRanks(all, opts.cfg);

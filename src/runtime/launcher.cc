@@ -1,5 +1,7 @@
-// What the launcher tells a process: rank, size, local rank and where the root listens.
+// What the launcher tells a process: rank, size, local rank, where the root listens and what tells this job apart
+// from another one on the same address.
 #include <cstdlib>
+#include <fstream>
 
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
@@ -8,10 +10,13 @@ namespace topocoll::runtime {
 
 namespace {
 
-uint64_t djb2(const std::string& s) {
-  uint64_t r = 5381;
-  for (unsigned char c : s) r = ((r << 5) + r) ^ c;
-  return r;
+// FNV-1a, then splitmix64's finaliser so that every input bit reaches every output bit.
+uint64_t hashText(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
 }
 
 int envInt(const Env& env, const char* name, bool* present) {
@@ -26,6 +31,28 @@ int envInt(const Env& env, const char* name, bool* present) {
 
 }  // namespace
 
+std::pair<int, int> ephemeralPortRange() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  if (in >> lo >> hi && lo > 0 && hi >= lo && hi <= 65535) return {lo, hi};
+  return {32768, 60999};  // Linux's default
+}
+
+int derivedRootPort(uint64_t jobHash, std::pair<int, int> ephemeral) {
+  // Ports from kLow up, minus the ephemeral range: outgoing connections take their local ports from that range, so
+  // a root listening there could find its port taken by any connection on the machine.
+  constexpr int kLow = 10000, kHigh = 65535;
+  auto [lo, hi] = ephemeral;
+  int below = std::max(0, std::min(lo, kHigh + 1) - kLow);   // kLow .. lo-1
+  int above = std::max(0, kHigh - std::max(hi, kLow - 1));    // hi+1 .. kHigh
+  if (below + above == 0)
+    fail(StatusCode::kInvalidUsage,
+         "the kernel's ephemeral port range {}-{} leaves no port to derive the root's from: set NCCL_COMM_ID=host:port",
+         lo, hi);
+  int k = static_cast<int>(jobHash % static_cast<uint64_t>(below + above));
+  return k < below ? kLow + k : std::max(hi, kLow - 1) + 1 + (k - below);
+}
+
 std::string firstSlurmHost(const std::string& list) {
   std::string first = list.substr(0, list.find(','));
   auto br = list.find('[');
@@ -39,7 +66,7 @@ std::string firstSlurmHost(const std::string& list) {
   return first;
 }
 
-LaunchInfo launchInfoFromEnv(const Env& env) {
+LaunchInfo launchInfoFromEnv(const Env& env, const std::string& jobId) {
   LaunchInfo li;
   bool p1, p2, p3;
   struct Source {
@@ -63,43 +90,43 @@ LaunchInfo launchInfoFromEnv(const Env& env) {
          "no launcher environment found: run under mpirun, srun or torchrun, or set RANK and WORLD_SIZE (and "
          "NCCL_COMM_ID=host:port)");
   if (li.rank >= li.size) fail(StatusCode::kInvalidArgument, "rank {} is not below the job size {}", li.rank, li.size);
-  std::string job;
+  // What tells this job apart from another one that uses the same root address: the launchers' own job ids.
+  std::string ompiJob, slurmJob, torchRun;
+  for (const char* k : {"OMPI_MCA_orte_ess_jobid", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_pmix_namespace"})
+    if (auto v = env.get(k); v && !v->empty()) {
+      ompiJob = *v;
+      break;
+    }
+  if (auto j = env.get("SLURM_JOB_ID"); j && !j->empty()) slurmJob = *j + "." + env.get("SLURM_STEP_ID").value_or("0");
+  if (auto id = env.get("TORCHELASTIC_RUN_ID"); id && !id->empty() && *id != "none")
+    torchRun = *id + "." + env.get("TORCHELASTIC_RESTART_COUNT").value_or("0");
+  li.jobIdentity = ompiJob + "|" + slurmJob + "|" + torchRun + "|" + jobId;
+  li.jobIdentified = !(ompiJob.empty() && slurmJob.empty() && torchRun.empty() && jobId.empty());
+
   if (auto v = env.get("NCCL_COMM_ID"); v && !v->empty()) {
     li.rootAddress = *v;
-    job = *v;
   } else if (auto a = env.get("MASTER_ADDR"), p = env.get("MASTER_PORT"); a && p) {
     li.rootAddress = *a + ":" + *p;
-    job = li.rootAddress;
   } else if (li.launcher == "mpirun") {
     // OpenMPI gives no address. On one host, derive a port from the job id; several hosts need an address.
-    std::string id;
-    for (const char* k : {"OMPI_MCA_orte_ess_jobid", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_pmix_namespace"})
-      if (auto v = env.get(k); v && !v->empty()) {
-        id = *v;
-        break;
-      }
     bool p;
     int localSize = envInt(env, "OMPI_COMM_WORLD_LOCAL_SIZE", &p);
-    if (id.empty() || !p || localSize != li.size)
+    if (ompiJob.empty() || !p || localSize != li.size)
       fail(StatusCode::kInvalidUsage,
            "mpirun across several hosts gives no root address: set NCCL_COMM_ID=host:port (a host of rank 0) or "
            "MASTER_ADDR and MASTER_PORT");
-    li.rootAddress = "127.0.0.1:" + std::to_string(20000 + djb2(id) % 30000);
-    job = id;
+    li.rootAddress = "127.0.0.1:" + std::to_string(derivedRootPort(hashText(ompiJob), ephemeralPortRange()));
   } else if (li.launcher == "srun") {
     auto nodes = env.get("SLURM_STEP_NODELIST");
     if (!nodes) nodes = env.get("SLURM_JOB_NODELIST");
-    auto jobId = env.get("SLURM_JOB_ID");
-    if (!nodes || !jobId)
+    if (!nodes || slurmJob.empty())
       fail(StatusCode::kInvalidUsage, "srun without SLURM_JOB_NODELIST/SLURM_JOB_ID: set NCCL_COMM_ID=host:port");
-    std::string step = env.get("SLURM_STEP_ID").value_or("0");
-    li.rootAddress = firstSlurmHost(*nodes) + ":" + std::to_string(20000 + djb2(*jobId + "." + step) % 30000);
-    job = *jobId + "." + step;
+    li.rootAddress = firstSlurmHost(*nodes) + ":" + std::to_string(derivedRootPort(hashText(slurmJob), ephemeralPortRange()));
   } else {
     fail(StatusCode::kInvalidUsage, "{} gives no root address: set NCCL_COMM_ID=host:port or MASTER_ADDR and MASTER_PORT",
          li.launcher);
   }
-  li.jobKey = djb2("topocoll:" + job) | 1;
+  li.jobKey = hashText("topocoll:" + li.rootAddress + "|" + li.jobIdentity) | 1;
   return li;
 }
 

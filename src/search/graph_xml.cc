@@ -1,5 +1,9 @@
 // Graph XML, as NCCL_GRAPH_DUMP_FILE writes it and NCCL_GRAPH_FILE reads it. Follows NCCL 2.30.7
 // src/graph/search.cc (ncclTopoGetXmlFromGraphs, ncclTopoGetGraphFromXml) (Apache-2.0).
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <set>
 
 #include "topocoll/search/graph.h"
@@ -65,8 +69,11 @@ std::string graphsToXml(const System& sys, const std::vector<const Graph*>& grap
 }
 
 int graphFromXml(const XmlDoc& doc, const System& sys, const Config& cfg, Graph& graph) {
-  XmlNode* graphs = doc.root ? doc.root->find("graphs") : nullptr;
-  if (!graphs) fail(StatusCode::kInvalidArgument, "{}: no <graphs> element", doc.source);
+  XmlNode* graphs = doc.root && doc.root->name == "graphs" ? doc.root.get() : nullptr;
+  if (doc.root && doc.root->name == "system")
+    fail(StatusCode::kInvalidArgument, "{}: the root element is <system>: this is a topology file (--topo, "
+         "NCCL_TOPO_FILE), not a graph file", doc.where(*doc.root));
+  if (!graphs) fail(StatusCode::kInvalidArgument, "{}: the root element is not <graphs>: not a graph file", doc.source);
   const std::string* ver = graphs->attr("version");
   if (!ver || *ver != "1")
     fail(StatusCode::kInvalidArgument, "{}: <graphs version=\"{}\">: version 1 needed", doc.where(*graphs),
@@ -75,20 +82,30 @@ int graphFromXml(const XmlDoc& doc, const System& sys, const Config& cfg, Graph&
     const std::string* v = x.attr(k);
     if (!v) fail(StatusCode::kInvalidArgument, "{}: <{}> is missing attribute '{}'", doc.where(x), x.name, k);
     char* end = nullptr;
-    long r = std::strtol(v->c_str(), &end, 0);
+    errno = 0;
+    long long r = std::strtoll(v->c_str(), &end, 0);
     if (v->empty() || *end) fail(StatusCode::kInvalidArgument, "{}: {}=\"{}\" is not an integer", doc.where(x), k, *v);
+    if (errno == ERANGE || r < INT32_MIN || r > INT32_MAX)
+      fail(StatusCode::kInvalidArgument, "{}: {}=\"{}\" is out of range", doc.where(x), k, *v);
     return static_cast<int>(r);
   };
   auto reqFloat = [&](const XmlNode& x, const char* k) {
     const std::string* v = x.attr(k);
     if (!v) fail(StatusCode::kInvalidArgument, "{}: <{}> is missing attribute '{}'", doc.where(x), x.name, k);
     char* end = nullptr;
-    float r = std::strtof(v->c_str(), &end);
+    errno = 0;
+    double r = std::strtod(v->c_str(), &end);
     if (v->empty() || *end) fail(StatusCode::kInvalidArgument, "{}: {}=\"{}\" is not a number", doc.where(x), k, *v);
-    return r;
+    if (errno == ERANGE || !std::isfinite(r) || r < 0 || r > 1e9)
+      fail(StatusCode::kInvalidArgument, "{}: {}=\"{}\" is out of range [0, 1e9]", doc.where(x), k, *v);
+    return static_cast<float>(r);
   };
   int loaded = 0;
   const int ngpus = sys.count(NodeType::GPU);
+  // Room for every channel the file may hold (compute() sizes them so already; other callers need not).
+  if (graph.intra.size() < static_cast<size_t>(kMaxChannels) * std::max(ngpus, 1))
+    graph.intra.assign(static_cast<size_t>(kMaxChannels) * std::max(ngpus, 1), 0);
+  if (graph.inter.size() < static_cast<size_t>(kMaxChannels) * 2) graph.inter.assign(kMaxChannels * 2, 0);
   for (auto& sub : graphs->subs) {
     if (sub->name != "graph") continue;
     const XmlNode& xg = *sub;

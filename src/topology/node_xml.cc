@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <unordered_map>
 
 #include "topocoll/status.h"
 #include "topocoll/topology/system.h"
@@ -243,8 +244,9 @@ XmlDoc selectHosts(const XmlDoc& doc, int first, int count) {
 }
 
 std::vector<int> gpuDevs(const XmlDoc& doc, int host) {
-  std::vector<XmlNode*> gpus = hostGpuElements(*doc.root->find("system"), host);
+  std::vector<XmlNode*> gpus = hostGpuElements(systemElement(doc), host);
   std::vector<int> devs;
+  std::set<int> seen;
   for (XmlNode* g : gpus) {
     const std::string* d = g->attr("dev");
     if (!d) fail(StatusCode::kInvalidArgument, "{}: <gpu> is missing required attribute 'dev'", doc.where(*g));
@@ -252,7 +254,7 @@ std::vector<int> gpuDevs(const XmlDoc& doc, int host) {
     long v = std::strtol(d->c_str(), &end, 0);
     if (d->empty() || *end || v < 0)
       fail(StatusCode::kInvalidArgument, "{}: <gpu> attribute dev=\"{}\" is not a GPU index", doc.where(*g), *d);
-    if (std::find(devs.begin(), devs.end(), static_cast<int>(v)) != devs.end())
+    if (!seen.insert(static_cast<int>(v)).second)
       fail(StatusCode::kInvalidArgument, "{}: two <gpu> elements have dev=\"{}\"", doc.where(*g), *d);
     devs.push_back(static_cast<int>(v));
   }
@@ -470,8 +472,10 @@ void applyNets(XmlNode& root, const Config& cfg, const std::vector<std::vector<i
 }
 
 XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, const Config& cfg) {
-  if (!file.root || !file.root->find("system"))
-    fail(StatusCode::kInvalidArgument, "{}: no <system> element", file.source);
+  systemElement(file);
+  if (ranks.size() > static_cast<size_t>(kTopoMaxNodes))
+    fail(StatusCode::kInvalidArgument, "{}: {} ranks on one host; NCCL supports at most {} GPUs per host "
+         "(NCCL_TOPO_MAX_NODES)", file.source, ranks.size(), kTopoMaxNodes);
   {
     std::set<std::pair<int, int>> seen;
     for (auto& r : ranks)
@@ -488,27 +492,39 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
   }
   // GPU-to-GPU NVLinks must point at a GPU of the file (NCCL silently drops them).
   {
-    std::vector<XmlNode*> links;
+    std::vector<XmlNode*> links, pcis;
     collect(*file.root, "nvlink", links);
+    collect(*file.root, "pci", pcis);
+    std::unordered_map<std::string, XmlNode*> pciByBusId;  // the first in document order, as findWith
+    for (XmlNode* p : pcis) pciByBusId.emplace(*p->attr("busid"), p);
     for (XmlNode* l : links) {
       const std::string* tclass = l->attr("tclass");
       const std::string* target = l->attr("target");
       if (!tclass || !target || tclass->compare(0, 4, "0x03") != 0) continue;
-      XmlNode* pci = file.root->findWith("pci", "busid", *target);
+      auto it = pciByBusId.find(*target);
+      XmlNode* pci = it == pciByBusId.end() ? nullptr : it->second;
       if (!pci || !pci->child("gpu"))
         fail(StatusCode::kInvalidArgument, "{}: <nvlink target=\"{}\"> points at no GPU of the topology",
              file.where(*l), *target);
     }
   }
   // Each host's network plugin sees its own devices and numbers them from 0 (a multi-host XML is the fused view of
-  // an NVLink domain: every host contributes its ranks' XMLs).
+  // an NVLink domain: every host contributes its ranks' XMLs). NCCL trims a fresh copy of the host's XML for each
+  // local rank and fuses the copies. The network view (device numbers, fused NICs) is the same in every copy of a
+  // host, so it is applied once per host, and each rank's trimmed copy is made without copying what trimming
+  // removes: linear in the ranks' views, not ranks x file.
   const int nHosts = std::max(1, xmlHostCount(file));
   std::vector<XmlDoc> hostDocs;
-  std::vector<std::vector<std::vector<int>>> groups;
+  std::vector<std::unordered_map<int, const XmlNode*>> gpuByDev(nHosts);
+  std::vector<std::unique_ptr<TrimmedCopies>> copies;
   for (int h = 0; h < nHosts; ++h) {
     hostDocs.push_back(nHosts == 1 ? file.clone() : selectHosts(file, h, 1));
-    const bool socketOnly = applyPluginDevices(hostDocs.back(), cfg);
-    groups.push_back(socketOnly ? std::vector<std::vector<int>>{} : netGroups(*hostDocs.back().root, cfg));
+    XmlDoc& d = hostDocs.back();
+    const bool socketOnly = applyPluginDevices(d, cfg);
+    applyNets(*d.root, cfg, socketOnly ? std::vector<std::vector<int>>{} : netGroups(*d.root, cfg));
+    for (XmlNode* g : hostGpuElements(systemElement(d), 0))
+      if (g->attr("dev")) gpuByDev[h][std::atoi(g->attr("dev")->c_str())] = g;
+    copies.push_back(std::make_unique<TrimmedCopies>(*d.root));
   }
   XmlDoc fused;
   fused.source = file.source;
@@ -520,24 +536,21 @@ XmlDoc prepareNodeXml(const XmlDoc& file, const std::vector<LocalGpu>& ranks, co
     if (r.host < 0 || r.host >= nHosts)
       fail(StatusCode::kInvalidArgument, "{}: rank {} is on host {}, the topology describes {}", file.source, r.rank,
            r.host, nHosts);
-    XmlDoc d = hostDocs[r.host].clone();
-    XmlNode* gpu = nullptr;
-    for (XmlNode* g : hostGpuElements(*d.root->find("system"), 0))
-      if (g->attr("dev") && std::atoi(g->attr("dev")->c_str()) == r.dev) gpu = g;
-    if (!gpu)
+    auto gpu = gpuByDev[r.host].find(r.dev);
+    if (gpu == gpuByDev[r.host].end())
       fail(StatusCode::kInvalidArgument, "{}: rank {} uses GPU dev {}{}, which the topology does not have", file.source,
            r.rank, r.dev, r.host ? fmt::format(" of host {}", r.host) : std::string());
-    gpu->set("keep", "1");
-    gpu->set("rank", std::to_string(r.rank));
-    gpu->setIfUnset("gdr", "1");
-    applyNets(*d.root, cfg, groups[r.host]);
-    trimXml(*d.root);
-    fuse(std::move(d));
+    auto mine = copies[r.host]->copy(gpu->second, [&](XmlNode& g) {
+      g.set("keep", "1");
+      g.set("rank", std::to_string(r.rank));
+      g.setIfUnset("gdr", "1");
+    });
+    if (!fused.root) fused.root = std::move(mine);
+    else fuseXml(*fused.root, *mine);
   }
   if (!fused.root) {
     // No rank: keep the whole machine (nothing would be kept by trimming).
     for (int h = 0; h < nHosts; ++h) {
-      applyNets(*hostDocs[h].root, cfg, groups[h]);
       hostDocs[h].root->visit([](XmlNode& n) { n.unset("keep"); });
       fuse(std::move(hostDocs[h]));
     }

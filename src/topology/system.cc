@@ -6,7 +6,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 
+#include "topocoll/log.h"
 #include "topocoll/status.h"
 #include "xml_attr.h"
 
@@ -145,13 +148,49 @@ const KV kCpuArch[] = {{"x86_64", kCpuArchX86}, {"arm64", kCpuArchArm}, {"ppc64"
 const KV kCpuVendor[] = {{"GenuineIntel", kCpuVendorIntel}, {"AuthenticAMD", kCpuVendorAmd},
                          {"CentaurHauls", kCpuVendorZhaoxin}, {"  Shanghai  ", kCpuVendorZhaoxin}, {nullptr, 0}};
 
+// Bounds of values NCCL computes with (beyond them its arithmetic gives nonsense or overflows).
+constexpr int kMaxComputeCapability = 999;  // sm="90": major * 10 + minor
+constexpr int kMaxLinksPerPeer = 64;        // NVLink or C2C links between two devices (18 on Hopper and Blackwell)
+constexpr int kMaxC2cLinkBw = 1000000;      // MB/s per C2C link
+constexpr int kMaxPciWidth = 32;            // PCIe lanes (x32 is the widest link the standard defines)
+constexpr int kMaxNumaId = 1 << 16;
+
+// The elements NCCL's topology loader reads under each element (src/graph/xml.cc, ncclTopoXmlLoad*); it ignores
+// the others, and so does the system builder. XGMI links are AMD's and go beside NVLinks.
+const std::pair<const char*, const char*> kGrammar[] = {
+    {"system", "cpu"}, {"cpu", "pci"},     {"cpu", "nic"},    {"pci", "pci"},   {"pci", "gpu"},  {"pci", "nic"},
+    {"pci", "pcilink"}, {"gpu", "nvlink"}, {"gpu", "c2c"},    {"gpu", "xgmi"},  {"nic", "net"}};
+
+// One warning line per kind of ignored element (its first place), once per process.
+void warnIgnoredElements(const XmlDoc& doc, const XmlNode& n) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  for (auto& c : n.subs) {
+    bool known = false;
+    std::string allowed;
+    for (auto& [parent, child] : kGrammar) {
+      if (n.name != parent) continue;
+      known |= c->name == child;
+      allowed += (allowed.empty() ? "" : ", ") + std::string("<") + child + ">";
+    }
+    if (known) {
+      warnIgnoredElements(doc, *c);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said.insert(doc.source + "\n" + n.name + "\n" + c->name).second) continue;
+    TC_WARN("{}: <{}> in <{}> is ignored, as NCCL ignores it ({})", doc.where(*c), c->name, n.name,
+            allowed.empty() ? "nothing is read inside <" + n.name + ">" : "it reads " + allowed + " there");
+  }
+}
+
 class Builder {
  public:
   Builder(const XmlDoc& doc) : doc_(doc), a_(doc) {}
 
   System build(uint64_t localHostHash) {
-    XmlNode* top = doc_.root ? doc_.root->find("system") : nullptr;
-    if (!top) fail(StatusCode::kInvalidArgument, "{}: no <system> element", doc_.source);
+    XmlNode* top = &systemElement(doc_);
+    warnIgnoredElements(doc_, *top);
     for (auto& s : top->subs)
       if (s->name == "cpu") addCpu(*s);
     if (sys_.hostHashes.empty()) fail(StatusCode::kInvalidArgument, "{}: <system> has no <cpu>", doc_.where(*top));
@@ -179,7 +218,11 @@ class Builder {
   AttrReader a_;
   System sys_;
 
-  NodeRef create(NodeType t, int64_t id) {
+  // `at`: the element the node comes from, named when NCCL's per-type limit is reached.
+  NodeRef create(NodeType t, int64_t id, const XmlNode& at) {
+    if (sys_.count(t) >= kTopoMaxNodes)
+      fail(StatusCode::kInvalidArgument, "{}: more than {} {} nodes on one host, NCCL's limit (NCCL_TOPO_MAX_NODES)",
+           doc_.where(at), kTopoMaxNodes, to_string(t));
     Node n;
     n.type = t;
     n.id = id;
@@ -215,13 +258,20 @@ class Builder {
   }
 
   void addCpu(const XmlNode& x) {
-    int numaId = a_.reqInt(x, "numaid");
+    int numaId = a_.reqInt(x, "numaid", 0, kMaxNumaId);
     int systemId = systemIdFor(x);
     if (sys_.indexOf(NodeType::CPU, makeId(systemId, numaId)) >= 0)
       fail(StatusCode::kInvalidArgument, "{}: duplicate <cpu numaid=\"{}\"> on the same host", doc_.where(x), numaId);
-    NodeRef cpu = create(NodeType::CPU, makeId(systemId, numaId));
+    NodeRef cpu = create(NodeType::CPU, makeId(systemId, numaId), x);
     Node& c = sys_.at(cpu);
     if (const std::string* s = x.attr("affinity")) c.affinity = *s;
+    // A partial file's CPUs lack what NCCL reads from the machine it runs on; another machine cannot be guessed.
+    for (const char* key : {"arch", "vendor"})
+      if (!x.has(key) && (std::string(key) == "arch" || *x.attr("arch") == "x86_64"))
+        fail(StatusCode::kInvalidArgument,
+             "{}: <cpu> is missing attribute '{}' (NCCL fills it from the machine it runs on: a partial topology file "
+             "needs that machine, or name it in the file)",
+             doc_.where(x), key);
     c.arch = kvPrefix(a_.reqStr(x, "arch"), kCpuArch, 0);
     if (c.arch == kCpuArchX86) {
       c.vendor = kvPrefix(a_.reqStr(x, "vendor"), kCpuVendor, 0);
@@ -247,7 +297,7 @@ class Builder {
         int ni = sys_.indexOf(NodeType::NIC, id);
         NodeRef nic{NodeType::NIC, ni};
         if (ni < 0) {
-          nic = create(NodeType::NIC, id);
+          nic = create(NodeType::NIC, id, *s);
           connect(cpu, nic, LinkType::PCI, kLocBw);
           connect(nic, cpu, LinkType::PCI, kLocBw);
         }
@@ -266,8 +316,8 @@ class Builder {
   }
 
   float pciBw(const XmlNode& x) {
-    int width = a_.optInt(x, "link_width", 0, /*emptyIsDefault=*/true);
-    if (width < 0) fail(StatusCode::kInvalidArgument, "{}: link_width=\"{}\" is negative", doc_.where(x), width);
+    const std::string* w = x.attr("link_width");
+    int width = w && !w->empty() ? a_.reqInt(x, "link_width", 0, kMaxPciWidth) : 0;
     const std::string speedStr = a_.reqStr(x, "link_speed");
     if (width == 0) width = 16;
     bool matched = false;
@@ -294,6 +344,9 @@ class Builder {
     const std::string busIdStr = a_.reqStr(x, "busid");
     a_.checkBusId(x, busIdStr);
     int64_t busId = busIdToInt64(busIdStr);
+    if (parent.type == NodeType::PCI && busIdToInt64(sys_.at(parent).busId) == busId)
+      fail(StatusCode::kInvalidArgument, "{}: <pci busid=\"{}\"> has the bus id of the PCI switch it is under",
+           doc_.where(x), busIdStr);
     float bw = pciBw(x);
 
     for (auto& s : x.subs) {
@@ -307,7 +360,7 @@ class Builder {
       int ni = sys_.indexOf(NodeType::NIC, id);
       NodeRef nic{NodeType::NIC, ni};
       if (ni < 0) {
-        nic = create(NodeType::NIC, id);
+        nic = create(NodeType::NIC, id, *xnic);
         sys_.at(nic).busId = busIdStr;
         node = nic;
       }
@@ -315,7 +368,7 @@ class Builder {
     } else if (type == kTPCI) {
       if (sys_.indexOf(NodeType::PCI, makeId(systemId, busId)) >= 0)
         fail(StatusCode::kInvalidArgument, "{}: duplicate PCI busid \"{}\"", doc_.where(x), busIdStr);
-      node = create(NodeType::PCI, makeId(systemId, busId));
+      node = create(NodeType::PCI, makeId(systemId, busId), x);
       sys_.at(node).device = intDevice(x);
       sys_.at(node).busId = busIdStr;
       for (auto& s : x.subs)
@@ -328,7 +381,7 @@ class Builder {
   }
 
   void addGpu(const XmlNode& xpci, const XmlNode& xgpu, NodeRef parent, int systemId, int64_t busId, float bw) {
-    int sm = a_.reqInt(xgpu, "sm");
+    int sm = a_.reqInt(xgpu, "sm", 0, kMaxComputeCapability);  // AMD (gcn=): the CU count
     std::string gcn;
     if (const std::string* g = xgpu.attr("gcn")) {
       gcn = gcnArchName(*g);
@@ -339,7 +392,7 @@ class Builder {
     int64_t devId = makeId(systemId, busId);
     int di = sys_.indexOf(NodeType::DEV, devId);
     if (di >= 0) fail(StatusCode::kInvalidArgument, "{}: duplicate GPU bus id {:x}", doc_.where(xgpu), busId);
-    NodeRef dev = create(NodeType::DEV, devId);
+    NodeRef dev = create(NodeType::DEV, devId, xgpu);
     {
       Node& d = sys_.at(dev);
       d.device = intDevice(xpci);
@@ -352,12 +405,12 @@ class Builder {
     connect(dev, parent, LinkType::PCI, bw);
     connect(parent, dev, LinkType::PCI, bw);
     int64_t gpuLocal = (static_cast<int64_t>(sys_.at(dev).nGpus) << 40) | (busId & ((1LL << 40) - 1));
-    NodeRef gpu = create(NodeType::GPU, makeId(systemId, gpuLocal));
+    NodeRef gpu = create(NodeType::GPU, makeId(systemId, gpuLocal), xgpu);
     Node& g = sys_.at(gpu);
-    g.rank = a_.reqInt(xgpu, "rank");
+    g.rank = a_.reqInt(xgpu, "rank", 0, INT32_MAX);
     g.cudaCompCap = sm;
     g.dev = a_.reqInt(xgpu, "dev");
-    g.gdrSupport = a_.reqInt(xgpu, "gdr");
+    g.gdrSupport = a_.reqInt(xgpu, "gdr", 0, 1);
     g.mloPart = a_.optInt(xgpu, "mlopart", kUndef);
     g.parent = dev.index;
     g.busId = sys_.at(dev).busId;
@@ -383,20 +436,20 @@ class Builder {
     int64_t netId = makeId(systemId, dev);
     if (sys_.indexOf(NodeType::NET, netId) >= 0)
       fail(StatusCode::kInvalidArgument, "{}: duplicate <net dev=\"{}\">", doc_.where(x), dev);
-    NodeRef net = create(NodeType::NET, netId);
+    NodeRef net = create(NodeType::NET, netId, x);
     Node& n = sys_.at(net);
     n.dev = dev;
     if (const std::string* name = x.attr("name")) n.name = *name;
     if (const std::string* g = x.attr("guid")) n.asic = std::strtoull(g->c_str(), nullptr, 16);
     else n.asic = static_cast<uint64_t>(netId);
     int mbps = a_.optInt(x, "speed", 0);
-    if (mbps <= 0) mbps = 10000;  // some NICs report speed -1
+    if (mbps <= 0) mbps = 10000;  // some NICs report speed -1: NCCL assumes 10 Gb/s
     n.bw = static_cast<float>(mbps / 8000.0);
-    n.latency = a_.optFloat(x, "latency", 0.0f);
-    n.port = a_.optInt(x, "port", 0);
-    n.gdrSupport = a_.optInt(x, "gdr", 0);
-    n.maxChannels = a_.optInt(x, "maxconn", 64);
-    n.collSupport = a_.optInt(x, "coll", 0);
+    n.latency = a_.optFloat(x, "latency", 0.0f, 0.0, 1e9);
+    n.port = a_.optInt(x, "port", 0, 0, INT32_MAX);
+    n.gdrSupport = a_.optInt(x, "gdr", 0, 0, 1);
+    n.maxChannels = a_.optInt(x, "maxconn", 64, 0, INT32_MAX);
+    n.collSupport = a_.optInt(x, "coll", 0, 0, 1);
     n.railId = a_.optInt(x, "rail", kUndef);
     n.planeId = a_.optInt(x, "plane", kUndef);
     float bw = n.bw;
@@ -438,21 +491,23 @@ class Builder {
     if (!x.parent || x.parent->name != "gpu") return;
     if (!isPrimaryGpu(*x.parent)) return;
     NodeRef dev = devOfGpuElement(*x.parent, parentBusId, systemId, "nvlink");
-    int count = a_.reqInt(x, "count");
-    if (count < 0) fail(StatusCode::kInvalidArgument, "{}: count=\"{}\" is negative", doc_.where(x), count);
+    int count = a_.reqInt(x, "count", 0, kMaxLinksPerPeer);
     const std::string tclass = a_.reqStr(x, "tclass");
     int targetType = kvPrefix(tclass, kPciClass, kTPCI);
     float nvlBw = nvlinkBw(sys_.at(dev).cudaCompCap);
     if (targetType == kTGPU) {
       const std::string target = a_.reqStr(x, "target");
       int ri = sys_.indexOf(NodeType::DEV, makeId(systemId, busIdToInt64(target)));
+      if (ri == dev.index)  // NVML in some VMs reports this (azure-ncv4); NCCL keeps it as a link to itself
+        TC_WARN("{}: <nvlink target=\"{}\"> points at its own GPU; kept as NCCL keeps it (a link to itself, counted "
+                "in the GPU's NVLink bandwidth)", doc_.where(x), target);
       if (ri >= 0) connect(dev, {NodeType::DEV, ri}, LinkType::NVL, static_cast<float>(count) * nvlBw);
     } else {
       NodeRef remote{NodeType::NVS, -1};
       if (targetType == kTCPU) {
         remote = findLocalCpu(dev, {NodeType::GPU, -1});
       } else {
-        remote = sys_.count(NodeType::NVS) == 0 ? create(NodeType::NVS, 0) : NodeRef{NodeType::NVS, 0};
+        remote = sys_.count(NodeType::NVS) == 0 ? create(NodeType::NVS, 0, x) : NodeRef{NodeType::NVS, 0};
       }
       if (remote.index >= 0) {
         connect(dev, remote, LinkType::NVL, static_cast<float>(count) * nvlBw);
@@ -482,7 +537,7 @@ class Builder {
       return;
     }
     NodeRef remote = targetType == kTCPU ? findLocalCpu(dev, {NodeType::GPU, -1})
-                     : sys_.count(NodeType::NVS) == 0 ? create(NodeType::NVS, 0)
+                     : sys_.count(NodeType::NVS) == 0 ? create(NodeType::NVS, 0, x)
                                                       : NodeRef{NodeType::NVS, 0};
     if (remote.index >= 0) {
       connect(dev, remote, LinkType::NVL, bw);
@@ -502,9 +557,8 @@ class Builder {
     if (x.name != "c2c") return;
     if (!x.parent || x.parent->name != "gpu" || !isPrimaryGpu(*x.parent)) return;
     NodeRef dev = devOfGpuElement(*x.parent, parentBusId, systemId, "c2c");
-    int count = a_.reqInt(x, "count"), bw = a_.reqInt(x, "bw");
-    if (count < 0 || bw < 0) fail(StatusCode::kInvalidArgument, "{}: c2c bw/count must be >= 0", doc_.where(x));
-    float c2cBw = static_cast<float>((bw * count) / 1000.0);
+    int count = a_.reqInt(x, "count", 0, kMaxLinksPerPeer), bw = a_.reqInt(x, "bw", 0, kMaxC2cLinkBw);
+    float c2cBw = static_cast<float>((static_cast<double>(bw) * count) / 1000.0);
     NodeRef cpu = findLocalCpu(dev, {NodeType::GPU, -1});
     if (cpu.index < 0) return;
     connect(dev, cpu, LinkType::C2C, c2cBw);

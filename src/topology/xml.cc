@@ -1,13 +1,20 @@
 #include "topocoll/topology/xml.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <pugixml.hpp>
 
 #include "topocoll/status.h"
+#include "topocoll/unique_fd.h"
 
 namespace topocoll::topology {
 
@@ -138,11 +145,14 @@ std::unique_ptr<XmlNode> convert(const pugi::xml_node& src, XmlNode* parent, con
   n->name = src.name();
   n->parent = parent;
   n->line = lines.lineOf(src.offset_debug());
-  for (auto a = src.first_attribute(); a; a = a.next_attribute()) {
-    if (n->has(a.name()))
-      fail(StatusCode::kInvalidArgument, "{}:{}: duplicate attribute '{}' on <{}>", source, n->line, a.name(),
-           n->name);
-    n->attrs.emplace_back(a.name(), a.value());
+  for (auto a = src.first_attribute(); a; a = a.next_attribute()) n->attrs.emplace_back(a.name(), a.value());
+  if (n->attrs.size() > 1) {  // sorted names: a duplicate check in n log n however many attributes there are
+    std::vector<std::string_view> names;
+    for (auto& [k, v] : n->attrs) names.push_back(k);
+    std::sort(names.begin(), names.end());
+    auto dup = std::adjacent_find(names.begin(), names.end());
+    if (dup != names.end())
+      fail(StatusCode::kInvalidArgument, "{}:{}: duplicate attribute '{}' on <{}>", source, n->line, *dup, n->name);
   }
   for (auto c = src.first_child(); c; c = c.next_sibling()) {
     if (c.type() != pugi::node_element) continue;
@@ -179,12 +189,39 @@ XmlDoc parseXml(std::string_view text, const std::string& source) {
 }
 
 XmlDoc loadXmlFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(StatusCode::kNotFound, "{}: cannot open file: {}", path, std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail(StatusCode::kSystemError, "{}: read error", path);
-  return parseXml(ss.str(), path);
+  // Opened first, then checked through the descriptor: what is read is what was checked.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) fail(StatusCode::kNotFound, "{}: cannot open file: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) fail(StatusCode::kSystemError, "{}: cannot stat: {}", path, std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) fail(StatusCode::kInvalidArgument, "{}: is a directory, not a topology file", path);
+  if (!S_ISREG(st.st_mode))
+    fail(StatusCode::kInvalidArgument, "{}: is not a regular file (a device, pipe or socket), not a topology file", path);
+  if (static_cast<uint64_t>(st.st_size) > kMaxXmlFileBytes)
+    fail(StatusCode::kInvalidArgument, "{}: {} bytes, over the {} MiB limit for a topology or graph file", path,
+         st.st_size, kMaxXmlFileBytes >> 20);
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {  // a file that shrinks meanwhile ends early; one that grows is read up to its size
+    ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(StatusCode::kSystemError, "{}: read error: {}", path, std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return parseXml(text, path);
+}
+
+XmlNode& systemElement(const XmlDoc& doc) {
+  if (!doc.root) fail(StatusCode::kInvalidArgument, "{}: no XML element", doc.source);
+  if (doc.root->name == "system") return *doc.root;
+  if (doc.root->name == "graphs")
+    fail(StatusCode::kInvalidArgument,
+         "{}: the root element is <graphs>: this is a graph file (NCCL_GRAPH_FILE), use --graph-in; a topology's root "
+         "is <system>", doc.where(*doc.root));
+  fail(StatusCode::kInvalidArgument, "{}: the root element is <{}>; a topology's root is <system>", doc.where(*doc.root),
+       doc.root->name);
 }
 
 namespace {
@@ -226,47 +263,68 @@ void writeXmlFile(const std::string& path, const XmlNode& root) {
 }
 
 namespace {
+
+bool removable(const std::string& name) { return name == "pci" || name == "cpu" || name == "nic" || name == "net"; }
+bool keeps(const XmlNode& n) {
+  const std::string* k = n.attr("keep");
+  return k && *k == "1";
+}
+
+// ncclTopoTrimXml's recursion: the count of kept elements below (a kept element counts one and is not entered);
+// branches that keep nothing are removed, all of a node's at once (removing them one by one is quadratic).
 int trimRec(XmlNode& node) {
-  const std::string* k = node.attr("keep");
-  if (k && *k == "1") {
+  if (keeps(node)) {
     node.unset("keep");
     return 1;
   }
   int keep = 0;
-  // Children may remove themselves: iterate over a snapshot.
-  std::vector<XmlNode*> snapshot;
-  for (auto& s : node.subs) snapshot.push_back(s.get());
-  for (XmlNode* s : snapshot) {
-    int sk = trimRec(*s);
+  std::vector<uint8_t> drop(node.subs.size(), 0);
+  for (size_t i = 0; i < node.subs.size(); ++i) {
+    int sk = trimRec(*node.subs[i]);
     keep += sk;
-    if (sk == 0 && (s->name == "pci" || s->name == "cpu" || s->name == "nic" || s->name == "net"))
-      node.removeChild(s);
+    drop[i] = sk == 0 && removable(node.subs[i]->name);
   }
+  size_t out = 0;
+  for (size_t i = 0; i < node.subs.size(); ++i)
+    if (!drop[i]) node.subs[out++] = std::move(node.subs[i]);
+  node.subs.resize(out);
   return keep;
 }
 
-bool sameElement(const XmlNode& a, const XmlNode& b) {
-  if (a.name != b.name || a.attrs.size() != b.attrs.size() || a.subs.empty() != b.subs.empty()) return false;
-  for (auto& [k, v] : b.attrs) {
-    const std::string* av = a.attr(k);
-    if (!av || *av != v) return false;
+// What ncclTopoFuseXml's matching compares: name, the attribute set and whether the element has children.
+std::string signature(const XmlNode& n) {
+  std::vector<const std::pair<std::string, std::string>*> attrs;
+  for (auto& a : n.attrs) attrs.push_back(&a);
+  std::sort(attrs.begin(), attrs.end(), [](auto* a, auto* b) { return a->first < b->first; });
+  std::string sig = n.name;
+  sig += n.subs.empty() ? '\x01' : '\x02';
+  for (auto* a : attrs) {
+    sig += a->first;
+    sig += '\0';
+    sig += a->second;
+    sig += '\0';
   }
-  return true;
+  return sig;
 }
 
+// Each of src's children merges into the first of dst's children with the same signature, or is appended (and
+// then matches src's later children). An index makes it linear where a scan of dst's children was quadratic.
 void fuseRec(XmlNode& dst, const XmlNode& src) {
+  if (src.subs.empty()) return;
+  std::unordered_map<std::string, XmlNode*> first;
+  first.reserve(dst.subs.size() + src.subs.size());
+  for (auto& d : dst.subs) first.emplace(signature(*d), d.get());
   for (auto& s : src.subs) {
-    XmlNode* match = nullptr;
-    for (auto& d : dst.subs) {
-      if (sameElement(*d, *s)) {
-        match = d.get();
-        break;
-      }
+    auto [it, added] = first.emplace(signature(*s), nullptr);
+    if (added) {
+      dst.subs.push_back(s->clone(&dst));
+      it->second = dst.subs.back().get();
+    } else {
+      fuseRec(*it->second, *s);
     }
-    if (!match) dst.subs.push_back(s->clone(&dst));
-    else fuseRec(*match, *s);
   }
 }
+
 }  // namespace
 
 void trimXml(XmlNode& root) { trimRec(root); }
@@ -276,6 +334,66 @@ void fuseXml(XmlNode& dst, const XmlNode& src) {
   const XmlNode* s = const_cast<XmlNode&>(src).find("system");
   if (!d || !s) fail(StatusCode::kInvalidArgument, "fuseXml: both documents need a <system> element");
   fuseRec(*d, *s);
+}
+
+TrimmedCopies::TrimmedCopies(const XmlNode& root) : root_(root) {
+  // Post-order: a node holds a kept element when it keeps or a child holds one.
+  struct Walk {
+    std::unordered_set<const XmlNode*>& out;
+    bool operator()(const XmlNode& n) {
+      bool any = keeps(n);
+      for (auto& c : n.subs) any |= (*this)(*c);
+      if (any) out.insert(&n);
+      return any;
+    }
+  };
+  Walk{holdsKeep_}(root);
+}
+
+std::unique_ptr<XmlNode> TrimmedCopies::copy(const XmlNode* target, const std::function<void(XmlNode&)>& edit) const {
+  // The target's ancestors hold a kept element in this copy when the edit makes the target keep.
+  XmlNode edited;
+  edited.name = target->name;
+  edited.attrs = target->attrs;
+  edit(edited);
+  std::unordered_set<const XmlNode*> path;
+  if (keeps(edited))
+    for (const XmlNode* n = target; n; n = n->parent) path.insert(n);
+  Ctx ctx{target, edit, std::move(path)};
+  return copyTrimmed(root_, nullptr, ctx);
+}
+
+std::unique_ptr<XmlNode> TrimmedCopies::shallow(const XmlNode& n, XmlNode* parent, const Ctx& ctx) const {
+  auto c = std::make_unique<XmlNode>();
+  c->name = n.name;
+  c->attrs = n.attrs;
+  c->line = n.line;
+  c->parent = parent;
+  if (&n == ctx.target) ctx.edit(*c);
+  return c;
+}
+
+std::unique_ptr<XmlNode> TrimmedCopies::copyWhole(const XmlNode& n, XmlNode* parent, const Ctx& ctx) const {
+  auto c = shallow(n, parent, ctx);
+  c->subs.reserve(n.subs.size());
+  for (auto& s : n.subs) c->subs.push_back(copyWhole(*s, c.get(), ctx));
+  return c;
+}
+
+std::unique_ptr<XmlNode> TrimmedCopies::copyTrimmed(const XmlNode& n, XmlNode* parent, const Ctx& ctx) const {
+  auto c = shallow(n, parent, ctx);
+  if (keeps(*c)) {  // kept whole, as trimRec does not enter it
+    c->unset("keep");
+    c->subs.reserve(n.subs.size());
+    for (auto& s : n.subs) c->subs.push_back(copyWhole(*s, c.get(), ctx));
+    return c;
+  }
+  for (auto& s : n.subs) {
+    bool holds = holdsKeep_.count(s.get()) || ctx.path.count(s.get());
+    if (!holds && removable(s->name)) continue;  // what trimRec removes is never copied
+    c->subs.push_back(copyTrimmed(*s, c.get(), ctx));
+  }
+  return c;
 }
 
 }  // namespace topocoll::topology

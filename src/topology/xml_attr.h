@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -19,31 +21,46 @@ class AttrReader {
     if (!v) fail(StatusCode::kInvalidArgument, "{}: <{}> is missing required attribute '{}'", doc_.where(x), x.name, key);
     return *v;
   }
-  // Integers follow strtol(..., 0): decimal, 0x hex, leading-0 octal; the whole value must parse.
-  long long parseInt(const XmlNode& x, const char* key, const std::string& s) const {
+  // Integers follow strtol(..., 0): decimal, 0x hex, leading-0 octal; the whole value must parse, and fit [lo, hi]
+  // (what NCCL's use of the value can take; by default an int).
+  long long parseInt(const XmlNode& x, const char* key, const std::string& s, long long lo = INT32_MIN,
+                     long long hi = INT32_MAX) const {
     errno = 0;
     char* end = nullptr;
     long long v = std::strtoll(s.c_str(), &end, 0);
-    if (s.empty() || errno != 0 || *end != '\0' || v < INT32_MIN || v > INT32_MAX)
+    if (s.empty() || end == s.c_str() || *end != '\0') {
+      // "1e300" is a number, only not an integer one; "abc" is not a number at all.
+      char* fend = nullptr;
+      double d = std::strtod(s.c_str(), &fend);
+      if (!s.empty() && *fend == '\0' && std::isfinite(d) && (d < static_cast<double>(lo) || d > static_cast<double>(hi)))
+        outOfRange(x, key, s, lo, hi);
       fail(StatusCode::kInvalidArgument, "{}: <{}> attribute {}=\"{}\" is not an integer", doc_.where(x), x.name, key, s);
+    }
+    if (errno == ERANGE || v < lo || v > hi) outOfRange(x, key, s, lo, hi);
     return v;
   }
-  int reqInt(const XmlNode& x, const char* key) const { return static_cast<int>(parseInt(x, key, reqStr(x, key))); }
-  int optInt(const XmlNode& x, const char* key, int def, bool emptyIsDefault = false) const {
+  int reqInt(const XmlNode& x, const char* key, long long lo = INT32_MIN, long long hi = INT32_MAX) const {
+    return static_cast<int>(parseInt(x, key, reqStr(x, key), lo, hi));
+  }
+  int optInt(const XmlNode& x, const char* key, int def, long long lo = INT32_MIN, long long hi = INT32_MAX) const {
     const std::string* v = x.attr(key);
     if (!v) return def;
-    if (v->empty() && emptyIsDefault) return def;
-    return static_cast<int>(parseInt(x, key, *v));
+    return static_cast<int>(parseInt(x, key, *v, lo, hi));
   }
-  float optFloat(const XmlNode& x, const char* key, float def) const {
+  // A finite number in [lo, hi] (NaN, infinities and overflow are refused: NCCL would compute with them).
+  float optFloat(const XmlNode& x, const char* key, float def, double lo, double hi) const {
     const std::string* v = x.attr(key);
     if (!v) return def;
     errno = 0;
     char* end = nullptr;
-    float f = std::strtof(v->c_str(), &end);
-    if (v->empty() || errno != 0 || *end != '\0')
+    double f = std::strtod(v->c_str(), &end);
+    if (v->empty() || end == v->c_str() || *end != '\0')
       fail(StatusCode::kInvalidArgument, "{}: <{}> attribute {}=\"{}\" is not a number", doc_.where(x), x.name, key, *v);
-    return f;
+    if (std::isnan(f))
+      fail(StatusCode::kInvalidArgument, "{}: <{}> attribute {}=\"{}\" is not a finite number", doc_.where(x), x.name,
+           key, *v);
+    if (errno == ERANGE || !std::isfinite(f) || f < lo || f > hi) outOfRange(x, key, *v, lo, hi);
+    return static_cast<float>(f);
   }
   uint64_t hexOrInt(const XmlNode& x, const char* key, const std::string& s) const {
     errno = 0;
@@ -53,6 +70,11 @@ class AttrReader {
       fail(StatusCode::kInvalidArgument, "{}: <{}> attribute {}=\"{}\" is not a 16-bit PCI id", doc_.where(x), x.name,
            key, s);
     return v;
+  }
+  template <typename T>
+  [[noreturn]] void outOfRange(const XmlNode& x, const char* key, const std::string& s, T lo, T hi) const {
+    fail(StatusCode::kInvalidArgument, "{}: <{}> attribute {}=\"{}\" is out of range [{}, {}]", doc_.where(x), x.name,
+         key, s, lo, hi);
   }
   void checkBusId(const XmlNode& x, const std::string& s) const {
     bool ok = !s.empty();

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "bootstrap/socket.h"
+#include "bootstrap/wire.h"
 #include "topocoll/status.h"
 
 namespace topocoll::bootstrap {
@@ -148,20 +149,229 @@ TEST(Bootstrap, FailedInitLeaksNothingAndCanBeRetriedWithANewId) {
   runTcp(2, exercise);           // a new id works
 }
 
+// A raw TCP connection to the root of `id` (a stranger, or a fake rank).
+int connectToRoot(const UniqueId& id) {
+  WireAddr w;
+  std::memcpy(&w, id.bytes.data() + 8, sizeof(w));
+  Address a;
+  EXPECT_TRUE(fromWire(w, &a));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&a.storage), a.len), 0);
+  return fd;
+}
+
+uint64_t magicOf(const UniqueId& id) {
+  uint64_t m;
+  std::memcpy(&m, id.bytes.data(), 8);
+  return m;
+}
+
+// Each rank's error ("" when it succeeded), every rank in its own thread; `nOf(r)` is the job size rank r was
+// started with and `rankOf(i)` the rank thread i registers as.
+std::vector<std::string> tryRanks(const UniqueId& id, int threads, const std::function<int(int)>& rankOf,
+                                  const std::function<int(int)>& nOf, Options opts,
+                                  const std::function<void(Bootstrap&)>& fn = exercise) {
+  std::vector<std::thread> ts;
+  std::vector<std::string> errors(threads);
+  for (int i = 0; i < threads; ++i) {
+    ts.emplace_back([&, i] {
+      try {
+        auto bs = TcpBootstrap::connect(id, rankOf(i), nOf(i), opts);
+        fn(*bs);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  return errors;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 TEST(Bootstrap, StrangersWithGarbageOrWrongMagicAreDropped) {
   RootHandle root;
   UniqueId id = createUniqueId(&root, "127.0.0.1:0");
-  // A stranger writes garbage to the root before the ranks arrive.
-  sockaddr_in rootAddr{};
-  std::memcpy(&rootAddr.sin_port, id.bytes.data() + 8 + 2, 2);
-  rootAddr.sin_family = AF_INET;
-  rootAddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&rootAddr), sizeof(rootAddr)), 0);
+  int fd = connectToRoot(id);  // garbage before the ranks arrive
   const char junk[64] = "GET / HTTP/1.0\r\n\r\n not a topocoll registration at all.....";
   ASSERT_GT(write(fd, junk, sizeof(junk)), 0);
   close(fd);
   runRanks(id, 2, exercise);
+}
+
+TEST(Bootstrap, AnIdleConnectionDoesNotDelayTheJob) {
+  // The root reads every connection at once: a connection that sends nothing (held open longer than the ranks'
+  // timeout) costs nothing. Before, the root waited 10 s for it and a 2 s timeout failed the job.
+  RootHandle root;
+  UniqueId id = createUniqueId(&root, "127.0.0.1:0");
+  int idle = connectToRoot(id);
+  int half = connectToRoot(id);  // half a header, then silence
+  ASSERT_EQ(write(half, "\x01\x02\x03", 3), 3);
+  Options opts;
+  opts.timeout = 2s;
+  auto start = std::chrono::steady_clock::now();
+  runRanks(id, 3, exercise, opts);
+  EXPECT_LT(secondsSince(start), 1.5);  // a fraction of the per-connection 10 s
+  close(idle);
+  close(half);
+}
+
+TEST(Bootstrap, GarbageAfterAValidHeaderIsDropped) {
+  RootHandle root;
+  UniqueId id = createUniqueId(&root, "127.0.0.1:0");
+  // The job's magic and a registration header, then a body that is no registration: no address, job size -7.
+  int fd = connectToRoot(id);
+  Header h{magicOf(id), 1, kTagRegister, sizeof(Registration)};
+  std::vector<uint8_t> garbage(sizeof(Registration), 0xff);
+  ASSERT_EQ(write(fd, &h, sizeof(h)), static_cast<ssize_t>(sizeof(h)));
+  ASSERT_EQ(write(fd, garbage.data(), garbage.size()), static_cast<ssize_t>(garbage.size()));
+  // And a header that claims 1 GiB.
+  int big = connectToRoot(id);
+  Header hb{magicOf(id), 0, kTagRegister, 1ull << 30};
+  ASSERT_EQ(write(big, &hb, sizeof(hb)), static_cast<ssize_t>(sizeof(hb)));
+  Options opts;
+  opts.timeout = 5s;
+  runRanks(id, 3, exercise, opts);
+  close(fd);
+  close(big);
+}
+
+TEST(Bootstrap, ARankRegisteredTwiceIsNamedOnEveryRank) {
+  RootHandle root;
+  UniqueId id = createUniqueId(&root, "127.0.0.1:0");
+  Options opts;
+  opts.timeout = 20s;
+  auto start = std::chrono::steady_clock::now();
+  // Threads register as ranks 0, 1, 1 of 3: rank 2 never comes, but the duplicate is the fault named at once.
+  auto errors = tryRanks(id, 3, [](int i) { return i == 2 ? 1 : i; }, [](int) { return 3; }, opts);
+  EXPECT_LT(secondsSince(start), 10);  // long before the timeout
+  for (auto& e : errors) EXPECT_NE(e.find("rank 1 registered twice"), std::string::npos) << e;
+}
+
+TEST(Bootstrap, AJobSizeMismatchIsNamedOnEveryRank) {
+  RootHandle root;
+  UniqueId id = createUniqueId(&root, "127.0.0.1:0", 0, 3);  // the root expects 3 ranks
+  Options opts;
+  opts.timeout = 20s;
+  auto errors = tryRanks(id, 3, [](int i) { return i; }, [](int i) { return i == 2 ? 5 : 3; }, opts);
+  for (auto& e : errors)
+    EXPECT_NE(e.find("rank 2 was started with WORLD_SIZE=5, the root with 3"), std::string::npos) << e;
+  // A root that learns the size from the first rank to register names that rank.
+  RootHandle root2;
+  UniqueId id2 = createUniqueId(&root2, "127.0.0.1:0");
+  auto errors2 = tryRanks(id2, 2, [](int i) { return i; }, [](int i) { return i == 0 ? 4 : 3; }, opts);
+  for (auto& e : errors2)
+    EXPECT_TRUE(e.find("rank 1 was started with WORLD_SIZE=3, rank 0 with 4") != std::string::npos ||
+                e.find("rank 0 was started with WORLD_SIZE=4, rank 1 with 3") != std::string::npos)
+        << e;
+}
+
+TEST(Bootstrap, TwoJobsOnOneAddress) {
+  RootHandle rootA;
+  UniqueId a = createUniqueId(&rootA, "127.0.0.1:0");
+  WireAddr w;
+  std::memcpy(&w, a.bytes.data() + 8, sizeof(w));
+  Address addr;
+  ASSERT_TRUE(fromWire(w, &addr));
+  // Job B's root cannot listen there, and says why.
+  RootHandle rootB;
+  try {
+    createUniqueId(&rootB, addr.toString(), 0x1234);
+    FAIL() << "a second root listened at " << addr.toString();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in use by another job"), std::string::npos) << e.what();
+  }
+  // Job B's ranks reach job A's root: refused by the magic, at once; job A completes.
+  Options opts;
+  opts.timeout = 20s;
+  UniqueId b = uniqueIdFor(addr.toString(), 0x1234);
+  auto start = std::chrono::steady_clock::now();
+  auto errorsB = tryRanks(b, 2, [](int i) { return i; }, [](int) { return 2; }, opts);
+  EXPECT_LT(secondsSince(start), 10);
+  for (auto& e : errorsB) EXPECT_NE(e.find("connected to a different job's root"), std::string::npos) << e;
+  runRanks(a, 2, exercise, opts);
+}
+
+// Ranks that are up and waiting in an allGather; `victim` leaves (its bootstrap is destroyed, which closes its
+// sockets as a killed process would) or aborts. Returns the survivors' errors.
+std::vector<std::string> failDuringAllGather(int n, int victim, bool viaAbort) {
+  RootHandle root;
+  UniqueId id = createUniqueId(&root, "127.0.0.1:0");
+  Options opts;
+  opts.timeout = 20s;
+  return tryRanks(id, n, [](int i) { return i; }, [n](int) { return n; }, opts, [&](Bootstrap& bs) {
+    bs.barrier();
+    bs.setPhase("the test's allgather");
+    if (bs.rank() == victim) {
+      if (viaAbort) bs.abort("its topology file is broken");
+      return;  // the bootstrap is destroyed: its connections close
+    }
+    std::vector<int> v(bs.nRanks());
+    bs.allGather(v.data(), sizeof(int));
+  });
+}
+
+TEST(Bootstrap, ARankThatLeavesIsNamedByEverySurvivor) {
+  auto start = std::chrono::steady_clock::now();
+  auto errors = failDuringAllGather(5, 2, false);
+  EXPECT_LT(secondsSince(start), 10);
+  for (int r = 0; r < 5; ++r) {
+    if (r == 2) continue;
+    EXPECT_NE(errors[r].find("rank 2 died during the test's allgather"), std::string::npos) << r << ": " << errors[r];
+  }
+}
+
+TEST(Bootstrap, AnAbortIsNamedByEverySurvivor) {
+  auto errors = failDuringAllGather(4, 1, true);
+  for (int r = 0; r < 4; ++r) {
+    if (r == 1) continue;
+    EXPECT_NE(errors[r].find("rank 1 failed during the test's allgather: its topology file is broken"),
+              std::string::npos)
+        << r << ": " << errors[r];
+  }
+}
+
+TEST(Bootstrap, AnInMemoryAbortReachesEveryWaitingRank) {
+  auto group = makeInMemoryGroup(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      group[r]->setPhase("the test's allgather");
+      if (r == 1) {
+        group[r]->abort("its topology file is broken");
+        return;
+      }
+      std::vector<int> v(3);
+      try {
+        group[r]->allGather(v.data(), sizeof(int));
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r : {0, 2})
+    EXPECT_EQ(errors[r], "rank 1 failed during the test's allgather: its topology file is broken") << r;
+}
+
+TEST(Bootstrap, NegativeTagsAreTheBootstrapsOwn) {
+  runTcp(2, [](Bootstrap& bs) {
+    int x = 0;
+    EXPECT_THROW(bs.send((bs.rank() + 1) % 2, -7, &x, sizeof(x)), Error);
+    EXPECT_THROW(bs.recv((bs.rank() + 1) % 2, -7, &x, sizeof(x)), Error);
+  });
+}
+
+TEST(Bootstrap, RootHandleIsMovable) {
+  RootHandle a;
+  UniqueId id = createUniqueId(&a, "127.0.0.1:0");
+  RootHandle b = std::move(a);
+  EXPECT_EQ(a.root, nullptr);
+  runRanks(id, 2, exercise);  // the moved-to handle keeps the root alive
+  static_assert(!std::is_copy_constructible_v<RootHandle>);
 }
 
 TEST(Bootstrap, AbortFlagStopsAWaitingRank) {

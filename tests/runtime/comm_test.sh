@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Multi-process communicator tests on one machine: agreement with `topocoll plan`, host-memory ranks, mpirun,
-# several "hosts" in network namespaces, and faults (a rank that never starts, a rank that dies, strangers).
+# several "hosts" in network namespaces, and faults (a rank that never starts, a rank killed after each init phase,
+# a duplicate rank, a job size mismatch, strangers and idle connections at the root, two jobs on one port).
 set -u
 T=${TOPOCOLL:?}
 D=${TOPO_DIR:?}
@@ -9,8 +10,9 @@ tmp=$(mktemp -d)
 fails=0
 cleanup() { rm -rf "$tmp"; ip netns del tcns1 2>/dev/null; ip netns del tcns2 2>/dev/null; }
 trap cleanup EXIT
-# Below the kernel's ephemeral range (32768+), where other connections could hold the port.
-port() { echo $((20000 + (RANDOM * 7 + $$) % 12000)); }
+# Root ports below the kernel's ephemeral range, where the ranks' own listeners and connections take theirs.
+read -r eph_lo _ < /proc/sys/net/ipv4/ip_local_port_range 2> /dev/null || eph_lo=32768
+port() { echo $((10000 + (RANDOM * 7 + $$) % (eph_lo - 10000))); }
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
 
@@ -80,31 +82,107 @@ else
   bad never-starts "took ${took}s: $(cat "$tmp/miss.0")"
 fi
 
-# A rank that dies during init: nobody hangs, rank 0 names it.
+# A rank killed after each init phase: every survivor names it, long before the timeout.
+for phase in register ring bootstrap peerinfo; do
+  start=$(date +%s)
+  p=$(port)
+  for r in 0 1 2 3; do
+    extra=""
+    [ $r = 2 ] && extra="TOPOCOLL_TEST_DIE_AFTER=$phase"
+    env RANK=$r WORLD_SIZE=4 NCCL_COMM_ID=127.0.0.1:$p NCCL_HOSTID=h TOPOCOLL_TIMEOUT=30 $extra "$T" comm-check \
+      > "$tmp/die-$phase.$r" 2>&1 &
+  done
+  wait
+  took=$(($(date +%s) - start))
+  named=1
+  for r in 0 1 3; do grep -q "rank 2 died during" "$tmp/die-$phase.$r" || named=0; done
+  if [ $named = 1 ] && [ $took -le 15 ]; then
+    ok "dies-after-$phase ($(grep -o 'rank 2 died during [a-z -]*' "$tmp/die-$phase.0"))"
+  else
+    bad "dies-after-$phase" "took ${took}s: $(cat "$tmp/die-$phase.0" "$tmp/die-$phase.1" "$tmp/die-$phase.3")"
+  fi
+done
+
+# Two processes started as rank 1 (rank 2 never comes, so the job cannot complete before the duplicate arrives):
+# every process names the duplicate, long before the timeout.
 start=$(date +%s)
 p=$(port)
-for r in 0 1 2; do
-  extra=""
-  [ $r = 2 ] && extra="TOPOCOLL_TEST_DIE_AFTER=bootstrap"
-  env RANK=$r WORLD_SIZE=3 NCCL_COMM_ID=127.0.0.1:$p TOPOCOLL_TIMEOUT=5 $extra "$T" comm-check > "$tmp/die.$r" 2>&1 &
+for r in 0 1 1; do
+  env RANK=$r WORLD_SIZE=3 NCCL_COMM_ID=127.0.0.1:$p TOPOCOLL_TIMEOUT=20 "$T" comm-check >> "$tmp/dup.$r" 2>&1 &
 done
 wait
 took=$(($(date +%s) - start))
-if grep -q "rank 2" "$tmp/die.0" && ! grep -q "^Channel" "$tmp/die.0" && [ $took -le 15 ]; then ok rank-dies; else bad rank-dies "took ${took}s: $(cat "$tmp/die.0")"; fi
+if grep -q "error: rank 0: rank 1 registered twice" "$tmp/dup.0" &&
+  [ "$(grep -c "error: rank 1: rank 1 registered twice" "$tmp/dup.1")" = 2 ] && [ $took -le 15 ]; then
+  ok duplicate-rank
+else
+  bad duplicate-rank "took ${took}s: $(cat "$tmp/dup.0" "$tmp/dup.1")"
+fi
 
-# Strangers: garbage, a truncated header and a wrong magic at the root do not disturb the job.
+# A rank started with another WORLD_SIZE: every rank names it.
+start=$(date +%s)
 p=$(port)
-for r in 0 1; do
-  env RANK=$r WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$p NCCL_HOSTID=h TOPOCOLL_TIMEOUT=30 "$T" comm-check > "$tmp/str.$r" 2>&1 &
-  if [ $r = 0 ]; then
-    for i in $(seq 50); do (exec 3<> /dev/tcp/127.0.0.1/$p) 2> /dev/null && break; sleep 0.05; done
-    (exec 3<> /dev/tcp/127.0.0.1/$p && printf 'GET / HTTP/1.0\r\n\r\n' >&3) 2> /dev/null
-    (exec 3<> /dev/tcp/127.0.0.1/$p && printf '\x01\x02\x03' >&3) 2> /dev/null
-    (exec 3<> /dev/tcp/127.0.0.1/$p && head -c 40 /dev/zero >&3) 2> /dev/null
-  fi
+for r in 0 1 2; do
+  n=3
+  [ $r = 2 ] && n=4
+  env RANK=$r WORLD_SIZE=$n NCCL_COMM_ID=127.0.0.1:$p TOPOCOLL_TIMEOUT=30 "$T" comm-check > "$tmp/size.$r" 2>&1 &
 done
 wait
-if grep -q "^Channel 00" "$tmp/str.0"; then ok strangers; else bad strangers "$(cat "$tmp/str.0" | head -3)"; fi
+named=1
+for r in 0 1 2; do grep -q "rank 2 was started with WORLD_SIZE=4, the root with 3" "$tmp/size.$r" || named=0; done
+took=$(($(date +%s) - start))
+if [ $named = 1 ] && [ $took -le 10 ]; then ok size-mismatch; else bad size-mismatch "took ${took}s: $(cat "$tmp"/size.*)"; fi
+
+# An idle connection to the root (held open past the ranks' timeout) does not delay the job: same time as without.
+now() { date +%s%N; }
+p=$(port)
+t0=$(now)
+run_job_on() {  # run_job_on NAME PORT: two host-memory ranks on PORT; rank 1 starts when $3 (a command) returns
+  env RANK=0 WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$2 TOPOCOLL_TIMEOUT=3 "$T" comm-check > "$tmp/$1.0" 2>&1 &
+  local pid=$!
+  $3
+  env RANK=1 WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$2 TOPOCOLL_TIMEOUT=3 "$T" comm-check > "$tmp/$1.1" 2>&1
+  wait $pid
+}
+wait_port() { for _ in $(seq 100); do (exec 3<> "/dev/tcp/127.0.0.1/$p") 2> /dev/null && return; sleep 0.02; done; }
+run_job_on normal "$p" wait_port
+normal_ms=$((($(now) - t0) / 1000000))
+p=$(port)
+hold_idle() { wait_port; (exec 3<> "/dev/tcp/127.0.0.1/$p"; sleep 5) 2> /dev/null & idle_pid=$!; }
+t0=$(now)
+run_job_on idle "$p" hold_idle
+idle_ms=$((($(now) - t0) / 1000000))
+kill "$idle_pid" 2> /dev/null
+wait "$idle_pid" 2> /dev/null
+if grep -q "^Channel 00" "$tmp/idle.0" && [ $idle_ms -le $((normal_ms + 1000)) ]; then
+  ok "idle-connection (${idle_ms} ms, ${normal_ms} ms without)"
+else
+  bad idle-connection "${idle_ms} ms vs ${normal_ms} ms: $(head -3 "$tmp/idle.0")"
+fi
+
+# Two jobs on one address: the second root cannot listen, the second job's other rank is refused by the first
+# job's root, and the first job completes.
+p=$(port)
+env RANK=0 WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$p TORCHELASTIC_RUN_ID=jobA TOPOCOLL_TIMEOUT=30 "$T" comm-check \
+  > "$tmp/jobA.0" 2>&1 &
+a0=$!
+wait_port
+b_pids=()
+for r in 0 1; do
+  env RANK=$r WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$p TORCHELASTIC_RUN_ID=jobB TOPOCOLL_TIMEOUT=30 "$T" comm-check \
+    > "$tmp/jobB.$r" 2>&1 &
+  b_pids+=($!)
+done
+wait "${b_pids[@]}"
+env RANK=1 WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$p TORCHELASTIC_RUN_ID=jobA TOPOCOLL_TIMEOUT=30 "$T" comm-check \
+  > "$tmp/jobA.1" 2>&1
+wait $a0
+if grep -q "in use by another job" "$tmp/jobB.0" && grep -q "connected to a different job's root" "$tmp/jobB.1" &&
+  grep -q "^Channel 00" "$tmp/jobA.0"; then
+  ok two-jobs-one-port
+else
+  bad two-jobs-one-port "$(cat "$tmp/jobB.0" "$tmp/jobB.1" "$tmp/jobA.0" | head -8)"
+fi
 
 # Several hosts for real: two network namespaces joined by a veth pair (skipped without the rights).
 if ip netns add tcns1 2> /dev/null && ip netns add tcns2 2> /dev/null &&

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <thread>
 
-#include "bootstrap/wire.h"
 #include "test_util.h"
 #include "topocoll/plan.h"
 #include "topocoll/status.h"
@@ -50,6 +49,37 @@ TEST(Launcher, MpirunOnOneHostDerivesAPortFromTheJob) {
     EXPECT_EQ(e.code(), StatusCode::kInvalidUsage);
     EXPECT_NE(std::string(e.what()).find("NCCL_COMM_ID"), std::string::npos);
   }
+}
+
+TEST(Launcher, DerivedPortsAvoidTheEphemeralRange) {
+  for (auto range : {std::pair{32768, 60999}, std::pair{10000, 20000}, std::pair{1024, 64000}, std::pair{40000, 65535}}) {
+    for (uint64_t h = 0; h < 20000; h += 7) {
+      int p = derivedRootPort(h * 0x9e3779b97f4a7c15ULL, range);
+      EXPECT_TRUE(p >= 10000 && p <= 65535 && (p < range.first || p > range.second)) << p;
+    }
+  }
+  EXPECT_THROW(derivedRootPort(1, {1024, 65535}), Error);  // nothing left: the user must give an address
+  auto [lo, hi] = ephemeralPortRange();  // this machine's, read from /proc
+  EXPECT_TRUE(lo > 0 && hi >= lo && hi <= 65535);
+}
+
+TEST(Launcher, TwoJobsOnOneAddressHaveDifferentMagicsWhenTheLauncherSaysSo) {
+  std::map<std::string, std::string> m = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"NCCL_COMM_ID", "127.0.0.1:4000"}};
+  auto plain = launchInfoFromEnv(env(m));
+  EXPECT_FALSE(plain.jobIdentified);
+  m["TORCHELASTIC_RUN_ID"] = "a";
+  auto a = launchInfoFromEnv(env(m));
+  m["TORCHELASTIC_RUN_ID"] = "b";
+  auto b = launchInfoFromEnv(env(m));
+  m["TORCHELASTIC_RESTART_COUNT"] = "1";
+  auto bRestarted = launchInfoFromEnv(env(m));
+  EXPECT_TRUE(a.jobIdentified);
+  EXPECT_NE(a.jobKey, b.jobKey);
+  EXPECT_NE(b.jobKey, bRestarted.jobKey);
+  EXPECT_NE(plain.jobKey, a.jobKey);
+  m.erase("TORCHELASTIC_RUN_ID");
+  m["SLURM_JOB_ID"] = "77";
+  EXPECT_NE(launchInfoFromEnv(env(m)).jobKey, plain.jobKey);
 }
 
 TEST(Launcher, SrunUsesTheFirstHostOfTheNodeList) {
@@ -159,24 +189,6 @@ TEST(Communicator, DuplicateGpuDetected) {
   }
   for (auto& t : threads) t.join();
   for (auto& e : errors) EXPECT_NE(e.find("Duplicate GPU detected : rank 0 and rank 1"), std::string::npos) << e;
-}
-
-TEST(Wire, DecodeRejectsInconsistentMessages) {
-  using namespace bootstrap;
-  Header h{42, 1, 7, 3};
-  std::string msg(reinterpret_cast<const char*>(&h), sizeof(h));
-  msg += "abc";
-  DecodedMessage m;
-  std::string why;
-  EXPECT_TRUE(decodeMessage(msg, 42, 2, 100, &m, &why)) << why;
-  EXPECT_EQ(m.rank, 1);
-  EXPECT_EQ(m.tag, 7);
-  EXPECT_FALSE(decodeMessage(msg, 43, 2, 100, &m, &why));  // wrong magic
-  EXPECT_EQ(why, "wrong magic");
-  EXPECT_FALSE(decodeMessage(msg, 42, 1, 100, &m, &why));  // rank out of range
-  EXPECT_FALSE(decodeMessage(msg, 42, 2, 2, &m, &why));    // over the size limit
-  EXPECT_FALSE(decodeMessage(msg.substr(0, 10), 42, 2, 100, &m, &why));  // truncated header
-  EXPECT_FALSE(decodeMessage(msg.substr(0, msg.size() - 1), 42, 2, 100, &m, &why));  // truncated body
 }
 
 }  // namespace

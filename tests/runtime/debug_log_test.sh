@@ -7,7 +7,8 @@ T=${TOPOCOLL:?}
 SEED=${TOPO_DIR:?}/seed-h100-8gpu-8nic-nvswitch.xml
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-p=$((20000 + (RANDOM * 7 + $$) % 12000))  # below the ephemeral range
+read -r eph_lo _ < /proc/sys/net/ipv4/ip_local_port_range 2> /dev/null || eph_lo=32768
+p=$((10000 + (RANDOM * 7 + $$) % (eph_lo - 10000)))  # below the ephemeral range, where the ranks' sockets are
 for r in 0 1; do
   env RANK=$r WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$p NCCL_TOPO_FILE="$SEED" TOPOCOLL_SIMULATE_GPUS=1 \
     TOPOCOLL_TIMEOUT=60 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH NCCL_CROSS_NIC=1 \

@@ -132,15 +132,17 @@ TEST(System, PcieBandwidthFromSpeedAndWidth) {
   EXPECT_THROW(bw("16 GT/s", "x16"), Error);
 }
 
+// The message of building the system of `x` (as file t.xml), "" when it builds.
+std::string err(const std::string& x) {
+  try {
+    buildSystem(parseXml(x, "t.xml"));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(System, BadInputNamesFileLineAndAttribute) {
-  auto err = [](const std::string& x) -> std::string {
-    try {
-      buildSystem(parseXml(x, "t.xml"));
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
   std::string m = err("<system version=\"1\">\n<cpu arch=\"x86_64\" vendor=\"AuthenticAMD\"/></system>");
   EXPECT_NE(m.find("t.xml:2"), std::string::npos) << m;
   EXPECT_NE(m.find("numaid"), std::string::npos) << m;
@@ -156,6 +158,75 @@ TEST(System, BadInputNamesFileLineAndAttribute) {
   EXPECT_NE(m.find("'dev'"), std::string::npos) << m;
   m = err("<system version=\"1\"><cpu numaid=\"zero\" arch=\"x86_64\"/></system>");
   EXPECT_NE(m.find("numaid=\"zero\""), std::string::npos) << m;
+}
+
+// One CPU with one PCI device holding `inside`, and an NVLink-capable GPU: values NCCL would compute nonsense with.
+std::string gpuWith(const std::string& gpuAttrs, const std::string& inside = "", const std::string& pciAttrs = "") {
+  return "<system version=\"1\">\n<cpu numaid=\"0\" arch=\"x86_64\" vendor=\"AuthenticAMD\">\n"
+         "<pci busid=\"0000:01:00.0\" class=\"0x030200\" link_speed=\"\" link_width=\"16\"" + pciAttrs + ">\n"
+         "<gpu dev=\"0\" rank=\"0\" gdr=\"1\" " + gpuAttrs + ">\n" + inside + "</gpu></pci>\n"
+         "<pci busid=\"0000:02:00.0\" class=\"0x030200\" link_speed=\"\" link_width=\"16\">"
+         "<gpu dev=\"1\" rank=\"1\" gdr=\"1\" sm=\"90\"/></pci>\n"
+         "<nic><net name=\"eth0\" dev=\"0\" speed=\"1000\" latency=\"0\"/></nic></cpu></system>";
+}
+
+TEST(System, ValuesNcclWouldComputeNonsenseWithAreErrorsNamingFileAndLine) {
+  EXPECT_EQ(err(gpuWith("sm=\"90\"")), "");
+  EXPECT_NE(err(gpuWith("sm=\"-90\"")).find("t.xml:4: <gpu> attribute sm=\"-90\" is out of range [0, 999]"),
+            std::string::npos);
+  EXPECT_NE(err(gpuWith("sm=\"1e300\"")).find("sm=\"1e300\" is out of range"), std::string::npos);
+  EXPECT_NE(err(gpuWith("sm=\"99999999999999999999\"")).find("is out of range"), std::string::npos);
+  EXPECT_NE(err(gpuWith("sm=\"ninety\"")).find("sm=\"ninety\" is not an integer"), std::string::npos);
+  std::string nv = "<nvlink target=\"0000:02:00.0\" count=\"2147483647\" tclass=\"0x030200\"/>\n";
+  EXPECT_NE(err(gpuWith("sm=\"90\"", nv)).find("t.xml:5: <nvlink> attribute count=\"2147483647\" is out of range [0, 64]"),
+            std::string::npos);
+  std::string c2c = "<c2c bw=\"2147483647\" count=\"2147483647\"/>\n";
+  EXPECT_NE(err(gpuWith("sm=\"90\"", c2c)).find("is out of range"), std::string::npos);
+  EXPECT_NE(err(gpuWith("sm=\"90\"", "", " link_width=\"2147483647\"")).find("duplicate attribute"),
+            std::string::npos);
+  std::string wide = gpuWith("sm=\"90\"");
+  wide.replace(wide.find("link_width=\"16\""), 15, "link_width=\"99999\"");
+  EXPECT_NE(err(wide).find("link_width=\"99999\" is out of range [0, 32]"), std::string::npos);
+  for (const char* lat : {"nan", "inf", "-1", "1e300"}) {
+    std::string x = gpuWith("sm=\"90\"");
+    x.replace(x.find("latency=\"0\""), 11, std::string("latency=\"") + lat + "\"");
+    std::string m = err(x);
+    EXPECT_NE(m.find(std::string("t.xml:7: <net> attribute latency=\"") + lat + "\""), std::string::npos) << m;
+  }
+  // A device with the bus id of the switch above it.
+  EXPECT_NE(err("<system version=\"1\"><cpu numaid=\"0\" arch=\"x86_64\" vendor=\"AuthenticAMD\">\n"
+                "<pci busid=\"0000:01:00.0\" class=\"0x060400\" link_speed=\"\" link_width=\"16\">\n"
+                "<pci busid=\"0000:01:00.0\" class=\"0x020000\" link_speed=\"\" link_width=\"16\"><nic/></pci>"
+                "</pci></cpu></system>")
+                .find("t.xml:3: <pci busid=\"0000:01:00.0\"> has the bus id of the PCI switch it is under"),
+            std::string::npos);
+}
+
+TEST(System, ANvlinkToItselfIsKeptAsNcclKeepsIt) {
+  // NVML in Azure's A100 VMs reports each GPU's NVLinks as pointing at itself; NCCL keeps them.
+  System s = buildSystem(parseXml(gpuWith("sm=\"80\"", "<nvlink target=\"0000:01:00.0\" count=\"12\" "
+                                                       "tclass=\"0x030200\"/>\n")));
+  const Node& dev = s.of(NodeType::DEV)[0];
+  EXPECT_TRUE(std::any_of(dev.links.begin(), dev.links.end(), [](const Link& l) {
+    return l.type == LinkType::NVL && l.rem.type == NodeType::DEV && l.rem.index == 0;
+  }));
+}
+
+TEST(System, MoreNodesOfATypeThanNcclAllowsIsAnError) {
+  std::string x = "<system version=\"1\"><cpu numaid=\"0\" arch=\"x86_64\" vendor=\"AuthenticAMD\">\n";
+  for (int i = 0; i <= kTopoMaxNodes; ++i)
+    x += fmt::format("<pci busid=\"0000:{:02x}:{:02x}.0\" class=\"0x060400\" link_speed=\"\" link_width=\"16\"/>\n",
+                     i / 32 + 1, i % 32);
+  x += "</cpu></system>";
+  try {
+    buildSystem(parseXml(x, "t.xml"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t.xml:642: more than 640 PCI nodes on one host, NCCL's limit "
+                                         "(NCCL_TOPO_MAX_NODES)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(System, MultiHostXmlKeepsHostsApart) {

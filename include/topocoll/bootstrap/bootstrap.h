@@ -18,7 +18,10 @@
 namespace topocoll::bootstrap {
 
 /// Rank-to-rank exchange used during communicator initialisation. Every call blocks until done, its deadline
-/// passes (Error kTimeout naming the rank waited for) or the abort flag is set (Error kAborted).
+/// passes (Error kTimeout naming the rank waited for) or the abort flag is set (Error kAborted). When a rank dies
+/// or aborts, every other rank's pending and later calls fail with Error(kRemoteError) naming that rank and the
+/// phase ("rank 2 died during the peer-info allgather"). One receiving call (allGather, recv, barrier, broadcast)
+/// at a time; send may run beside it.
 class Bootstrap {
  public:
   virtual ~Bootstrap() = default;
@@ -31,6 +34,11 @@ class Bootstrap {
   virtual void recv(int peer, int tag, void* data, size_t size) = 0;
   virtual void barrier();
   virtual void broadcast(int root, void* data, size_t size);
+  /// Names what the ranks are doing now ("peer-info allgather"), for the messages of failures.
+  virtual void setPhase(const std::string& phase) {}
+  /// This rank gives up: every other rank is told (best effort) that it failed during the current phase because
+  /// of `reason`, and this bootstrap's later calls fail. Does nothing when the job already failed elsewhere.
+  virtual void abort(const std::string& reason) {}
 };
 
 struct Options {
@@ -39,6 +47,7 @@ struct Options {
   size_t maxMessageBytes = 64u << 20;
   std::string socketIfname;  // NCCL_SOCKET_IFNAME
   std::string socketFamily;  // NCCL_SOCKET_FAMILY
+  std::string testDieAfter;  // TOPOCOLL_TEST_DIE_AFTER (tests only): "register" or "ring" exits the process there
 };
 
 /// Opaque, fixed-size rendezvous id: the root's address and a random magic (as ncclUniqueId, 128 bytes).
@@ -46,16 +55,25 @@ struct UniqueId {
   std::array<uint8_t, 128> bytes{};
 };
 
-/// The root listener that ranks register with; keep it alive until every rank has connected.
+/// The root listener that ranks register with; keep it alive until every rank has connected. Movable, not copyable.
 class Root;
 struct RootHandle {
-  std::shared_ptr<Root> root;
+  std::unique_ptr<Root> root;
+  RootHandle();
+  RootHandle(RootHandle&&) noexcept;
+  RootHandle& operator=(RootHandle&&) noexcept;
   ~RootHandle();
+  /// The process hosting the root failed (its own rank's init, typically) and is about to exit with the root:
+  /// unless the job already failed for another reason, every rank is told `reason`. Waits until every rank of the
+  /// job knows the failure (ranks that register meanwhile are told at once) or `linger` passes.
+  void abort(const std::string& reason, std::chrono::milliseconds linger);
 };
 
 /// Starts a root listener (on `hostPort` "host:port" when given, as NCCL_COMM_ID; else an ephemeral port on the
 /// first non-loopback IPv4 address, loopback when there is none) and returns its id. `magic` 0 draws a random one.
-UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort = "", uint64_t magic = 0);
+/// `nRanks` > 0 is the job size the root expects (a rank started with another is named); 0 learns it from the
+/// first registration. Throws when the address is in use (by another job, typically).
+UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort = "", uint64_t magic = 0, int nRanks = 0);
 /// The id of a root that another process starts at `hostPort` with `magic` (launcher-driven jobs).
 UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic);
 
@@ -69,6 +87,8 @@ class TcpBootstrap : public Bootstrap {
   void allGather(void* data, size_t size) override;
   void send(int peer, int tag, const void* data, size_t size) override;
   void recv(int peer, int tag, void* data, size_t size) override;
+  void setPhase(const std::string& phase) override;
+  void abort(const std::string& reason) override;
 
   struct Impl;
 

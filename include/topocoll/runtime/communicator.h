@@ -18,6 +18,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "topocoll/bootstrap/bootstrap.h"
@@ -46,6 +48,7 @@ using PeerInfo = transport::PeerInfo;
 struct InitTimings {
   double bootstrap = 0, allgathers = 0, topology = 0, search = 0, connect = 0, transports = 0, total = 0;
 };
+static_assert(sizeof(InitTimings) == 7 * sizeof(double), "InitTimings is sent as bytes: no padding");
 
 struct InitOptions {
   Config cfg;                     // every knob (NCCL_HOSTID, NCCL_TOPO_FILE, TOPOCOLL_SIMULATE_GPUS, ...)
@@ -211,9 +214,17 @@ struct LaunchInfo {
   int rank = -1, size = -1, localRank = -1;
   std::string rootAddress;  // host:port
   std::string launcher;     // "torchrun", "mpirun", "srun", "env"
-  uint64_t jobKey = 0;      // stable per job: seeds the magic
+  std::string jobIdentity;  // job ids: OpenMPI's job, Slurm's job.step, torchrun's run.restart, TOPOCOLL_JOB_ID
+  bool jobIdentified = false;  // some id is known: two jobs on one root address have different magics
+  uint64_t jobKey = 0;      // stable per job (root address and job ids): seeds the magic
 };
-LaunchInfo launchInfoFromEnv(const Env& env);
+/// `jobId` (TOPOCOLL_JOB_ID) is mixed into the job key with the launchers' own job ids.
+LaunchInfo launchInfoFromEnv(const Env& env, const std::string& jobId = "");
+/// The kernel's ephemeral port range (/proc/sys/net/ipv4/ip_local_port_range; Linux's default when unreadable).
+std::pair<int, int> ephemeralPortRange();
+/// The root port of a job whose launcher gives no address (mpirun on one host, srun): from `jobHash`, in
+/// 10000..65535 and outside the ephemeral range. Throws when that range leaves no port.
+int derivedRootPort(uint64_t jobHash, std::pair<int, int> ephemeral);
 /// First host of a Slurm node list ("node[01-04,07],gpu2" -> "node01").
 std::string firstSlurmHost(const std::string& nodeList);
 

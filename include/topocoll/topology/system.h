@@ -38,6 +38,8 @@ constexpr int kCpuModelIntelBdw = 1, kCpuModelIntelSkl = 2, kCpuModelIntelSrp = 
 constexpr int kCpuModelYongfeng = 1;
 constexpr int kCpuModelAmdRome = 4;  // RCCL's NCCL_TOPO_CPU_TYPE_ROME
 constexpr int kUndef = -1;
+/// NCCL_TOPO_MAX_NODES (src/include/graph.h): the most nodes of one type a host's system may have.
+constexpr int kTopoMaxNodes = 640;
 
 // AMD GPUs (RCCL's XML, version 2: a `gcn` attribute on <gpu>). RCCL's src/graph/topo.cc ncclTopoAddGpu gives every
 // AMD GPU compute capability 60 ("no direct mapping between CUDA SM and HIP GFX") and reads `sm` as the CU count.

@@ -6,10 +6,13 @@
 // for byte; unknown elements and attributes are kept.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -57,10 +60,18 @@ struct XmlDoc {
   std::string where(const XmlNode& node) const;
 };
 
-/// Parses a topology or graph XML. Throws Error(kInvalidArgument) naming file and line on malformed input,
-/// Error(kNotFound/kSystemError) when the file is missing or unreadable.
+/// The largest topology or graph file loaded (NCCL's own XML parser stops far earlier, at 256 elements).
+constexpr uint64_t kMaxXmlFileBytes = 64ull << 20;
+
+/// Parses a topology or graph XML. Throws Error(kInvalidArgument) naming file and line on malformed input, and on
+/// a directory, a device or pipe, or a file over kMaxXmlFileBytes; Error(kNotFound/kSystemError) when the file
+/// is missing or unreadable.
 XmlDoc loadXmlFile(const std::string& path);
 XmlDoc parseXml(std::string_view text, const std::string& source = "<string>");
+
+/// The document's root when it is a topology's <system>. Throws Error(kInvalidArgument) naming the file otherwise
+/// ("this is a graph file, use --graph-in" for a <graphs> root).
+XmlNode& systemElement(const XmlDoc& doc);
 
 /// Writes the canonical NCCL form.
 std::string toString(const XmlNode& root);
@@ -71,7 +82,32 @@ void writeXmlFile(const std::string& path, const XmlNode& root);
 void trimXml(XmlNode& root);
 
 /// NCCL's topology fusion (ncclTopoFuseXml): merges `src`'s <system> into `dst`'s, matching elements by name
-/// and identical attribute sets, appending what is new.
+/// and identical attribute sets, appending what is new. Linear in the sizes of both.
 void fuseXml(XmlNode& dst, const XmlNode& src);
+
+/// Per-rank trimmed copies of one document (NCCL trims a fresh copy of the host's XML for each local rank): each
+/// copy equals trimXml of a full copy in which `edit` was applied to the copy of `target`, but costs only what it
+/// keeps plus a look at each child of what it keeps, not the whole document.
+///
+///   TrimmedCopies copies(*doc.root);
+///   auto mine = copies.copy(gpu, [&](XmlNode& g) { g.set("keep", "1"); g.set("rank", "3"); });
+class TrimmedCopies {
+ public:
+  /// `root` must outlive this object and stay unchanged.
+  explicit TrimmedCopies(const XmlNode& root);
+  std::unique_ptr<XmlNode> copy(const XmlNode* target, const std::function<void(XmlNode&)>& edit) const;
+
+ private:
+  struct Ctx {
+    const XmlNode* target;
+    const std::function<void(XmlNode&)>& edit;
+    std::unordered_set<const XmlNode*> path;  // the target and its ancestors, when the target keeps
+  };
+  std::unique_ptr<XmlNode> shallow(const XmlNode& n, XmlNode* parent, const Ctx& ctx) const;
+  std::unique_ptr<XmlNode> copyWhole(const XmlNode& n, XmlNode* parent, const Ctx& ctx) const;
+  std::unique_ptr<XmlNode> copyTrimmed(const XmlNode& n, XmlNode* parent, const Ctx& ctx) const;
+  const XmlNode& root_;
+  std::unordered_set<const XmlNode*> holdsKeep_;  // nodes with a keep="1" element at or below them
+};
 
 }  // namespace topocoll::topology

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "topocoll/config.h"
@@ -44,6 +45,7 @@ struct PeerInfo {
   int32_t pid = 0;         // process id (single-copy transfers between processes)
   uint64_t nonce = 0;      // random; the communicator's id is derived from every rank's
 };
+static_assert(std::has_unique_object_representations_v<PeerInfo>, "PeerInfo is sent as bytes: no padding");
 
 /// NCCL_STEPS: slots of every connection FIFO.
 constexpr int kSteps = 8;

@@ -1,0 +1,45 @@
+// The bootstrap root: the listener every rank registers with (NCCL's bootstrapRoot, our design). One thread runs
+// an event loop over every connection at once, so an idle or garbage connection costs the job nothing.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "socket.h"
+#include "wire.h"
+
+namespace topocoll::bootstrap {
+
+class Root {
+ public:
+  /// Listens at `bindAddr`; `nRanks` 0 learns the job size from the first registration. Throws when the address
+  /// cannot be bound (naming another job when it is in use).
+  Root(const Address& bindAddr, uint64_t magic, int nRanks);
+  ~Root();
+  Root(const Root&) = delete;
+  Root& operator=(const Root&) = delete;
+  Address address() const { return addr_; }
+  uint64_t magic() const { return magic_; }
+  /// The process hosting the root gives up: unless the job already failed for another reason, every rank is told
+  /// `reason`. Returns once every rank of the job has been told (those registering meanwhile included), when no
+  /// connection has come for a few seconds, or at `until`.
+  void abort(const std::string& reason, Clock::time_point until);
+
+ private:
+  struct Impl;
+  void run();
+  std::mutex ctlMu_;
+  std::string abortRequest_;          // from abort(), for the root's thread
+  std::atomic<bool> everyoneTold_{false};
+  std::atomic<Clock::rep> lastArrival_{0};  // when the last connection came (Clock ticks)
+  Socket listener_;
+  Address addr_;
+  uint64_t magic_ = 0;
+  int nRanks_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace topocoll::bootstrap
