@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "optimize_view.h"
 #include "plot.h"
 #include "topocoll/plan.h"
 #include "topocoll/search/graph.h"
@@ -19,6 +20,8 @@ struct PlanArgs {
   std::string topo, gpusList, graphOut, graphIn, drawOut, plotOut, collName, typeName = "float32";
   JobSpec job;
   bool json = false, pretty = false, explain = false;
+  bool optimize = false, ladderSpeeds = false;
+  double timeBudget = 1.0;
 };
 
 std::string channelOverlay(const Plan& plan) {
@@ -111,22 +114,16 @@ std::vector<int> parseDevList(const std::string& list) {
 }
 
 // Both commands: load, plan, write the graph XML where asked. Returns the plan and the topology's shown name.
-Plan planFor(PlanArgs& a, Config& cfg, std::string* name, std::string* shownName) {
+Plan planFor(PlanArgs& a, Config& cfg, std::string* name, std::string* shownName, topology::XmlDoc* docOut = nullptr) {
   if (!a.gpusList.empty()) a.job.ranksOnGpus = parseDevList(a.gpusList);
   if (!a.graphIn.empty()) cfg.graphFile = a.graphIn;
   auto doc = loadTopology(a.topo, cfg, name);
   Plan p = makePlan(doc, a.job, cfg);
+  if (docOut) *docOut = std::move(doc);
   *shownName = *name;
   if (auto pos = name->find("topologies/"); pos != std::string::npos) *shownName = name->substr(pos);
-  if (!a.graphOut.empty() || !cfg.graphDumpFile.empty()) {
-    const search::Graph* order[] = {&p.graphs[search::kGraphRing], &p.graphs[search::kGraphTree],
-                                    &p.graphs[search::kGraphCollnetDirect], &p.graphs[search::kGraphCollnetChain],
-                                    &p.graphs[search::kGraphNvls]};
-    std::string graphXml =
-        search::graphsToXml(p.system, std::vector<const search::Graph*>(std::begin(order), std::end(order)));
-    if (!a.graphOut.empty()) writeOut(a.graphOut, graphXml);
-    if (!cfg.graphDumpFile.empty()) writeOut(cfg.graphDumpFile, graphXml);
-  }
+  if (!cfg.graphDumpFile.empty()) writeOut(cfg.graphDumpFile, graphsXml(p, true));
+  if (!a.graphOut.empty() && !a.optimize) writeOut(a.graphOut, graphsXml(p, true));
   return p;
 }
 
@@ -156,6 +153,12 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
   plan->add_option("--graph-in", a->graphIn, "Use graphs from a graph XML instead of searching (NCCL_GRAPH_FILE)");
   plan->add_option("--draw", a->drawOut, "Draw the ring channels over the topology (FILE.svg or FILE.dot)");
   plan->add_flag("--explain", a->explain, "Say which link limits the channels and why");
+  plan->add_flag("--optimize", a->optimize,
+                 "Search beyond NCCL's greedy search for graphs with more bandwidth; print them beside NCCL's and the "
+                 "topology's bound (--graph-out then writes them, for NCCL_GRAPH_FILE)");
+  plan->add_option("--time-budget", a->timeBudget, "Seconds --optimize may search (default 1)")
+      ->check(CLI::Range(0.001, 3600.0));
+  plan->add_flag("--ladder-speeds", a->ladderSpeeds, "--optimize: only speeds of NCCL's speed array");
   auto* tune = app.add_subcommand("tune", "Tuning tables and algorithm/protocol choice per size");
   addJob(tune);
   tune->add_option("--coll", a->collName, "Only this collective (allreduce, allgather, reducescatter, broadcast, reduce)");
@@ -165,10 +168,28 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
   std::vector<Command> cmds;
   cmds.push_back({plan, [a](const Env&, Config& cfg) {
                     std::string name, shown;
-                    Plan p = planFor(*a, cfg, &name, &shown);
+                    topology::XmlDoc doc;
+                    Plan p = planFor(*a, cfg, &name, &shown, &doc);
                     if (!a->drawOut.empty()) {
                       std::string dot = topology::renderDot(p.system, name + " ring channels", channelOverlay(p));
                       writeOut(a->drawOut, endsWith(a->drawOut, ".svg") ? dotToSvg(dot) : dot);
+                    }
+                    if (a->optimize) {
+                      search::OptimizeOptions opts;
+                      opts.timeBudgetS = a->timeBudget;
+                      opts.ladderSpeeds = a->ladderSpeeds;
+                      auto r = search::optimize(p.system, cfg, p.graphs, p.graphAvailable, opts);
+                      auto graphs = r.graphsToUse();
+                      Plan q = makePlan(doc, a->job, cfg, &graphs);
+                      if (!a->graphOut.empty()) writeOut(a->graphOut, graphsXml(q, false));
+                      if (a->json) {
+                        auto j = nlohmann::ordered_json::parse(planToJson(q, shown, typeSizeOf(a->typeName)));
+                        j["optimize"] = optimizeJson(r);
+                        std::cout << j.dump(a->pretty ? 1 : -1) << "\n";
+                      } else {
+                        std::cout << planText(p, a->explain) << optimizeText(p, q, r);
+                      }
+                      return 0;
                     }
                     if (a->json) std::cout << planToJson(p, shown, typeSizeOf(a->typeName), a->pretty) << "\n";
                     else std::cout << planText(p, a->explain);

@@ -14,7 +14,8 @@ using topology::NodeType;
 using topology::PathType;
 
 
-Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg) {
+Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg,
+              const std::array<search::Graph, search::kNumGraphs>* graphs) {
   auto t0 = std::chrono::steady_clock::now();
   Plan plan;
   plan.job = job;
@@ -51,7 +52,7 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
          topo.source, job.nNodes);
   paths::prepareForSearch(sys, cfg, 0, plan.nRanks);
 
-  search::NodeGraphs node0 = search::searchNode(sys, cfg, plan.nRanks);
+  search::NodeGraphs node0 = search::searchNode(sys, cfg, plan.nRanks, graphs);
   plan.graphs = node0.graphs;
   plan.graphAvailable = node0.available;
   plan.searchMs = node0.searchMs;

@@ -705,6 +705,12 @@ bool splitNvLink(const System& sys) {
 
 }  // namespace
 
+std::vector<float> speedArray(int ccMin, bool inter) {
+  auto v = [](const auto& a) { return std::vector<float>(std::begin(a), std::end(a)); };
+  if (inter) return ccMin >= 100 ? v(kSm100SpeedInter) : ccMin >= 90 ? v(kSm90SpeedInter) : v(kSpeedInter);
+  return ccMin >= 100 ? v(kSm100SpeedIntra) : ccMin >= 90 ? v(kSm90SpeedIntra) : v(kSpeedIntra);
+}
+
 void dupChannels(Graph& graph, int ccMin, int ngpus) {
   if (graph.nChannels == 0) return;
   if (graph.pattern == kPatternNvls) return;

@@ -50,6 +50,9 @@ struct Graph {
 /// maxChannels are inputs. When `cfg.graphFile` names a graph XML holding this id, it is used instead.
 void compute(topology::System& sys, const Config& cfg, Graph& graph);
 
+/// NCCL's speed array for the GPUs' smallest compute capability, within a node or across nodes (GB/s, descending).
+std::vector<float> speedArray(int ccMin, bool inter);
+
 /// ncclTopoDupChannels, exposed for tests.
 void dupChannels(Graph& graph, int ccMin, int ngpus);
 
@@ -57,8 +60,9 @@ void dupChannels(Graph& graph, int ccMin, int ngpus);
 /// one line per channel.
 std::string describe(const topology::System& sys, const Graph& graph);
 
-/// Graph XML (NCCL_GRAPH_DUMP_FILE / NCCL_GRAPH_FILE).
-std::string graphsToXml(const topology::System& sys, const std::vector<const Graph*>& graphs);
+/// Graph XML (NCCL_GRAPH_DUMP_FILE / NCCL_GRAPH_FILE). Without `ranks`, GPUs are named by `dev` only, which
+/// NCCL's loader maps to each node's own rank: the form to give every node of a job.
+std::string graphsToXml(const topology::System& sys, const std::vector<const Graph*>& graphs, bool ranks = true);
 /// Loads channels for `graph` (matched by id) from a graphs document; returns the number of channels loaded
 /// (0 when the file has no graph with that id). Validates GPUs, NETs and permutations.
 int graphFromXml(const topology::XmlDoc& doc, const topology::System& sys, const Config& cfg, Graph& graph);
