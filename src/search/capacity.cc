@@ -313,7 +313,7 @@ double upperBound(const LoadModel& m, int pattern, std::vector<Cut>* cutsOut) {
 
   if (pattern == kPatternNvls) {
     // Every NVLS channel loads every GPU's NVSwitch links (the head twice).
-    if (sys.count(NodeType::NVS) == 0) return 0;
+    if (sys.count(NodeType::NVS) == 0) return std::numeric_limits<double>::infinity();
     for (int g = 0; g < ngpus; ++g) {
       for (const Use& u : m.route(NodeType::GPU, g, NodeType::NVS, 0).uses)
         addCut({u.res}, gpuName(g) + " -> NVSwitch", u.units);
@@ -409,7 +409,7 @@ double upperBound(const LoadModel& m, int pattern, std::vector<Cut>* cutsOut) {
   std::stable_sort(cuts.begin(), cuts.end(), [](const Cut& a, const Cut& b) {
     return a.capacity * kLoadUnit / a.minUnits < b.capacity * kLoadUnit / b.minUnits;
   });
-  double bound = cuts.empty() ? 0 : cuts[0].capacity * kLoadUnit / cuts[0].minUnits;
+  double bound = cuts.empty() ? std::numeric_limits<double>::infinity() : cuts[0].capacity * kLoadUnit / cuts[0].minUnits;
   if (cutsOut) *cutsOut = std::move(cuts);
   return bound;
 }

@@ -269,12 +269,15 @@ double lpBound(const LoadModel& m, const Rules& relaxed, int iterations, Weighte
   double bound = kInf;
   const double eps = 0.15;
   Chan ch;
-  for (int it = 0; it < iterations; ++it) {
+  int sinceBetter = 0;
+  for (int it = 0; it < iterations && sinceBetter < 60; ++it) {
     double c = pricer.cheapest(price, nullptr, nullptr, &ch);
     if (c == kInf || c <= 0) return bound;
     double d = 0;
     for (int res = 0; res < m.resources(); ++res) d += price[res] * m.capacity(res);
+    ++sinceBetter;
     if (d / c < bound) {
+      if (d / c < bound * (1 - 1e-3)) sinceBetter = 0;
       bound = d / c;
       *cut = WeightedCut{price, d, c};
     }
@@ -870,6 +873,11 @@ bool searchCounts(Ctx& x, int pattern, int lo, int hi, double incumbentTotal, in
 void describeBound(Ctx& x, int pattern, OptimizedGraph& out) {
   const PatternBounds& b = x.boundsOf(pattern);
   out.bound = std::min(b.cutBound, b.lpBound);
+  if (out.bound == kInf) {
+    out.bound = graphTotal(out.graph, x.m.system().inter != 0);
+    out.boundCut = "no link carries these channels (one GPU, no network)";
+    return;
+  }
   if (b.lpBound < b.cutBound * (1 - 1e-3)) {
     out.boundCut = fmt::format("the LP relaxation (channels of any speeds, in fractions; {:g} GB/s): every channel "
                                "must cross a set of links that cannot carry more", b.lpBound);

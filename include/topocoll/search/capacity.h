@@ -96,7 +96,8 @@ struct Cut {
 /// nodes), by max-flow over the links in both orders for rings (a ring crosses every cut both ways) and over
 /// both directions together for trees (a chain crosses it at least once); for NVLS, each GPU's NVSwitch links
 /// (every channel loads every GPU). `cuts` receives every cut found (deduplicated), the tightest first, with its
-/// `minUnits`: the least load one channel puts on it per GB/s.
+/// `minUnits`: the least load one channel puts on it per GB/s. Infinite when no link carries the channels (one GPU
+/// and no network).
 double upperBound(const LoadModel& m, int pattern, std::vector<Cut>* cuts = nullptr);
 
 }  // namespace topocoll::search
