@@ -27,7 +27,7 @@ constexpr double kRel = 1e-6;  // float tolerance on speeds and totals
 constexpr double kMoreChannelsGain = 0.01;  // each channel more must buy at least 1% more bandwidth
 // Search nodes per second of budget, measured on the reference topologies (bench/optimize_bench): the node budget
 // keeps results independent of the machine; the wall clock only stops a search that is much slower than that.
-constexpr double kNodesPerSecond = 1.5e6;
+constexpr double kNodesPerSecond = 1.0e6;
 
 int ccMinOf(const System& sys) {
   int mn = 1 << 30;
@@ -737,7 +737,8 @@ std::vector<std::vector<int>> railGroups(const System& sys, const Rules& r) {
 // A starting set of n channels for the search: each channel the cheapest under prices that grow steeply with the
 // load of the channels before it (the best rail for each under rail rules; for pairs, the second channel of a pair
 // enters where the first leaves and leaves where it entered).
-bool pricedChannels(const LoadModel& m, const Rules& r, int n, double sTop, std::vector<Chan>* out, double* speed) {
+bool pricedChannels(const LoadModel& m, const Rules& r, int n, double sTop, Budget& budget, std::vector<Chan>* out,
+                    double* speed) {
   if (r.pattern == kPatternSplitTree || (r.inter && r.pattern == kPatternBalancedTree)) return false;
   Pricer pricer(m, r);
   if (!pricer.usable()) return false;
@@ -747,7 +748,12 @@ bool pricedChannels(const LoadModel& m, const Rules& r, int n, double sTop, std:
   std::vector<int64_t> load(m.resources(), 0);
   std::vector<double> price(m.resources(), 0);
   out->clear();
+  // Each pricing costs about as much time as this many search nodes.
+  const int ng = sys.count(NodeType::GPU);
+  const int64_t cost = std::max<int64_t>(1, (int64_t(1) << ng) * ng * ng / 256) * std::max<int64_t>(1, groups.size());
   for (int c = 0; c < n; ++c) {
+    budget.nodes += cost;
+    if (budget.nodes > budget.limit) return false;
     double umax = 0;
     for (int res = 0; res < m.resources(); ++res)
       if (m.capacity(res) > 0) umax = std::max(umax, load[res] / m.capacity(res));
@@ -827,7 +833,7 @@ bool searchCounts(Ctx& x, int pattern, int lo, int hi, double incumbentTotal, in
       }
       std::vector<Chan> chans;
       double s = 0;
-      if (pricedChannels(m, rules, n, sp.top(), &chans, &s)) consider(chans, s, rules, modes[mi]);
+      if (pricedChannels(m, rules, n, sp.top(), budget, &chans, &s)) consider(chans, s, rules, modes[mi]);
       double need = sp.atLeast(bestTotal * (1 + kMoreChannelsGain * std::max(0, n - bestChannels)) / n, n >= bestChannels);
       if (need == kInf) continue;
       bool complete = true, found;
@@ -972,7 +978,7 @@ OptimizeResult optimize(const System& sys, const Config& cfg, const std::array<G
   Budget budget;
   budget.global = budget.limit =
       opts.maxNodes > 0 ? opts.maxNodes : std::max<int64_t>(1, static_cast<int64_t>(opts.timeBudgetS * kNodesPerSecond));
-  budget.deadline = t0 + std::chrono::microseconds(static_cast<int64_t>(opts.timeBudgetS * 1e6));
+  if (opts.maxNodes == 0) budget.deadline = t0 + std::chrono::microseconds(static_cast<int64_t>(opts.timeBudgetS * 1e6));
   const int ngpus = sys.count(NodeType::GPU);
   const bool inter = sys.inter != 0;
   Ctx x{m, cfg, opts, budget, ccMinOf(sys)};

@@ -26,7 +26,8 @@ struct OptimizeOptions {
   /// Speeds from NCCL's speed array only; by default any speed in steps of 0.01 GB/s, up to the array's top.
   bool ladderSpeeds = false;
   /// Search nodes for all graphs together; 0: derived from the time budget (so that the same input gives the same
-  /// graphs on any machine; the wall clock only stops a search that runs past the budget on a slow machine).
+  /// graphs on any machine; the wall clock only stops a search that runs past the budget on a slow machine). When
+  /// set, the wall clock is not watched at all.
   int64_t maxNodes = 0;
 };
 
