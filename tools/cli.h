@@ -25,6 +25,7 @@ std::vector<Command> addTopoCommands(CLI::App& app);  // topo dump | show | matr
 std::vector<Command> addPlanCommands(CLI::App& app);  // plan, tune
 Command addParamsCommand(CLI::App& app);              // params
 Command addCommCheckCommand(CLI::App& app);           // comm-check
+Command addWhatIfCommand(CLI::App& app);              // whatif
 
 /// --topo, else NCCL_TOPO_FILE, else NCCL's default virtual topology file, else discovery of this machine.
 topology::XmlDoc loadTopology(const std::string& flag, const Config& cfg, std::string* name);
