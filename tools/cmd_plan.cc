@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "explain_view.h"
 #include "optimize_view.h"
 #include "plot.h"
 #include "topocoll/plan.h"
@@ -52,7 +53,7 @@ std::string channelOverlay(const Plan& plan) {
   return out;
 }
 
-std::string planText(const Plan& plan, bool explain) {
+std::string planText(const Plan& plan, bool explain, const Config& cfg) {
   std::string out;
   const auto& sys = plan.system;
   out += fmt::format("Job: {} node(s) x {} GPU(s) = {} ranks\n", plan.job.nNodes, plan.localRanks, plan.nRanks);
@@ -67,33 +68,7 @@ std::string planText(const Plan& plan, bool explain) {
   out += fmt::format("\n{} coll channels, {} nvls channels, {} p2p channels, {} p2p channels per peer\n",
                      c.nChannels, c.nvlsChannels, c.p2pnChannels, c.p2pnChannelsPerPeer);
   out += ringsAndTrees(c, plan.nRanks);
-  if (explain) {
-    out += "\nExplain:\n";
-    for (int gi = 0; gi < search::kNumGraphs; ++gi) {
-      if (!plan.graphAvailable[gi] || plan.graphs[gi].nChannels == 0) continue;
-      const auto& g = plan.graphs[gi];
-      out += fmt::format("- {}: {} channels x {:g} GB/s (intra) / {:g} GB/s (inter), path types {}/{}; system maxBw {:g}, "
-                         "totalBw {:g}.\n",
-                         search::graphName(gi), g.nChannels, g.bwIntra, g.bwInter,
-                         topology::to_string(static_cast<topology::PathType>(g.typeIntra)),
-                         topology::to_string(static_cast<topology::PathType>(g.typeInter)), sys.maxBw, sys.totalBw);
-      auto b = search::findBottleneck(sys, g);
-      if (b.link.link >= 0) {
-        const auto& l = sys.link(b.link);
-        out += fmt::format("  Most loaded link: {} --{}--> {}: {} channel crossings use {:g} of its {:g} GB/s ({:.0f}%).\n",
-                           topology::nodeLabel(sys, b.link.node), topology::to_string(l.type),
-                           topology::nodeLabel(sys, l.rem), b.channels, b.used, b.capacity,
-                           b.capacity > 0 ? 100.0 * b.used / b.capacity : 0.0);
-        if (b.capacity > 0 && b.used * 1.0001f >= b.capacity)
-          out += "  It is saturated: another channel, or a faster speed for these channels, does not fit on it.\n";
-      }
-      if (g.nChannels * g.bwIntra >= sys.totalBw)
-        out += "  The channels already reach the GPUs' total bandwidth (NVLink sum or PCI), the search's stop condition.\n";
-      if (g.timedOut)
-        out += "  The search hit a step budget before it could prove that nothing better exists.\n";
-      if (g.fromFile) out += "  This graph came from a graph XML file, not from the search.\n";
-    }
-  }
+  if (explain) out += explainText(plan, cfg);
   return out;
 }
 
@@ -187,12 +162,12 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
                         j["optimize"] = optimizeJson(r);
                         std::cout << j.dump(a->pretty ? 1 : -1) << "\n";
                       } else {
-                        std::cout << planText(p, a->explain) << optimizeText(p, q, r);
+                        std::cout << planText(p, a->explain, cfg) << optimizeText(p, q, r);
                       }
                       return 0;
                     }
                     if (a->json) std::cout << planToJson(p, shown, typeSizeOf(a->typeName), a->pretty) << "\n";
-                    else std::cout << planText(p, a->explain);
+                    else std::cout << planText(p, a->explain, cfg);
                     return 0;
                   }});
   cmds.push_back({tune, [a](const Env&, Config& cfg) {

@@ -20,14 +20,16 @@ Graph makeGraph(int id, int pattern, int minCh, int maxCh, int collNet = 0) {
 }
 }  // namespace
 
-NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks, const std::array<Graph, kNumGraphs>* given) {
+NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks, const std::array<Graph, kNumGraphs>* given,
+                      std::array<SearchTrace, kNumGraphs>* traces) {
   NodeGraphs out;
   auto t0 = std::chrono::steady_clock::now();
   auto& G = out.graphs;
   // A given graph with channels is used as NCCL uses one from NCCL_GRAPH_FILE: instead of the search.
   auto compute = [&](topology::System& s, const Config& c, Graph& g) {
-    if (given && (*given)[&g - G.data()].nChannels > 0) g = (*given)[&g - G.data()];
-    else search::compute(s, c, g);
+    const auto gi = &g - G.data();
+    if (given && (*given)[gi].nChannels > 0) g = (*given)[gi];
+    else search::compute(s, c, g, traces ? &(*traces)[gi] : nullptr);
   };
   G[kGraphRing] = makeGraph(0, kPatternRing, 1, kMaxChannels / 2);
   compute(sys, cfg, G[kGraphRing]);

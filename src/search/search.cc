@@ -154,6 +154,39 @@ class Searcher {
     }
   }
 
+  // --- Tracing for `plan --explain`: counts only, never a decision. ---
+  SearchTrace::Attempt* rec_ = nullptr;
+  std::unordered_map<const Link*, int64_t> full_;
+  void note(SearchTrace::Refusal r) {
+    if (rec_) rec_->refused[r]++;
+  }
+  void noteType(bool intra, int type) {
+    if (!rec_) return;
+    rec_->refused[SearchTrace::kPathType]++;
+    rec_->typeRefused[intra ? 0 : 1][type]++;
+  }
+  void noteFull(const HopPath& hp, int step, float bw) {
+    if (!rec_) return;
+    rec_->refused[SearchTrace::kLinkFull]++;
+    const Hop& h = hp.hops[step];
+    float fw = h.link->type == LinkType::PCI && hp.intelPciOverhead ? bw * 6 / 5 : bw;
+    full_[h.link->bw < fw || !h.rev ? h.link : h.rev]++;
+  }
+  void endAttempt() {
+    if (!rec_) return;
+    for (int t = 0; t < topology::kNodeTypes; ++t)
+      for (int i = 0; i < sys_.count(static_cast<NodeType>(t)); ++i) {
+        const auto& links = sys_.of(static_cast<NodeType>(t))[i].links;
+        for (int l = 0; l < static_cast<int>(links.size()); ++l)
+          if (auto it = full_.find(&links[l]); it != full_.end())
+            rec_->fullLinks.push_back({{{static_cast<NodeType>(t), i}, l}, it->second});
+      }
+    std::stable_sort(rec_->fullLinks.begin(), rec_->fullLinks.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    full_.clear();
+    rec_ = nullptr;
+  }
+
   int followHops(const HopPath& hp, int maxSteps, float bw) {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
     for (int step = 0; step < maxSteps; ++step) {
@@ -185,15 +218,16 @@ class Searcher {
     float bw = intra ? g.bwIntra : g.bwInter;
     int type = intra ? g.typeIntra : g.typeInter;
     if (hp.type >= P(PathType::DIS)) return false;
-    if (mult == 1 && hp.type > type) return false;
+    if (mult == 1 && hp.type > type) return noteType(intra, hp.type), false;
     if (mult == 1 &&
         (g.pattern == kPatternBalancedTree || g.pattern == kPatternTree || g.pattern == kPatternSplitTree) &&
         hopPath(type2, index2, n1.type, index1).type > type)
-      return false;
+      return noteType(intra, hopPath(type2, index2, n1.type, index1).type), false;
     bw *= mult;
     const int count = static_cast<int>(hp.hops.size());
     int step = followHops(hp, count, bw);
     if (step < count) {
+      if (mult > 0) noteFull(hp, step, bw);
       followHops(hp, step, -bw);
       return false;
     }
@@ -488,18 +522,19 @@ class Searcher {
   bool checkNet(const Graph& g, const Node& startNet, int n, int step) {
     const Node& net = sys_.of(NodeType::NET)[n];
     if (net.planeId != topology::kUndef && startNet.planeId != topology::kUndef && net.planeId != startNet.planeId)
-      return false;
-    if (g.pattern == kPatternTree && net.id != startNet.id) return false;
+      return note(SearchTrace::kNicPlane), false;
+    if (g.pattern == kPatternTree && net.id != startNet.id) return note(SearchTrace::kTreeNic), false;
     if (g.pattern == kPatternRing && g.crossNic == 2) {
-      if ((g.nChannels & 1) && net.id != g.inter[(g.nChannels - 1) * 2]) return false;
+      if ((g.nChannels & 1) && net.id != g.inter[(g.nChannels - 1) * 2]) return note(SearchTrace::kNicPair), false;
     } else if (g.crossNic == 0) {
       if (net.railId != topology::kUndef && startNet.railId != topology::kUndef) {
-        if (net.railId != startNet.railId) return false;
+        if (net.railId != startNet.railId) return note(SearchTrace::kNicRail), false;
       } else if (net.asic != startNet.asic || net.port != startNet.port) {
-        return false;
+        return note(SearchTrace::kNicRail), false;
       }
     }
-    if (g.pattern == kPatternBalancedTree && step != 0 && net.id != g.inter[g.nChannels * 2 + 1]) return false;
+    if (g.pattern == kPatternBalancedTree && step != 0 && net.id != g.inter[g.nChannels * 2 + 1])
+      return note(SearchTrace::kTreeNic), false;
     return true;
   }
 
@@ -579,10 +614,15 @@ class Searcher {
       int n = nets[(g.nChannels + i) % netCount];
       Node& net = sys_.of(NodeType::NET)[n];
       if (g.collNet && net.collSupport == 0) continue;
-      if (net.bw < bw) continue;
-      if (g.pattern == kPatternRing && g.crossNic == 2 && (g.nChannels & 1) &&
-          net.id != g.inter[(g.nChannels - 1) * 2 + 1])
+      if (net.bw < bw) {
+        note(SearchTrace::kNicSpeed);
         continue;
+      }
+      if (g.pattern == kPatternRing && g.crossNic == 2 && (g.nChannels & 1) &&
+          net.id != g.inter[(g.nChannels - 1) * 2 + 1]) {
+        note(SearchTrace::kNicPair);
+        continue;
+      }
       g.inter[g.nChannels * 2] = net.id;
       g.latencyInter = net.latency;
       const uint64_t asic = net.asic;
@@ -725,7 +765,7 @@ void dupChannels(Graph& graph, int ccMin, int ngpus) {
   graph.nChannels = dup;
 }
 
-void compute(System& sys, const Config& cfg, Graph& graph) {
+void compute(System& sys, const Config& cfg, Graph& graph, SearchTrace* trace) {
   auto t0 = std::chrono::steady_clock::now();
   const int ccMin = ccMinOf(sys);
   const int ngpus = sys.count(NodeType::GPU);
@@ -807,8 +847,27 @@ void compute(System& sys, const Config& cfg, Graph& graph) {
            cfg.searchTimeoutScale;
     tmp.nChannels = 0;
     globalTimeout -= time;
+    if (trace) {
+      SearchTrace::Attempt& a = trace->attempts.emplace_back();
+      a.bwIntra = tmp.bwIntra;
+      a.bwInter = tmp.bwInter;
+      a.typeIntra = tmp.typeIntra;
+      a.typeInter = tmp.typeInter;
+      a.sameChannels = tmp.sameChannels;
+      a.crossNic = tmp.crossNic;
+      a.pattern = tmp.pattern;
+      s.rec_ = &a;
+    }
     s.searchRec(tmp, graph, &time);
     if (time == 0) graph.timedOut = true;
+    if (trace) {
+      auto& a = trace->attempts.back();
+      a.channels = graph.nChannels;
+      a.bestIntra = graph.bwIntra;
+      a.bestInter = graph.bwInter;
+      a.timedOut = time == 0;
+      s.endAttempt();
+    }
     bool done = time == -1 || static_cast<float>(graph.nChannels) * graph.bwInter >= sys.totalBw;
     if (!done && pass == 1) {
       if (tmp.sameChannels == 1 && !(cpu0.arch == topology::kCpuArchX86 && cpu0.vendor == topology::kCpuVendorAmd &&
@@ -820,6 +879,7 @@ void compute(System& sys, const Config& cfg, Graph& graph) {
       if (time != -1) globalTimeout += time;
       else globalTimeout = kGlobalTimeout;
       if (globalTimeout < 0 && graph.nChannels) {
+        if (trace) trace->globalTimeout = true;
         done = true;
       } else {
         if (ccMin >= 90 && tmp.pattern == kPatternBalancedTree) {

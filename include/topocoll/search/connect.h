@@ -50,9 +50,11 @@ struct NodeGraphs {
 /// Everything one rank of NCCL computes for its node after the paths (initTransportsRank): the ring, tree,
 /// CollNet and NVLS searches in NCCL's order, NVLS and CollNet support, P2P channels per peer and the minimum
 /// NIC bandwidth. `sys` is the rank's system after prepareForSearch; `nRanks` the job's size. Graphs of `given`
-/// (indexed like NodeGraphs::graphs) that have channels replace the searches, as NCCL_GRAPH_FILE does.
+/// (indexed like NodeGraphs::graphs) that have channels replace the searches, as NCCL_GRAPH_FILE does; `traces`
+/// receives what each search tried.
 NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks,
-                      const std::array<Graph, kNumGraphs>* given = nullptr);
+                      const std::array<Graph, kNumGraphs>* given = nullptr,
+                      std::array<SearchTrace, kNumGraphs>* traces = nullptr);
 
 struct Connect {
   int nNodes = 0, localRanks = 0, nRanks = 0;
