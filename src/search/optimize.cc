@@ -303,6 +303,7 @@ class ChainSearch {
       for (int res : cuts_[c].res) resCuts_[res].push_back(static_cast<int>(c));
     exitPos_ = r.pattern == kPatternRing ? ngpus_ - 1 : r.pattern == kPatternSplitTree ? std::min(1, ngpus_ - 1) : 0;
     exitDen_ = r.pattern == kPatternBalancedTree && ngpus_ > 1 ? 2 : 1;
+    candBuf_.resize(ngpus_);
     unit_ = r.inter && r.crossMode == 2 && r.pattern == kPatternRing ? 2 : 1;
   }
 
@@ -427,13 +428,9 @@ class ChainSearch {
   // Tries every GPU at position pos, the most promising first.
   void forEachGpu(int k, int pos, bool tight) {
     Chan& ch = chans_[k];
-    struct Cand {
-      int gpu;
-      double s;
-    };
-    Cand cands[64];
-    int nc = 0;
-    for (int q = 0; q < ngpus_ && nc < 64; ++q) {
+    std::vector<Cand>& cands = candBuf_[pos];
+    cands.clear();
+    for (int q = 0; q < ngpus_; ++q) {
       if (visited_[k * ngpus_ + q]) continue;
       const Route* rt = nullptr;
       if (pos == 0 && r_.inter) rt = &m_.route(NodeType::NET, ch.netIn, NodeType::GPU, q);
@@ -444,10 +441,10 @@ class ChainSearch {
       if (rt && !allowed(*rt)) continue;
       double s = rt ? ratioWith(*rt, 1) : sCur_;
       if (s < need_ * (1 - kRel)) continue;
-      cands[nc++] = {q, s};
+      cands.push_back({q, s});
     }
-    std::stable_sort(cands, cands + nc, [](const Cand& a, const Cand& b) { return a.s > b.s; });
-    for (int i = 0; i < nc && !stop_; ++i) {
+    std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.s > b.s; });
+    for (size_t i = 0; i < cands.size() && !stop_; ++i) {
       bool t2;
       if (!order(k, cands[i].gpu, tight, &t2)) continue;
       placeGpu(k, pos, cands[i].gpu, t2);
@@ -565,6 +562,11 @@ class ChainSearch {
   std::vector<Chan> chans_, bestChans_;
   std::vector<std::vector<int>> keys_;
   std::vector<char> tightEnd_, visited_;  // visited_[channel * ngpus + gpu]
+  struct Cand {
+    int gpu;
+    double s;
+  };
+  std::vector<std::vector<Cand>> candBuf_;  // per position in a channel, reused
 };
 
 // Path types a channel may use, lowest first.
