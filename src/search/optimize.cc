@@ -303,7 +303,6 @@ class ChainSearch {
       for (int res : cuts_[c].res) resCuts_[res].push_back(static_cast<int>(c));
     exitPos_ = r.pattern == kPatternRing ? ngpus_ - 1 : r.pattern == kPatternSplitTree ? std::min(1, ngpus_ - 1) : 0;
     exitDen_ = r.pattern == kPatternBalancedTree && ngpus_ > 1 ? 2 : 1;
-    candBuf_.resize(ngpus_);
     unit_ = r.inter && r.crossMode == 2 && r.pattern == kPatternRing ? 2 : 1;
   }
 
@@ -324,6 +323,7 @@ class ChainSearch {
     keys_.assign(n, {});
     tightEnd_.assign(n, 0);
     visited_.assign(static_cast<size_t>(n) * ngpus_, 0);
+    if (candBuf_.size() < visited_.size()) candBuf_.resize(visited_.size());
     sCur_ = sp_.top();
     rootBound_ = bound(n);
     exhausted_ = true;
@@ -428,7 +428,7 @@ class ChainSearch {
   // Tries every GPU at position pos, the most promising first.
   void forEachGpu(int k, int pos, bool tight) {
     Chan& ch = chans_[k];
-    std::vector<Cand>& cands = candBuf_[pos];
+    std::vector<Cand>& cands = candBuf_[static_cast<size_t>(k) * ngpus_ + pos];
     cands.clear();
     for (int q = 0; q < ngpus_; ++q) {
       if (visited_[k * ngpus_ + q]) continue;
@@ -566,7 +566,7 @@ class ChainSearch {
     int gpu;
     double s;
   };
-  std::vector<std::vector<Cand>> candBuf_;  // per position in a channel, reused
+  std::vector<std::vector<Cand>> candBuf_;  // [channel * ngpus + position], reused across runs
 };
 
 // Path types a channel may use, lowest first.
