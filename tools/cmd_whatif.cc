@@ -141,9 +141,9 @@ std::string plot(const WhatIf& w, int typeSize, const std::string& name) {
   const char* colors[] = {"#1f77b4", "#d62728"};
   int i = 0;
   for (int coll : {tuning::kAllReduce, tuning::kAllGather}) {
-    ChartSeries now{fmt::format("{} now", tuning::collName(coll)), colors[i], 2.5, true};
+    ChartSeries now{fmt::format("{} now", tuning::collName(coll)), colors[i], 2.5, true, false, {}};
     now.pts = chosenBusbw(w.before, typeSize, coll);
-    ChartSeries after{fmt::format("{} what if", tuning::collName(coll)), colors[i], 2.5, false, true};
+    ChartSeries after{fmt::format("{} what if", tuning::collName(coll)), colors[i], 2.5, false, true, {}};
     after.pts = chosenBusbw(w.after, typeSize, coll);
     series.push_back(now);
     series.push_back(after);

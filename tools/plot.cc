@@ -129,7 +129,8 @@ std::string busbwPlot(const Plan& plan, int typeSize, int coll, const std::strin
   double f = busFactor(coll, plan.nRanks);
   for (int a = 0; a < tuning::kNumAlgos; ++a) {
     for (int p = 0; p < tuning::kNumProtos; ++p) {
-      ChartSeries s{fmt::format("{}/{}", tuning::algoName(a), tuning::protoName(p)), colors[series.size() % 14], 1.5};
+      ChartSeries s{fmt::format("{}/{}", tuning::algoName(a), tuning::protoName(p)), colors[series.size() % 14], 1.5, false,
+                    false, {}};
       for (int l = 3; l <= 33; ++l) {
         uint64_t n = 1ULL << l;
         float t = tuning::algoTime(plan.model, coll, a, p, n);
@@ -138,7 +139,7 @@ std::string busbwPlot(const Plan& plan, int typeSize, int coll, const std::strin
       if (!s.pts.empty()) series.push_back(s);
     }
   }
-  ChartSeries chosen{"NCCL's choice", "black", 4, true, true};
+  ChartSeries chosen{"NCCL's choice", "black", 4, true, true, {}};
   chosen.pts = chosenBusbw(plan, typeSize, coll);
   series.push_back(chosen);
   return lineChart(fmt::format("{} predicted busbw, {} ranks ({} nodes)", tuning::collName(coll), plan.nRanks, plan.job.nNodes),

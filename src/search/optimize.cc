@@ -962,7 +962,7 @@ Graph bestChannels(const LoadModel& m, int pattern, int nChannels, int crossNic,
   opts.ladderSpeeds = ladderSpeeds;
   Budget budget;
   budget.global = budget.limit = maxNodes > 0 ? maxNodes : std::numeric_limits<int64_t>::max() / 4;
-  Ctx x{m, cfg, opts, budget, ccMinOf(sys)};
+  Ctx x{m, cfg, opts, budget, ccMinOf(sys), {}};
   Graph like;
   like.pattern = pattern;
   like.typeInter = static_cast<int>(PathType::PIX);
@@ -983,7 +983,7 @@ OptimizeResult optimize(const System& sys, const Config& cfg, const std::array<G
   if (opts.maxNodes == 0) budget.deadline = t0 + std::chrono::microseconds(static_cast<int64_t>(opts.timeBudgetS * 1e6));
   const int ngpus = sys.count(NodeType::GPU);
   const bool inter = sys.inter != 0;
-  Ctx x{m, cfg, opts, budget, ccMinOf(sys)};
+  Ctx x{m, cfg, opts, budget, ccMinOf(sys), {}};
   for (int i = 0; i < kNumGraphs; ++i) {
     res.graphs[i].available = available[i];
     res.graphs[i].graph = nccl[i];
