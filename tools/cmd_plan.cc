@@ -23,6 +23,7 @@ struct PlanArgs {
   bool json = false, pretty = false, explain = false;
   bool optimize = false, ladderSpeeds = false;
   double timeBudget = 1.0;
+  int64_t searchNodes = 0;
 };
 
 std::string channelOverlay(const Plan& plan) {
@@ -134,6 +135,9 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
   plan->add_option("--time-budget", a->timeBudget, "Seconds --optimize may search (default 1)")
       ->check(CLI::Range(0.001, 3600.0));
   plan->add_flag("--ladder-speeds", a->ladderSpeeds, "--optimize: only speeds of NCCL's speed array");
+  plan->add_option("--search-nodes", a->searchNodes,
+                   "--optimize: this many search nodes instead of the time budget (the same graphs on any machine)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   auto* tune = app.add_subcommand("tune", "Tuning tables and algorithm/protocol choice per size");
   addJob(tune);
   tune->add_option("--coll", a->collName, "Only this collective (allreduce, allgather, reducescatter, broadcast, reduce)");
@@ -153,6 +157,7 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
                       search::OptimizeOptions opts;
                       opts.timeBudgetS = a->timeBudget;
                       opts.ladderSpeeds = a->ladderSpeeds;
+                      opts.maxNodes = a->searchNodes;
                       auto r = search::optimize(p.system, cfg, p.graphs, p.graphAvailable, opts);
                       auto graphs = r.graphsToUse();
                       Plan q = makePlan(doc, a->job, cfg, &graphs);
