@@ -7,20 +7,7 @@ G=${GOLDEN_DIR:?}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-check() {  # check NAME EXPECTED_RC PATTERN -- command...
-  local name=$1 want=$2 pat=$3
-  shift 4
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$want" = nonzero ] && [ $rc -ne 0 ]; then rc=nonzero; fi
-  if [ "$rc" != "$want" ] || ! grep -q -- "$pat" <<<"$out"; then
-    echo "FAIL $name: rc=$rc want=$want, output: ${out:0:300}"
-    fails=$((fails + 1))
-  else
-    echo "ok   $name"
-  fi
-}
+source "$(dirname "$0")/cli_checks.sh"
 SEED=$D/seed-h100-8gpu-8nic-nvswitch.xml
 
 # Round trip: a dump of a dump is byte-identical.
@@ -44,7 +31,7 @@ check matrix-json 0 '"matrix"' -- "$T" topo matrix --topo "$SEED" --json
 check paths-json 0 '"hops"' -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET3 --json
 check draw-json 0 '"format"' -- "$T" topo draw --topo "$SEED" --out "$tmp/t2.dot" --json
 check tune-json 0 '"selection"' -- "$T" tune --topo "$SEED" --nodes 2 --json
-check explain 0 "Most loaded link" -- "$T" plan --topo "$SEED" --nodes 2 --explain
+check explain 0 "One more channel at 22 GB/s does not fit" -- "$T" plan --topo "$SEED" --nodes 2 --explain
 check plan-json 0 '"graph_dump_xml"' -- "$T" plan --topo "$SEED" --nodes 2 --json
 check tune-text 0 "NVLSTree" -- "$T" tune --topo "$SEED" --nodes 2 --coll allreduce
 check paths-one 0 "bottleneck" -- "$T" topo paths --topo "$SEED" --from GPU0 --to NET3

@@ -26,6 +26,7 @@ std::vector<Command> addTopoCommands(CLI::App& app);  // topo dump | show | matr
 std::vector<Command> addPlanCommands(CLI::App& app);  // plan, tune
 Command addParamsCommand(CLI::App& app);              // params
 Command addCommCheckCommand(CLI::App& app);           // comm-check
+Command addWhatIfCommand(CLI::App& app);              // whatif
 
 /// When argv names a subcommand `app` (or one of its subcommands) does not have: "'bogus' is not a topocoll command;
 /// the commands are: topo, plan, ...". Checked before parsing, so that the message names the command, not a

@@ -6,6 +6,8 @@
 #include <fmt/ranges.h>
 
 #include "cli.h"
+#include "explain_view.h"
+#include "optimize_view.h"
 #include "plot.h"
 #include "topocoll/plan.h"
 #include "topocoll/search/graph.h"
@@ -21,6 +23,9 @@ struct PlanArgs {
   std::string netPluginVersion, netDevices;  // set the knobs of the same meaning
   JobSpec job;
   bool json = false, pretty = false, explain = false;
+  bool optimize = false, ladderSpeeds = false;
+  double timeBudget = 1.0;
+  int64_t searchNodes = 0;
 };
 
 std::string channelOverlay(const Plan& plan) {
@@ -51,7 +56,7 @@ std::string channelOverlay(const Plan& plan) {
   return out;
 }
 
-std::string planText(const Plan& plan, bool explain) {
+std::string planText(const Plan& plan, bool explain, const Config& cfg) {
   std::string out;
   const auto& sys = plan.system;
   out += fmt::format("Job: {} node(s) x {} GPU(s) = {} ranks\n", plan.job.nNodes, plan.localRanks, plan.nRanks);
@@ -76,33 +81,7 @@ std::string planText(const Plan& plan, bool explain) {
   out += fmt::format("\n{} coll channels, {} nvls channels, {} p2p channels, {} p2p channels per peer\n",
                      c.nChannels, c.nvlsChannels, c.p2pnChannels, c.p2pnChannelsPerPeer);
   out += ringsAndTrees(c, plan.nRanks);
-  if (explain) {
-    out += "\nExplain:\n";
-    for (int gi = 0; gi < search::kNumGraphs; ++gi) {
-      if (!plan.graphAvailable[gi] || plan.graphs[gi].nChannels == 0) continue;
-      const auto& g = plan.graphs[gi];
-      out += fmt::format("- {}: {} channels x {:g} GB/s (intra) / {:g} GB/s (inter), path types {}/{}; system maxBw {:g}, "
-                         "totalBw {:g}.\n",
-                         search::graphName(gi), g.nChannels, g.bwIntra, g.bwInter,
-                         topology::to_string(static_cast<topology::PathType>(g.typeIntra)),
-                         topology::to_string(static_cast<topology::PathType>(g.typeInter)), sys.maxBw, sys.totalBw);
-      auto b = search::findBottleneck(sys, g);
-      if (b.link.link >= 0) {
-        const auto& l = sys.link(b.link);
-        out += fmt::format("  Most loaded link: {} --{}--> {}: {} channel crossings use {:g} of its {:g} GB/s ({:.0f}%).\n",
-                           topology::nodeLabel(sys, b.link.node), topology::to_string(l.type),
-                           topology::nodeLabel(sys, l.rem), b.channels, b.used, b.capacity,
-                           b.capacity > 0 ? 100.0 * b.used / b.capacity : 0.0);
-        if (b.capacity > 0 && b.used * 1.0001f >= b.capacity)
-          out += "  It is saturated: another channel, or a faster speed for these channels, does not fit on it.\n";
-      }
-      if (g.nChannels * g.bwIntra >= sys.totalBw)
-        out += "  The channels already reach the GPUs' total bandwidth (NVLink sum or PCI), the search's stop condition.\n";
-      if (g.timedOut)
-        out += "  The search hit a step budget before it could prove that nothing better exists.\n";
-      if (g.fromFile) out += "  This graph came from a graph XML file, not from the search.\n";
-    }
-  }
+  if (explain) out += explainText(plan, cfg);
   return out;
 }
 
@@ -123,7 +102,7 @@ std::vector<int> parseDevList(const std::string& list) {
 }
 
 // Both commands: load, plan, write the graph XML where asked. Returns the plan and the topology's shown name.
-Plan planFor(PlanArgs& a, Config& cfg, std::string* name, std::string* shownName) {
+Plan planFor(PlanArgs& a, Config& cfg, std::string* name, std::string* shownName, topology::XmlDoc* docOut = nullptr) {
   if (!a.gpusList.empty()) a.job.ranksOnGpus = parseDevList(a.gpusList);
   if (!a.graphIn.empty()) cfg.graphFile = a.graphIn;
   // Flags that stand for knobs go through the knob's own parser (same validation, same messages).
@@ -131,17 +110,11 @@ Plan planFor(PlanArgs& a, Config& cfg, std::string* name, std::string* shownName
   if (!a.netDevices.empty()) findKnob("TOPOCOLL_NET_DEVICES")->set(cfg, a.netDevices);
   auto doc = loadTopology(a.topo, cfg, name);
   Plan p = makePlan(doc, a.job, cfg);
+  if (docOut) *docOut = std::move(doc);
   *shownName = *name;
   if (auto pos = name->find("topologies/"); pos != std::string::npos) *shownName = name->substr(pos);
-  if (!a.graphOut.empty() || !cfg.graphDumpFile.empty()) {
-    const search::Graph* order[] = {&p.graphs[search::kGraphRing], &p.graphs[search::kGraphTree],
-                                    &p.graphs[search::kGraphCollnetDirect], &p.graphs[search::kGraphCollnetChain],
-                                    &p.graphs[search::kGraphNvls]};
-    std::string graphXml =
-        search::graphsToXml(p.system, std::vector<const search::Graph*>(std::begin(order), std::end(order)));
-    if (!a.graphOut.empty()) writeOut(a.graphOut, graphXml);
-    if (!cfg.graphDumpFile.empty()) writeOut(cfg.graphDumpFile, graphXml);
-  }
+  if (!cfg.graphDumpFile.empty()) writeOut(cfg.graphDumpFile, graphsXml(p, true));
+  if (!a.graphOut.empty() && !a.optimize) writeOut(a.graphOut, graphsXml(p, true));
   return p;
 }
 
@@ -182,6 +155,15 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
   plan->add_option("--graph-in", a->graphIn, "Use graphs from a graph XML instead of searching (NCCL_GRAPH_FILE)");
   plan->add_option("--draw", a->drawOut, "Draw the ring channels over the topology (FILE.svg, .png, .pdf or .dot)");
   plan->add_flag("--explain", a->explain, "Say which link limits the channels and why");
+  plan->add_flag("--optimize", a->optimize,
+                 "Search beyond NCCL's greedy search for graphs with more bandwidth; print them beside NCCL's and the "
+                 "topology's bound (--graph-out then writes them, for NCCL_GRAPH_FILE)");
+  plan->add_option("--time-budget", a->timeBudget, "Seconds --optimize may search (default 1)")
+      ->check(CLI::Range(0.001, 3600.0));
+  plan->add_flag("--ladder-speeds", a->ladderSpeeds, "--optimize: only speeds of NCCL's speed array");
+  plan->add_option("--search-nodes", a->searchNodes,
+                   "--optimize: this many search nodes instead of the time budget (the same graphs on any machine)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   auto* tune = app.add_subcommand("tune", "Tuning tables and algorithm/protocol choice per size");
   addJob(tune);
   tune->add_option("--coll", a->collName, "Only this collective (allreduce, allgather, reducescatter, broadcast, reduce)");
@@ -191,12 +173,31 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
   std::vector<Command> cmds;
   cmds.push_back({plan, [a](const Env&, Config& cfg) {
                     std::string name, shown;
-                    Plan p = planFor(*a, cfg, &name, &shown);
+                    topology::XmlDoc doc;
+                    Plan p = planFor(*a, cfg, &name, &shown, &doc);
                     if (!a->drawOut.empty()) {
                       writeGraph(a->drawOut, topology::renderDot(p.system, name + " ring channels", channelOverlay(p)));
                     }
+                    if (a->optimize) {
+                      search::OptimizeOptions opts;
+                      opts.timeBudgetS = a->timeBudget;
+                      opts.ladderSpeeds = a->ladderSpeeds;
+                      opts.maxNodes = a->searchNodes;
+                      auto r = search::optimize(p.system, cfg, p.graphs, p.graphAvailable, opts);
+                      auto graphs = r.graphsToUse();
+                      Plan q = makePlan(doc, a->job, cfg, &graphs);
+                      if (!a->graphOut.empty()) writeOut(a->graphOut, graphsXml(q, false));
+                      if (a->json) {
+                        auto j = nlohmann::ordered_json::parse(planToJson(q, shown, typeSizeOf(a->typeName)));
+                        j["optimize"] = optimizeJson(r);
+                        std::cout << j.dump(a->pretty ? 1 : -1) << "\n";
+                      } else {
+                        std::cout << planText(p, a->explain, cfg) << optimizeText(p, q, r);
+                      }
+                      return 0;
+                    }
                     if (a->json) std::cout << planToJson(p, shown, typeSizeOf(a->typeName), a->pretty) << "\n";
-                    else std::cout << planText(p, a->explain);
+                    else std::cout << planText(p, a->explain, cfg);
                     return 0;
                   }});
   cmds.push_back({tune, [a](const Env&, Config& cfg) {

@@ -72,41 +72,12 @@ std::string selectionText(const Plan& plan, int typeSize, int onlyColl) {
   return out;
 }
 
-std::string busbwPlot(const Plan& plan, int typeSize, int coll, const std::string& title) {
+std::string lineChart(const std::string& title, const std::string& subtitle, const std::vector<ChartSeries>& series) {
   const int W = 900, H = 520, L = 70, R = 230, T = 50, B = 60;
   const int minLog = 3, maxLog = 33;
-  static const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                                 "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"};
-  struct Series {
-    std::string name;
-    std::vector<std::pair<int, double>> pts;
-  };
-  std::vector<Series> series;
   double maxBw = 1;
-  double f = busFactor(coll, plan.nRanks);
-  for (int a = 0; a < tuning::kNumAlgos; ++a) {
-    for (int p = 0; p < tuning::kNumProtos; ++p) {
-      Series s{fmt::format("{}/{}", tuning::algoName(a), tuning::protoName(p)), {}};
-      for (int l = minLog; l <= maxLog; ++l) {
-        uint64_t n = 1ULL << l;
-        float t = tuning::algoTime(plan.model, coll, a, p, n);
-        if (t <= 0) continue;
-        double bw = n / (t * 1e3) * f;
-        s.pts.push_back({l, bw});
-        maxBw = std::max(maxBw, bw);
-      }
-      if (!s.pts.empty()) series.push_back(s);
-    }
-  }
-  Series chosen{"chosen", {}};
-  for (int l = minLog; l <= maxLog; ++l) {
-    uint64_t n = 1ULL << l;
-    if ((coll == tuning::kAllGather || coll == tuning::kReduceScatter) && n / plan.nRanks < static_cast<uint64_t>(typeSize))
-      continue;
-    auto s = plan.select(coll, n);
-    if (s.algo < 0 || s.timeUs <= 0) continue;
-    chosen.pts.push_back({l, n / (s.timeUs * 1e3) * f});
-  }
+  for (const auto& s : series)
+    for (auto& [l, v] : s.pts) maxBw = std::max(maxBw, v);
   double yMax = std::pow(10, std::ceil(std::log10(maxBw * 1.05)));
   if (yMax / 2 > maxBw * 1.05) yMax /= 2;
   auto x = [&](double l) { return L + (l - minLog) * (W - L - R) / (maxLog - minLog); };
@@ -114,9 +85,9 @@ std::string busbwPlot(const Plan& plan, int typeSize, int coll, const std::strin
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"Helvetica,Arial,sans-serif\">\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      "<text x=\"{}\" y=\"28\" font-size=\"16\" font-weight=\"bold\">{} predicted busbw, {} ranks ({} nodes)</text>\n"
+      "<text x=\"{}\" y=\"28\" font-size=\"16\" font-weight=\"bold\">{}</text>\n"
       "<text x=\"{}\" y=\"44\" font-size=\"11\" fill=\"#555\">{}</text>\n",
-      W, H, L, tuning::collName(coll), plan.nRanks, plan.job.nNodes, L, title);
+      W, H, L, title, L, subtitle);
   for (int i = 0; i <= 5; ++i) {
     double v = yMax * i / 5;
     svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#eee\"/>\n", L, y(v), W - R, y(v));
@@ -134,26 +105,59 @@ std::string busbwPlot(const Plan& plan, int typeSize, int coll, const std::strin
                      (L + W - R) / 2, H - 18);
   svg += fmt::format("<text x=\"18\" y=\"{}\" font-size=\"12\" transform=\"rotate(-90 18 {})\" text-anchor=\"middle\">busbw (GB/s)</text>\n",
                      (T + H - B) / 2, (T + H - B) / 2);
-  auto poly = [&](const Series& s, const char* color, double width, const char* dash) {
+  for (size_t i = 0; i < series.size(); ++i) {
+    const ChartSeries& s = series[i];
     std::string pts;
     for (auto& [l, bw] : s.pts) pts += fmt::format("{:.1f},{:.1f} ", x(l), y(bw));
-    return fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" {} points=\"{}\"/>\n", color, width,
+    const char* dash = s.dashed ? "stroke-dasharray=\"6,4\" " : "";
+    svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" {}points=\"{}\"/>\n", s.color, s.width,
                        dash, pts);
-  };
-  for (size_t i = 0; i < series.size(); ++i) {
-    svg += poly(series[i], colors[i % 14], 1.5, "");
     int ly = T + 14 + static_cast<int>(i) * 16;
-    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>\n", W - R + 15, ly - 4,
-                       W - R + 40, ly - 4, colors[i % 14]);
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n", W - R + 46, ly, series[i].name);
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"{}\" {}/>\n",
+                       W - R + 15, ly - 4, W - R + 40, ly - 4, s.color, std::min(s.width, 3.0), dash);
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\"{}>{}</text>\n", W - R + 46, ly,
+                       s.bold ? " font-weight=\"bold\"" : "", s.name);
   }
-  svg += poly(chosen, "black", 4, "stroke-dasharray=\"6,4\" stroke-opacity=\"0.75\"");
-  int ly = T + 14 + static_cast<int>(series.size()) * 16 + 8;
-  svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\" stroke-width=\"4\" stroke-dasharray=\"6,4\"/>\n",
-                     W - R + 15, ly - 4, W - R + 40, ly - 4);
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\" font-weight=\"bold\">NCCL's choice</text>\n", W - R + 46, ly);
   svg += "</svg>\n";
   return svg;
+}
+
+std::string busbwPlot(const Plan& plan, int typeSize, int coll, const std::string& title) {
+  static const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                                 "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"};
+  std::vector<ChartSeries> series;
+  double f = busFactor(coll, plan.nRanks);
+  for (int a = 0; a < tuning::kNumAlgos; ++a) {
+    for (int p = 0; p < tuning::kNumProtos; ++p) {
+      ChartSeries s{fmt::format("{}/{}", tuning::algoName(a), tuning::protoName(p)), colors[series.size() % 14], 1.5, false,
+                    false, {}};
+      for (int l = 3; l <= 33; ++l) {
+        uint64_t n = 1ULL << l;
+        float t = tuning::algoTime(plan.model, coll, a, p, n);
+        if (t > 0) s.pts.push_back({l, n / (t * 1e3) * f});
+      }
+      if (!s.pts.empty()) series.push_back(s);
+    }
+  }
+  ChartSeries chosen{"NCCL's choice", "black", 4, true, true, {}};
+  chosen.pts = chosenBusbw(plan, typeSize, coll);
+  series.push_back(chosen);
+  return lineChart(fmt::format("{} predicted busbw, {} ranks ({} nodes)", tuning::collName(coll), plan.nRanks, plan.job.nNodes),
+                   title, series);
+}
+
+std::vector<std::pair<int, double>> chosenBusbw(const Plan& plan, int typeSize, int coll) {
+  std::vector<std::pair<int, double>> pts;
+  double f = busFactor(coll, plan.nRanks);
+  for (int l = 3; l <= 33; ++l) {
+    uint64_t n = 1ULL << l;
+    if ((coll == tuning::kAllGather || coll == tuning::kReduceScatter) && n / plan.nRanks < static_cast<uint64_t>(typeSize))
+      continue;
+    auto s = plan.select(coll, n);
+    if (s.algo < 0 || s.timeUs <= 0) continue;
+    pts.push_back({l, n / (s.timeUs * 1e3) * f});
+  }
+  return pts;
 }
 
 }  // namespace topocoll::cli

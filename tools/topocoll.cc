@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
       "  topocoll topo show --topo dgx-h100.xml\n"
       "  topocoll topo matrix --topo dgx-h100.xml\n"
       "  topocoll plan --topo dgx-h100.xml --nodes 4 --explain\n"
+      "  topocoll plan --topo dgx-h100.xml --nodes 2 --optimize --graph-out better.xml   (then NCCL_GRAPH_FILE=better.xml)\n"
+      "  topocoll whatif --topo dgx-h100.xml --nodes 2 --remove-nic NET3 --nvlink-count GPU2=12\n"
       "  NCCL_ALGO=ring topocoll tune --topo dgx-h100.xml --nodes 2 --coll allreduce --plot busbw.svg\n"
       "  mpirun -np 8 -x NCCL_TOPO_FILE=dgx-h100.xml -x TOPOCOLL_SIMULATE_GPUS=1 topocoll comm-check\n"
       "Exit status: 0 ok, 1 bad input or failure (the message names the file:line, attribute, knob or rank), 2 invalid\n"
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
   for (auto& c : cli::addPlanCommands(app)) cmds.push_back(std::move(c));
   cmds.push_back(cli::addParamsCommand(app));
   cmds.push_back(cli::addCommCheckCommand(app));
+  cmds.push_back(cli::addWhatIfCommand(app));
 
   log::setDefaultStream(stderr);  // stdout carries the command's output (JSON, XML)
   if (auto unknown = cli::unknownSubcommand(app, argc, argv)) {

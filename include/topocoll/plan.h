@@ -59,8 +59,11 @@ struct Plan {
   }
 };
 
-/// Builds the plan. Throws Error with a message naming the input at fault.
-Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg);
+/// Builds the plan. Throws Error with a message naming the input at fault. `graphs` (node 0's, indexed like
+/// Plan::graphs), when given, replace the searches of the graphs that have channels, as NCCL_GRAPH_FILE does: the
+/// rest (connect, tuning, selection) is what NCCL then computes.
+Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg,
+              const std::array<search::Graph, search::kNumGraphs>* graphs = nullptr);
 
 /// The plan as one JSON document, with the field names of tests/conformance/SCHEMA.md (`system`, `graphs`,
 /// `graph_dump_xml`, `connect`, `tuning`, `selection`) plus topocoll's own (documented in docs/plan-json.md).

@@ -70,8 +70,9 @@ struct Unit {
   topology::System rank0System;           // the system of the unit's rank 0
 };
 
+// `given` graphs (plan --optimize's) replace the searches of the unit's first node.
 Unit searchUnit(const topology::XmlDoc& unitDoc, const std::vector<topology::LocalGpu>& locals, int nRanks,
-                const Config& cfg) {
+                const Config& cfg, const std::array<search::Graph, search::kNumGraphs>* given) {
   Unit u;
   u.xml = topology::prepareNodeXml(unitDoc, locals, cfg);
   const topology::System whole = topology::buildSystem(u.xml);
@@ -92,7 +93,7 @@ Unit searchUnit(const topology::XmlDoc& unitDoc, const std::vector<topology::Loc
     if (sys.inter && sys.count(NodeType::NET) == 0)
       fail(StatusCode::kInvalidArgument, "{}: GPUs of this job talk through the network, but it has no network device",
            unitDoc.source);
-    u.nodes.push_back(search::searchNode(sys, cfg, nRanks));
+    u.nodes.push_back(search::searchNode(sys, cfg, nRanks, r == 0 ? given : nullptr));
     std::vector<int> members;
     for (int q = r; q < unitRanks; ++q)
       if (domainOf[q] == domainOf[r]) members.push_back(q);
@@ -123,7 +124,8 @@ void checkPlanMemory(int64_t nRanks) {
 
 }  // namespace
 
-Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg) {
+Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg,
+              const std::array<search::Graph, search::kNumGraphs>* graphs) {
   auto t0 = std::chrono::steady_clock::now();
   Plan plan;
   plan.job = job;
@@ -156,8 +158,8 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
     std::vector<topology::LocalGpu> locals;
     for (int h = 0; h < k; ++h)
       for (int i = 0; i < plan.localRanks; ++i) locals.push_back({h * plan.localRanks + i, devsOf[t * k + h][i], h});
-    Unit u = xmlHosts == 1 ? searchUnit(topo, locals, plan.nRanks, cfg)
-                           : searchUnit(topology::selectHosts(topo, t * k, k), locals, plan.nRanks, cfg);
+    Unit u = xmlHosts == 1 ? searchUnit(topo, locals, plan.nRanks, cfg, graphs)
+                           : searchUnit(topology::selectHosts(topo, t * k, k), locals, plan.nRanks, cfg, graphs);
     if (t == 0) {
       plan.nodeXml = std::move(u.xml);
       plan.system = std::move(u.rank0System);

@@ -1,60 +1,79 @@
-// `topocoll plan --explain`: which link limits a graph.
-#include <map>
+// `topocoll plan --explain`: the links a graph fills and the cuts that stop faster speeds.
+#include "topocoll/search/explain.h"
 
-#include "topocoll/search/graph.h"
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
 
 namespace topocoll::search {
 
-using topology::NodeType;
+using topology::PathType;
 
-Bottleneck findBottleneck(const topology::System& sys, const Graph& g) {
-  Bottleneck b;
-  if (g.nChannels == 0) return b;
-  const int n = sys.count(NodeType::GPU);
-  std::map<std::tuple<int, int, int>, std::pair<float, int>> load;
-  auto charge = [&](NodeType t1, int i1, NodeType t2, int i2, float bw) {
-    if (i1 < 0 || i2 < 0) return;
-    const auto& paths = sys.at({t1, i1}).paths[static_cast<int>(t2)];
-    if (i2 >= static_cast<int>(paths.size())) return;
-    for (auto& hop : paths[i2].list) {
-      auto& e = load[{static_cast<int>(hop.node.type), hop.node.index, hop.link}];
-      e.first += bw;
-      e.second += 1;
-    }
-  };
-  for (int c = 0; c < g.nChannels; ++c) {
-    auto gpu = [&](int i) { return sys.gpuIndexOfRank(g.intra[c * n + i]); };
-    if (g.pattern == kPatternNvls) {
-      int head = gpu(0);
-      for (int i = 0; i < n; ++i) {
-        charge(NodeType::NVS, 0, NodeType::GPU, i, i == head ? 2 * g.bwIntra : g.bwIntra);
-        charge(NodeType::GPU, i, NodeType::NVS, 0, i == head ? 2 * g.bwIntra : g.bwIntra);
+GraphWhy explainGraph(const LoadModel& m, const Graph& g, const std::vector<float>& ladder, double bound,
+                      const std::string& boundText) {
+  GraphWhy why;
+  if (g.nChannels == 0) return why;
+  GraphLoad load = graphLoad(m, g);
+  Graph unit = g;
+  unit.bwIntra = unit.bwInter = 1.0f;
+  GraphLoad perSpeed = graphLoad(m, unit);
+  for (int r = 0; r < m.resources(); ++r) {
+    double used = load.used(r);
+    if (used <= 0) continue;
+    LinkUse u{m.label(r), used, m.capacity(r), static_cast<int>(std::lround(perSpeed.used(r)))};
+    if (used >= m.capacity(r) * 0.99) why.full.push_back(u);
+    if (r == load.worst) why.mostLoaded = u;
+  }
+  std::stable_sort(why.full.begin(), why.full.end(),
+                   [](const LinkUse& a, const LinkUse& b) { return a.used / a.capacity > b.used / b.capacity; });
+  std::vector<Cut> cuts;
+  upperBound(m, g.pattern, &cuts);
+  const float speed = std::min(g.bwIntra, g.bwInter);
+  std::vector<float> speeds{speed};
+  for (auto it = ladder.rbegin(); it != ladder.rend(); ++it)
+    if (*it > speed * 1.0001f) speeds.push_back(*it);
+  for (float s : speeds) {
+    SpeedLimit lim{s, 1 << 20, ""};
+    for (const Cut& c : cuts) {
+      int n = static_cast<int>(std::floor(c.capacity * kLoadUnit / (s * c.minUnits) + 1e-6));
+      if (n < lim.maxChannels) {
+        lim.maxChannels = n;
+        lim.cut = fmt::format("{} ({:g} GB/s)", c.what, c.capacity);
+        int shown = 0;
+        for (int r : c.res) {
+          if (shown++ == 3) {
+            lim.cut += fmt::format(" +{} more", c.res.size() - 3);
+            break;
+          }
+          lim.cut += fmt::format("{} {} {:g}", shown == 1 ? ":" : ",", m.label(r), m.capacity(r));
+        }
       }
-    } else {
-      for (int i = 0; i + 1 < n; ++i) charge(NodeType::GPU, gpu(i), NodeType::GPU, gpu(i + 1), g.bwIntra);
-      if (g.pattern == kPatternRing && !sys.inter && n > 1) charge(NodeType::GPU, gpu(n - 1), NodeType::GPU, gpu(0), g.bwIntra);
     }
-    if (sys.inter) {
-      int in = sys.indexOf(NodeType::NET, g.inter[2 * c]), out = sys.indexOf(NodeType::NET, g.inter[2 * c + 1]);
-      charge(NodeType::NET, in, NodeType::GPU, gpu(0), g.bwInter);
-      int last = g.pattern == kPatternRing ? gpu(n - 1) : g.pattern == kPatternSplitTree && n > 1 ? gpu(1) : gpu(0);
-      charge(NodeType::GPU, last, NodeType::NET, out, g.bwInter);
+    if (bound > 0) {
+      int n = static_cast<int>(std::floor(bound / s + 1e-6));
+      if (n < lim.maxChannels) lim = SpeedLimit{s, n, boundText};
     }
+    why.limits.push_back(lim);
   }
-  float worst = -1;
-  for (auto& [k, v] : load) {
-    topology::LinkRef ref{{static_cast<NodeType>(std::get<0>(k)), std::get<1>(k)}, std::get<2>(k)};
-    float cap = sys.link(ref).bw;
-    float ratio = cap > 0 ? v.first / cap : 1e30f;
-    if (ratio > worst) {
-      worst = ratio;
-      b.link = ref;
-      b.capacity = cap;
-      b.used = v.first;
-      b.channels = v.second;
-    }
+  return why;
+}
+
+const char* pathTypeMeaning(int type, bool nicHop) {
+  switch (static_cast<PathType>(type)) {
+    case PathType::NVL: return "NVLink";
+    case PathType::NVB: return "NVLink through a peer GPU";
+    case PathType::C2C: return "chip-to-chip link to the CPU";
+    case PathType::PIX: return "one PCIe switch";
+    case PathType::PXB: return "several PCIe switches";
+    case PathType::P2C: return "C2C to the CPU, then PCIe to the NIC";
+    case PathType::PXN: return "PXN: the NIC of an NVLink peer GPU (NCCL_PXN_DISABLE)";
+    case PathType::PHB:
+      return nicHop ? "through the CPU: a NIC under another host bridge, or no GPUDirect RDMA (NCCL_NET_GDR_LEVEL)"
+                    : "through the CPU's host bridge";
+    case PathType::SYS: return "across CPU sockets";
+    default: return "";
   }
-  return b;
 }
 
 }  // namespace topocoll::search

@@ -35,7 +35,7 @@ int64_t gpuDevId(const System& sys, int rank) {
 
 }  // namespace
 
-std::string graphsToXml(const System& sys, const std::vector<const Graph*>& graphs) {
+std::string graphsToXml(const System& sys, const std::vector<const Graph*>& graphs, bool ranks) {
   XmlNode root;
   root.name = "graphs";
   root.set("version", "1");
@@ -59,7 +59,7 @@ std::string graphsToXml(const System& sys, const std::vector<const Graph*>& grap
         XmlNode* x = ch->addChild("gpu");
         int rank = g->intra[ngpus * c + i];
         x->set("dev", hexLong(gpuDevId(sys, rank)));
-        x->set("rank", std::to_string(rank));
+        if (ranks) x->set("rank", std::to_string(rank));
         if (g->id == kGraphIdNvls) break;  // NVLS channels name their head only
       }
       if (sys.inter) ch->addChild("net")->set("dev", hexLong(g->inter[2 * c + 1]));

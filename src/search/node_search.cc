@@ -21,12 +21,18 @@ Graph makeGraph(int id, int pattern, int minCh, int maxCh, int collNet = 0) {
 }
 }  // namespace
 
-NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks) {
+NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks, const std::array<Graph, kNumGraphs>* given,
+                      std::array<SearchTrace, kNumGraphs>* traces) {
   NodeGraphs out;
   auto t0 = std::chrono::steady_clock::now();
   auto& G = out.graphs;
   Searches searches(sys, cfg);
-  auto compute = [&](Graph& g) { searches.compute(g); };
+  // A given graph with channels is used as NCCL uses one from NCCL_GRAPH_FILE: instead of the search.
+  auto compute = [&](Graph& g) {
+    const auto gi = &g - G.data();
+    if (given && (*given)[gi].nChannels > 0) g = (*given)[gi];
+    else searches.compute(g, traces ? &(*traces)[gi] : nullptr);
+  };
   G[kGraphRing] = makeGraph(kGraphIdRing, kPatternRing, 1, kMaxChannels / 2);
   compute(G[kGraphRing]);
   int ringCh = G[kGraphRing].nChannels;

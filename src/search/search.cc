@@ -459,6 +459,42 @@ class Searcher {
   }
 
   // NCCL's walk of a path: each hop checked, then charged; the hops charged before a failing one are given back.
+  
+
+  // --- Tracing for `plan --explain`: counts only, never a decision (a traced search walks without the memo). ---
+  SearchTrace* trace_ = nullptr;
+  SearchTrace::Attempt* rec_ = nullptr;
+  std::unordered_map<const Link*, int64_t> full_;
+  void note(SearchTrace::Refusal r) {
+    if (rec_) rec_->refused[r]++;
+  }
+  void noteType(bool intra, int type) {
+    if (!rec_) return;
+    rec_->refused[SearchTrace::kPathType]++;
+    rec_->typeRefused[intra ? 0 : 1][type]++;
+  }
+  void noteFull(const HopPath& hp, int step, float bw) {
+    if (!rec_) return;
+    rec_->refused[SearchTrace::kLinkFull]++;
+    const Hop& h = hp.hops[step];
+    const float fw = h.pci && hp.intelPciOverhead ? bw * 6 / 5 : bw;
+    full_[h.link->bw < fw || !h.rev ? h.link : h.rev]++;
+  }
+  void endAttempt() {
+    if (!rec_) return;
+    for (int t = 0; t < topology::kNodeTypes; ++t)
+      for (int i = 0; i < sys_.count(static_cast<NodeType>(t)); ++i) {
+        const auto& links = sys_.of(static_cast<NodeType>(t))[i].links;
+        for (int l = 0; l < static_cast<int>(links.size()); ++l)
+          if (auto it = full_.find(&links[l]); it != full_.end())
+            rec_->fullLinks.push_back({{{static_cast<NodeType>(t), i}, l}, it->second});
+      }
+    std::stable_sort(rec_->fullLinks.begin(), rec_->fullLinks.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    full_.clear();
+    rec_ = nullptr;
+  }
+
   template <bool kKeyed>
   int followHops(const HopPath& hp, int maxSteps, float bw) {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
@@ -473,28 +509,33 @@ class Searcher {
     return maxSteps;
   }
   // The same test without charging: with distinct links, no hop's check depends on another hop's charge.
-  static bool affordable(const HopPath& hp, float bw) {
+  // The first hop lacking the bandwidth (hops.size() when none does).
+  static int shortHop(const HopPath& hp, float bw) {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
-    for (const Hop& h : hp.hops) {
+    const int count = static_cast<int>(hp.hops.size());
+    for (int step = 0; step < count; ++step) {
+      const Hop& h = hp.hops[step];
       const float fwBw = h.pci ? pciBw : bw;
       const float revBw = h.rev ? fwBw * h.revMul : 0.0f;
-      if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return false;
+      if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return step;
     }
-    return true;
+    return count;
   }
-  // Charges the path (bw < 0 gives it back); false, with nothing charged, where a hop lacks the bandwidth.
+  // Charges the path (bw < 0 gives it back); false, with nothing charged and the short hop in `failed`, where a hop
+  // lacks the bandwidth.
   template <bool kKeyed>
-  bool chargePath(const HopPath& hp, float bw) {
+  bool chargePath(const HopPath& hp, float bw, int* failed) {
     const int count = static_cast<int>(hp.hops.size());
     if (hp.distinctLinks) {
-      if (!affordable(hp, bw)) return false;
+      const int step = shortHop(hp, bw);
+      if (step < count) return *failed = step, false;
       followHops<kKeyed>(hp, count, bw);
       return true;
     }
     const int step = followHops<kKeyed>(hp, count, bw);
     if (step == count) return true;
     followHops<kKeyed>(hp, step, -bw);
-    return false;
+    return *failed = step, false;
   }
 
   int ngpus() const { return sys_.count(NodeType::GPU); }
@@ -515,13 +556,17 @@ class Searcher {
     float bw = intra ? g.bwIntra : g.bwInter;
     int type = intra ? g.typeIntra : g.typeInter;
     if (hp.type >= P(PathType::DIS)) return false;
-    if (mult == 1 && hp.type > type) return false;
+    if (mult == 1 && hp.type > type) return noteType(intra, hp.type), false;
     if (mult == 1 &&
         (g.pattern == kPatternBalancedTree || g.pattern == kPatternTree || g.pattern == kPatternSplitTree) &&
         hopPath(type2, index2, n1.type, index1).type > type)
-      return false;
+      return noteType(intra, hopPath(type2, index2, n1.type, index1).type), false;
     bw *= mult;
-    if (!(keyed_ ? chargePath<true>(hp, bw) : chargePath<false>(hp, bw))) return false;
+    int failed = -1;
+    if (!(keyed_ ? chargePath<true>(hp, bw, &failed) : chargePath<false>(hp, bw, &failed))) {
+      if (mult > 0 && failed >= 0) noteFull(hp, failed, bw);
+      return false;
+    }
     g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(hp.hops.size()));
     return true;
   }
@@ -842,18 +887,19 @@ class Searcher {
   bool checkNet(const Graph& g, const Node& startNet, int n, int step) {
     const Node& net = sys_.of(NodeType::NET)[n];
     if (net.planeId != topology::kUndef && startNet.planeId != topology::kUndef && net.planeId != startNet.planeId)
-      return false;
-    if (g.pattern == kPatternTree && net.id != startNet.id) return false;
+      return note(SearchTrace::kNicPlane), false;
+    if (g.pattern == kPatternTree && net.id != startNet.id) return note(SearchTrace::kTreeNic), false;
     if (g.pattern == kPatternRing && g.crossNic == 2) {
-      if ((g.nChannels & 1) && net.id != g.inter[(g.nChannels - 1) * 2]) return false;
+      if ((g.nChannels & 1) && net.id != g.inter[(g.nChannels - 1) * 2]) return note(SearchTrace::kNicPair), false;
     } else if (g.crossNic == 0) {
       if (net.railId != topology::kUndef && startNet.railId != topology::kUndef) {
-        if (net.railId != startNet.railId) return false;
+        if (net.railId != startNet.railId) return note(SearchTrace::kNicRail), false;
       } else if (net.asic != startNet.asic || net.port != startNet.port) {
-        return false;
+        return note(SearchTrace::kNicRail), false;
       }
     }
-    if (g.pattern == kPatternBalancedTree && step != 0 && net.id != g.inter[g.nChannels * 2 + 1]) return false;
+    if (g.pattern == kPatternBalancedTree && step != 0 && net.id != g.inter[g.nChannels * 2 + 1])
+      return note(SearchTrace::kTreeNic), false;
     return true;
   }
 
@@ -1042,10 +1088,15 @@ class Searcher {
       int n = nets[(g.nChannels + i) % netCount];
       Node& net = sys_.of(NodeType::NET)[n];
       if (g.collNet && net.collSupport == 0) continue;
-      if (net.bw < bw) continue;
-      if (g.pattern == kPatternRing && g.crossNic == 2 && (g.nChannels & 1) &&
-          net.id != g.inter[(g.nChannels - 1) * 2 + 1])
+      if (net.bw < bw) {
+        note(SearchTrace::kNicSpeed);
         continue;
+      }
+      if (g.pattern == kPatternRing && g.crossNic == 2 && (g.nChannels & 1) &&
+          net.id != g.inter[(g.nChannels - 1) * 2 + 1]) {
+        note(SearchTrace::kNicPair);
+        continue;
+      }
       g.inter[g.nChannels * 2] = net.id;
       g.latencyInter = net.latency;
       const uint64_t asic = net.asic;
@@ -1105,7 +1156,7 @@ class Searcher {
     }
   }
 
-  void run(Graph& graph);
+  void run(Graph& graph, SearchTrace* trace = nullptr);
   void searchLoop(Graph& graph, const Limits& l);
   void simpleOrder(Graph& graph);
   // A new pass of the search loop: the memo carries over (its keys hold the pass's parameters), the gates probe again.
@@ -1198,7 +1249,7 @@ class Searcher {
   const Config& cfg_;
   const int ngpus_;
   const bool amd_ = sys_.amdGpus();              // RCCL's rules (AMD GPUs)
-  const bool keyed_ = cfg_.searchMemo && !amd_;  // the memo is on: charges keep the state key
+  bool keyed_ = cfg_.searchMemo && !amd_;  // the memo is on: charges keep the state key (off while tracing)
 };
 
 }  // namespace
@@ -1206,6 +1257,11 @@ class Searcher {
 const char* graphName(int index) {
   static const char* names[] = {"ring", "tree", "collnet_chain", "collnet_direct", "nvls"};
   return names[index];
+}
+
+std::vector<float> speedArray(int ccMin, bool inter) {
+  const Speeds sp = speedsFor(ccMin, inter, false);
+  return std::vector<float>(sp.v, sp.v + sp.n);
 }
 
 void dupChannels(Graph& graph, int ccMin, int ngpus) {
@@ -1249,8 +1305,27 @@ void Searcher::searchLoop(Graph& graph, const Limits& l) {
     tmp.nChannels = 0;
     globalTimeout -= time;
     startPass();
+    if (trace_) {
+      SearchTrace::Attempt& a = trace_->attempts.emplace_back();
+      a.bwIntra = tmp.bwIntra;
+      a.bwInter = tmp.bwInter;
+      a.typeIntra = tmp.typeIntra;
+      a.typeInter = tmp.typeInter;
+      a.sameChannels = tmp.sameChannels;
+      a.crossNic = tmp.crossNic;
+      a.pattern = tmp.pattern;
+      rec_ = &a;
+    }
     searchPass(tmp, graph, &time);
     if (time == 0) graph.timedOut = true;
+    if (trace_) {
+      SearchTrace::Attempt& a = trace_->attempts.back();
+      a.channels = graph.nChannels;
+      a.bestIntra = graph.bwIntra;
+      a.bestInter = graph.bwInter;
+      a.timedOut = time == 0;
+      endAttempt();
+    }
     bool done = time == -1 || static_cast<float>(graph.nChannels) * graph.bwInter >= sys_.totalBw;
     if (!done && pass == 1) {
       // Same channels first (AMD CPUs keep them when going through SYS).
@@ -1264,6 +1339,7 @@ void Searcher::searchLoop(Graph& graph, const Limits& l) {
       else
         globalTimeout = kGlobalTimeout;
       if (globalTimeout < 0 && graph.nChannels) {
+        if (trace_) trace_->globalTimeout = true;
         done = true;
       } else {
         if (l.ccMin >= 90 && tmp.pattern == kPatternBalancedTree) {
@@ -1353,8 +1429,11 @@ void Searcher::simpleOrder(Graph& graph) {
   graph.nChannels = 1;
 }
 
-void Searcher::run(Graph& graph) {
+void Searcher::run(Graph& graph, SearchTrace* trace) {
   auto t0 = std::chrono::steady_clock::now();
+  // A traced search walks every step (the memo would skip the refusals it counts); its result is the same.
+  trace_ = trace;
+  keyed_ = cfg_.searchMemo && !amd_ && !trace;
   auto finish = [&]() {
     graph.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
@@ -1403,9 +1482,11 @@ struct Searches::Impl {
 };
 Searches::Searches(System& sys, const Config& cfg) : impl_(new Impl{Searcher(sys, cfg)}) {}
 Searches::~Searches() = default;
-void Searches::compute(Graph& graph) { impl_->searcher.run(graph); }
+void Searches::compute(Graph& graph, SearchTrace* trace) { impl_->searcher.run(graph, trace); }
 
-void compute(System& sys, const Config& cfg, Graph& graph) { Searcher(sys, cfg).run(graph); }
+void compute(System& sys, const Config& cfg, Graph& graph, SearchTrace* trace) {
+  Searcher(sys, cfg).run(graph, trace);
+}
 
 std::string describe(const System& sys, const Graph& g) {
   std::string out =

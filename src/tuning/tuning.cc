@@ -435,10 +435,11 @@ Model tuneModel(const JobInfo& job, const std::array<Graph, search::kNumGraphs>&
   return m;
 }
 
-float algoTime(const Model& m, int coll, int algo, int proto, uint64_t nBytes, int numPipeOps) {
+AlgoCost algoCost(const Model& m, int coll, int algo, int proto, uint64_t nBytes, int numPipeOps) {
+  AlgoCost c;
   float bw = m.bandwidths[coll][algo][proto];
   float lat = m.latencies[coll][algo][proto];
-  if (bw == 0) return -1.0f;
+  if (bw == 0) return c;
   int logSize = log2i(static_cast<int64_t>(nBytes >> 6));
   if (algo == kTree && coll == kAllReduce && logSize >= 0 && logSize < 23) bw *= kTreeCorrection[proto][logSize];
   if (algo == kNvlsTree && coll == kAllReduce && logSize >= 0 && logSize < 24 && m.job.minCompCap >= 100 &&
@@ -448,7 +449,26 @@ float algoTime(const Model& m, int coll, int algo, int proto, uint64_t nBytes, i
       nBytes / (static_cast<uint64_t>(m.job.nChannels) * m.job.nRanks) >= kRingPlateauBytesPerRankChannel)
     lat *= m.job.minCompCap < 80 ? kRingPlateauPreAmpere : kRingPlateau;
   int latCount = algo == kRing ? numPipeOps : (numPipeOps + kMaxDevWorkBatchColls - 1) / kMaxDevWorkBatchColls;
-  return lat * latCount + static_cast<float>(nBytes) / (1000 * bw);
+  c.latencyUs = lat * latCount;
+  c.bandwidth = bw;
+  c.transferUs = static_cast<float>(nBytes) / (1000 * bw);
+  return c;
+}
+
+float algoTime(const Model& m, int coll, int algo, int proto, uint64_t nBytes, int numPipeOps) {
+  AlgoCost c = algoCost(m, coll, algo, proto, nBytes, numPipeOps);
+  return c.bandwidth == 0 ? -1.0f : c.latencyUs + c.transferUs;
+}
+
+bool considered(const Model& m, int coll, int algo) {
+  const JobInfo& j = m.job;
+  if (j.nRanks == 1) return algo == kRing;
+  if ((algo == kCollNetDirect || algo == kCollNetChain) && j.collnetEnable != 1) return false;
+  if ((algo == kCollNetDirect || algo == kCollNetChain) && j.maxLocalRanks > kMaxDirectArity + 1) return false;
+  if ((algo == kNvls || algo == kNvlsTree) && (!j.nvlsSupport || (coll != kAllReduce && j.localRanks > kMaxNvlsArity)))
+    return false;
+  if (algo == kNvls && j.collnetEnable != 1 && j.nNodes > 1) return false;
+  return true;
 }
 
 Selection select(const Model& m, int coll, uint64_t nBytes, bool userKnobs) {
@@ -466,14 +486,8 @@ Selection select(const Model& m, int coll, uint64_t nBytes, bool userKnobs) {
     table[kRing][kSimple] = 0;
     ignore[kRing][kSimple] = false;
   } else {
-    int collNetSupport = j.collnetEnable;
     for (int a = 0; a < kNumAlgos; ++a) {
-      if ((a == kCollNetDirect || a == kCollNetChain) && collNetSupport != 1) continue;
-      if (a == kCollNetDirect && j.maxLocalRanks > kMaxDirectArity + 1) continue;
-      if (a == kCollNetChain && j.maxLocalRanks > kMaxDirectArity + 1) continue;
-      if ((a == kNvls || a == kNvlsTree) && (!j.nvlsSupport || (coll != kAllReduce && j.localRanks > kMaxNvlsArity)))
-        continue;
-      if (a == kNvls && collNetSupport != 1 && j.nNodes > 1) continue;
+      if (!considered(m, coll, a)) continue;
       for (int p = 0; p < kNumProtos; ++p) {
         table[a][p] = algoTime(m, coll, a, p, nBytes);
         ignore[a][p] = false;

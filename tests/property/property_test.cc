@@ -5,9 +5,11 @@
 
 #include <map>
 
+#include "search/graph_check.h"
 #include "test_util.h"
 #include "topo_builders.h"
 #include "topocoll/plan.h"
+#include "topocoll/search/optimize.h"
 
 namespace topocoll {
 namespace {
@@ -89,6 +91,36 @@ TEST(Property, PathsRingsAndTreesOnRandomMachines) {
         topology::LinkRef ref{{static_cast<NodeType>(k.first / 10000), k.first % 10000}, k.second};
         RC_ASSERT(bw <= s.link(ref).bw * 1.2f + 0.01f);  // 1.2: Intel PCI P2P overhead accounting
       }
+    }
+  });
+  EXPECT_TRUE(ok);
+}
+
+TEST(Property, OptimisedGraphsAreValidAndNeverWorseThanNccls) {
+  auto ok = rc::check("optimised graphs on generated machines", [] {
+    int sockets = *rc::gen::inRange(1, 3);
+    int switches = *rc::gen::inRange(1, 3);
+    int gpusPer = *rc::gen::inRange(1, 4);
+    bool nvs = *rc::gen::arbitrary<bool>();
+    int sm = *rc::gen::element(70, 80, 90, 100);
+    int gen = *rc::gen::inRange(0, 3);
+    int nodes = *rc::gen::element(1, 2, 4);
+    int crossNic = *rc::gen::element(0, 1, 2);
+    auto doc = topology::parseXml(testing::randomPcieMachine(sockets, switches, gpusPer, true, nvs, sm, gen), "random.xml");
+    Config cfg;
+    cfg.crossNic = crossNic;
+    Plan p = makePlan(doc, JobSpec{nodes, 0, {}}, cfg);
+    search::OptimizeOptions opts;
+    opts.maxNodes = 10000;
+    auto r = search::optimize(p.system, cfg, p.graphs, p.graphAvailable, opts);
+    search::LoadModel m(p.system);
+    for (int gi : {search::kGraphRing, search::kGraphTree, search::kGraphNvls}) {
+      const auto& o = r.graphs[gi];
+      if (!o.available || p.graphs[gi].nChannels == 0) continue;
+      RC_ASSERT(o.total >= o.ncclTotal * (1 - 1e-6));
+      RC_ASSERT(o.total <= o.bound * (1 + 1e-4) + 1e-4);
+      if (o.improved) RC_ASSERT(testing::graphViolation(m, o.graph) == std::string());
+      if (o.improved && cfg.crossNic == 0) RC_ASSERT(o.graph.crossNic == 0);
     }
   });
   EXPECT_TRUE(ok);

@@ -56,6 +56,33 @@ struct Graph {
   bool fromFile = false;
 };
 
+/// What NCCL's search did, attempt by attempt (`plan --explain`). The search fills it when given one; its
+/// decisions do not depend on it.
+struct SearchTrace {
+  enum Refusal : int {
+    kLinkFull,   // a hop's link (or its reverse charge) had less bandwidth left than the speed
+    kPathType,   // a hop's path type is above the attempt's typeIntra / typeInter (e.g. PXN, or CPU staging without GDR)
+    kNicSpeed,   // the NIC port has less bandwidth left than the speed
+    kNicRail,    // crossNic 0: the exit NIC is on another rail (or asic and port)
+    kNicPlane,   // the exit NIC is on another plane
+    kNicPair,    // crossNic 2: a channel must enter where the previous one left (and leave where it entered)
+    kTreeNic,    // a tree leaves through the NIC it entered
+    kRefusals
+  };
+  struct Attempt {
+    float bwIntra = 0, bwInter = 0;
+    int typeIntra = 0, typeInter = 0, sameChannels = 0, crossNic = 0, pattern = 0;
+    int channels = 0;              // channels the best graph so far has after this attempt
+    float bestIntra = 0, bestInter = 0;
+    bool timedOut = false;         // the attempt used up its step budget
+    int64_t refused[kRefusals] = {};
+    int64_t typeRefused[2][topology::kPathTypes] = {};  // kPathType refusals by the hop's type: [0] intra, [1] NIC hops
+    std::vector<std::pair<topology::LinkRef, int64_t>> fullLinks;  // links found full, most often first
+  };
+  std::vector<Attempt> attempts;
+  bool globalTimeout = false;      // the search stopped on its global step budget
+};
+
 /// NCCL's searches for several graphs of one system (ncclTopoCompute each), sharing what depends only on the
 /// system's paths (flattened routes, candidate orders, preferred NETs). The system's paths must not change while
 /// it lives.
@@ -65,8 +92,9 @@ class Searches {
   ~Searches();
   Searches(const Searches&) = delete;
   Searches& operator=(const Searches&) = delete;
-  /// ncclTopoCompute for `graph` (id, pattern, collNet, minChannels, maxChannels are inputs).
-  void compute(Graph& graph);
+  /// ncclTopoCompute for `graph` (id, pattern, collNet, minChannels, maxChannels are inputs). `trace`, when given,
+  /// records the attempts.
+  void compute(Graph& graph, SearchTrace* trace = nullptr);
 
  private:
   struct Impl;
@@ -74,8 +102,12 @@ class Searches {
 };
 
 /// Runs NCCL's search for one pattern (ncclTopoCompute). The graph's id, pattern, collNet, minChannels and
-/// maxChannels are inputs. When `cfg.graphFile` names a graph XML holding this id, it is used instead.
-void compute(topology::System& sys, const Config& cfg, Graph& graph);
+/// maxChannels are inputs. When `cfg.graphFile` names a graph XML holding this id, it is used instead. `trace`,
+/// when given, records the attempts.
+void compute(topology::System& sys, const Config& cfg, Graph& graph, SearchTrace* trace = nullptr);
+
+/// NCCL's speed array for the GPUs' smallest compute capability, within a node or across nodes (GB/s, descending).
+std::vector<float> speedArray(int ccMin, bool inter);
 
 /// ncclTopoDupChannels, exposed for tests.
 void dupChannels(Graph& graph, int ccMin, int ngpus);
@@ -84,27 +116,11 @@ void dupChannels(Graph& graph, int ccMin, int ngpus);
 /// one line per channel.
 std::string describe(const topology::System& sys, const Graph& graph);
 
-/// Graph XML (NCCL_GRAPH_DUMP_FILE / NCCL_GRAPH_FILE).
-std::string graphsToXml(const topology::System& sys, const std::vector<const Graph*>& graphs);
+/// Graph XML (NCCL_GRAPH_DUMP_FILE / NCCL_GRAPH_FILE). Without `ranks`, GPUs are named by `dev` only, which
+/// NCCL's loader maps to each node's own rank: the form to give every node of a job.
+std::string graphsToXml(const topology::System& sys, const std::vector<const Graph*>& graphs, bool ranks = true);
 /// Loads channels for `graph` (matched by id) from a graphs document; returns the number of channels loaded
 /// (0 when the file has no graph with that id). Validates GPUs, NETs and permutations.
 int graphFromXml(const topology::XmlDoc& doc, const topology::System& sys, const Config& cfg, Graph& graph);
-
-}  // namespace topocoll::search
-
-namespace topocoll::search {
-
-/// Why a graph has the bandwidth it has: the link its channels load the most, relative to its capacity.
-struct Bottleneck {
-  topology::LinkRef link;  // link.link < 0: nothing found (graph without channels)
-  float capacity = 0;      // the link's bandwidth in GB/s
-  float used = 0;          // bandwidth the graph's channels put on it (GB/s)
-  int channels = 0;        // channel crossings of that link
-  float nextSpeed = 0;     // the next speed of NCCL's array above the graph's, 0 when none
-};
-
-/// Accounts every channel's hops (GPU to GPU, NET to GPU and back, GPU to NVSwitch) on the system's links and
-/// returns the most loaded link.
-Bottleneck findBottleneck(const topology::System& sys, const Graph& graph);
 
 }  // namespace topocoll::search

@@ -27,7 +27,11 @@ struct NodeGraphs {
 };
 
 /// The searches of one node in NCCL's order, NVLS and CollNet support, P2P channels per peer and the minimum NIC
-/// bandwidth. `sys` is the node's system after paths::prepareForSearch; `nRanks` the job's size.
-NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks);
+/// bandwidth. `sys` is the node's system after paths::prepareForSearch; `nRanks` the job's size. Graphs of `given`
+/// (indexed like NodeGraphs::graphs) that have channels replace the searches, as NCCL_GRAPH_FILE does; `traces`
+/// receives what each search tried.
+NodeGraphs searchNode(topology::System& sys, const Config& cfg, int nRanks,
+                      const std::array<Graph, kNumGraphs>* given = nullptr,
+                      std::array<SearchTrace, kNumGraphs>* traces = nullptr);
 
 }  // namespace topocoll::search

@@ -63,8 +63,16 @@ struct Selection {
   int error = 0;  // NCCL result code when no algorithm is available (5 = ncclInvalidUsage)
 };
 
+/// The two terms of ncclTopoGetAlgoTime: latency (with NCCL's per-size corrections) and bytes / bandwidth, and the
+/// bandwidth used (GB/s, after the tree correction factors); bandwidth 0 when the pair is disabled.
+struct AlgoCost {
+  float latencyUs = 0, transferUs = 0, bandwidth = 0;
+};
+AlgoCost algoCost(const Model& m, int coll, int algo, int proto, uint64_t nBytes, int numPipeOps = 1);
 /// Estimated time of one (coll, algo, proto) for nBytes; -1 when disabled (ncclTopoGetAlgoTime).
 float algoTime(const Model& m, int coll, int algo, int proto, uint64_t nBytes, int numPipeOps = 1);
+/// Whether topoGetAlgoInfo looks at this algorithm at all for the job (CollNet, NVLS and PAT availability).
+bool considered(const Model& m, int coll, int algo);
 
 /// topoGetAlgoInfo: the fastest enabled (algo, proto), then its channels and warps. `nBytes` is what the tuner
 /// sees (total buffer for AllGather/ReduceScatter). `algoForced`/`userKnobs` tell whether NCCL_ALGO/PROTO were set.
