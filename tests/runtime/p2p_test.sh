@@ -11,8 +11,9 @@ fails=0
 shm_before=$(ls /dev/shm | wc -l)
 cleanup() { rm -rf "$tmp"; ip netns del tcp2p1 2>/dev/null; ip netns del tcp2p2 2>/dev/null; }
 trap cleanup EXIT
-# Below the kernel's ephemeral range (32768+), where our own connections could hold the port.
-port() { echo $((20000 + (RANDOM * 7 + $$) % 12000)); }
+# Root ports below the kernel's ephemeral range, where the ranks' own listeners and connections take theirs.
+read -r eph_lo _ < /proc/sys/net/ipv4/ip_local_port_range 2> /dev/null || eph_lo=32768
+port() { echo $((10000 + (RANDOM * 7 + $$) % (eph_lo - 10000))); }
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
 
