@@ -40,7 +40,8 @@ for t in "${TARGETS[@]}"; do
     "$bin" -runs=1 fuzz/regressions/$dir/* > "$B/$name.regressions.log" 2>&1 ||
       { echo "$name: a regression input crashes again ($B/$name.regressions.log)"; exit 1; }
   fi
-  args=(-max_len="$maxlen" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1
+  # Open-ended runs may share the machine: an input that takes 3 s alone can take 20 under load.
+  args=(-max_len="$maxlen" -timeout=$([ $MODE = runs ] && echo 20 || echo 120) -rss_limit_mb=4096 -print_final_stats=1
         -artifact_prefix="$B/crashes/$name-")
   if [ $MODE = runs ]; then
     rm -rf "$B/corpus/$dir"
