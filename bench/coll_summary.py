@@ -51,8 +51,9 @@ def load(out):
         if f[0] == "membw":
             mem[int(f[3])] = max(mem[int(f[3])], float(f[5]))
             continue
-        lib, coll, np, r, size, us, bus = f[0], f[1], int(f[2]), int(f[3]), int(f[4]), float(f[5]), float(f[6])
-        t[(lib, coll, np, size)][r] = (us, bus)
+        lib, coll, np, r, size, us = f[0], f[1], int(f[2]), int(f[3]), int(f[4]), float(f[5])
+        # busbw from size and time: the rows' two decimals would round small sizes to 0
+        t[(lib, coll, np, size)][r] = (us, size / us / 1e3 * FACTOR[coll](np) if us > 0 else 0.0)
     return t, mem
 
 
@@ -83,7 +84,7 @@ def table(t, mem):
                 bnd = [bound_busbw(c, np, mem[r]) for r in ours if r in mem]
                 of = [ours[r][1] / bound_busbw(c, np, mem[r]) for r in ours if r in mem and mem[r] > 0]
                 lines.append(f"| {c} | {human(s)} | {us('mpi')} | {us('gloo')} | {us('topocoll')} | "
-                             f"{med(bus):.3f} | {med(bnd):.2f} | {speed('mpi')} | {speed('gloo')} | "
+                             f"{med(bus):.3g} | {med(bnd):.2f} | {speed('mpi')} | {speed('gloo')} | "
                              f"{span(of) if s >= (16 << 20) else '-'} |")
     return "\n".join(lines)
 

@@ -56,6 +56,10 @@ if [ "$WHAT" != flags ]; then
   run alltoall-types 3 12 13 -- "$PERF" alltoall_perf -b 4K -e 4K -d all -n 1 -w 0 -np 3
   run agg-blocking 2 2 13 -- "$PERF" all_gather_perf -b 1K -e 64K -f 64 -n 2 -m 3 -z 1 -a 3 -np 2
   run step-bytes 2 3 13 -- "$PERF" all_reduce_perf -b 1K -e 3K -i 1K -n 2 -np 2
+  if command -v mpirun > /dev/null; then  # the launcher's environment; a port below the ephemeral range
+    run mpirun-all_gather 3 2 13 -- mpirun --allow-run-as-root --oversubscribe -np 3 \
+      -x NCCL_COMM_ID=127.0.0.1:$((20000 + (RANDOM * 7 + $$) % 12000)) "$PERF" all_gather_perf -b 8K -e 64K -f 8 -n 2
+  fi
   # -T: the peers' protocol and size shares (8 B all-gather at 3 ranks: 1 float each), an iters column.
   run peers-T 3 2 14 -- "$PERF" all_gather_perf -l 8,4K -T 0.01 -a 3 -np 3
   if grep -v '^#' "$tmp/peers-T" | head -1 | awk '{exit !($1 == 12 && $2 == 1)}'; then ok "peers-T shares"; else
