@@ -34,7 +34,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ -n "$PEERS" ] && [ -f "$PEERS/Makefile" ] || { echo "coll_compare.sh: give the peers' folder: -p DIR or PEERS_DIR (e.g. ../shared/peers)" >&2; exit 2; }
+if [ -z "$PEERS" ] || [ ! -f "$PEERS/Makefile" ]; then
+  echo "coll_compare.sh: give the peers' folder: -p DIR or PEERS_DIR (e.g. ../shared/peers)" >&2
+  exit 2
+fi
 PB=${PEERS_BUILD:-/tmp/topocoll-peers-build}
 [ -x "$PB/mpi_coll_bench" ] && [ -x "$PB/gloo_coll_bench" ] && [ -x "$PB/membw" ] ||
   make -C "$PEERS" BUILD="$PB" > /dev/null || exit 1
@@ -45,7 +48,8 @@ mkdir -p "$OUT"
 rm -f "$OUT"/rows.txt "$OUT"/*.log
 {
   echo "$(date -u) $(uname -r), $(nproc) CPUs:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-  echo "topocoll $(git rev-parse --short HEAD 2> /dev/null)$(git diff --quiet 2> /dev/null || echo +changes); rounds $ROUNDS, T $T s, sizes $SIZES, np $NPS"
+  echo "topocoll $(git rev-parse --short HEAD 2> /dev/null)$(git diff --quiet 2> /dev/null || echo +changes);" \
+    "rounds $ROUNDS, T $T s, sizes $SIZES, np $NPS"
   echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   ps -eo pcpu,comm --sort=-pcpu | sed -n 2,4p | tr -s ' ' | paste -sd';'
 } > "$OUT/env.txt"
@@ -55,7 +59,8 @@ row() { grep -v '^#' | awk -v lib="$1" -v c="$2" -v np="$3" -v r="$4" 'NF >= 9 {
 perfname() { case $1 in allreduce) echo all_reduce_perf ;; allgather) echo all_gather_perf ;;
   reduce_scatter) echo reduce_scatter_perf ;; broadcast) echo broadcast_perf ;; esac; }
 for ((r = 1; r <= ROUNDS; r++)); do
-  "$PB/membw" -s 64 -r 5 2>> "$OUT/errors.log" | awk -v r=$r '$1 == "memcpy" {print "membw memcpy", $2, r, 67108864, $3}' >> "$OUT/rows.txt"
+  "$PB/membw" -s 64 -r 5 2>> "$OUT/errors.log" |
+    awk -v r=$r '$1 == "memcpy" {print "membw memcpy", $2, r, 67108864, $3}' >> "$OUT/rows.txt"
   for np in $NPS; do
     for c in $COLLS; do
       timeout 300 "${MPI[@]}" -np "$np" "$PB/mpi_coll_bench" -c "$c" -l "$SIZES" -T "$T" 2>> "$OUT/errors.log" |

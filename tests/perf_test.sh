@@ -24,7 +24,10 @@ run() {
     return
   fi
   local o=$tmp/$name why=""
-  grep -q '^# nThread 1 nGpus 1 minBytes [0-9]* maxBytes [0-9]* step: [0-9]*(\(factor\|bytes\)) warmup iters: [0-9]* iters: [0-9]* agg iters: [0-9]* validation: [01] graph: 0$' "$o" || why+="nThread line; "
+  local n='[0-9]*'
+  local h="^# nThread 1 nGpus 1 minBytes $n maxBytes $n step: $n(\\(factor\\|bytes\\))"
+  h+=" warmup iters: $n iters: $n agg iters: $n validation: [01] graph: 0$"
+  grep -q "$h" "$o" || why+="nThread line; "
   grep -q '^# Using devices$' "$o" || why+="Using devices; "
   [ "$(grep -c '^#  Rank  *[0-9]* Group  *0 Pid  *[0-9]* on .* device -1 \[cpu\]' "$o")" = "$np" ] || why+="rank lines; "
   grep -q '^#  *out-of-place  *in-place *$' "$o" || why+="out-of-place/in-place header; "

@@ -26,12 +26,12 @@ struct Options {
   int iters = 20, warmup = 1, check = 1, average = 1, aggIters = 1, blocking = 0, window = 64;
   std::vector<DataType> types{DataType::kFloat32};
   std::vector<RedOp> ops{RedOp::kSum};
-  int root = 0;          // -1: every root in turn
-  double targetS = 0;    // > 0: shared/peers' protocol (time-based iteration count, warm-up and probe)
+  int root = 0;        // -1: every root in turn
+  double targetS = 0;  // > 0: shared/peers' protocol (time-based iteration count, warm-up and probe)
   long maxIters = 1000000;
   int np = 0, hosts = 1;
-  int bind = -1;         // -np: bind rank r to CPU r % CPUs (-1: when there are no more ranks than CPUs, as mpirun)
-  bool malloc = false;   // plain heap buffers instead of runtime::memAlloc
+  int bind = -1;        // -np: bind rank r to CPU r % CPUs (-1: when there are no more ranks than CPUs, as mpirun)
+  bool malloc = false;  // plain heap buffers instead of runtime::memAlloc
 };
 
 /// The ranks a test runs on, with the helpers the harness needs outside the timed loops.
@@ -40,8 +40,8 @@ struct World {
   std::function<void(void* data, size_t bytesPerRank)> allGather;  // in place, rank order
   std::function<void()> barrier, groupStart, groupEnd;
   std::vector<std::string> headerLines;  // extra "#" lines under "Using devices" (rank 0 prints them)
-  tcclComm_t api = nullptr;               // the C API's communicator (collectives)
-  runtime::Communicator* cxx = nullptr;   // the C++ one (point-to-point tests)
+  tcclComm_t api = nullptr;              // the C API's communicator (collectives)
+  runtime::Communicator* cxx = nullptr;  // the C++ one (point-to-point tests)
 };
 
 /// Element counts of one size, as nccl-tests' getCollByteCount: what is sent, received and passed as `count`, and

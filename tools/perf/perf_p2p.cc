@@ -13,7 +13,9 @@ double one(int) { return 1; }
 
 const std::vector<Test> kTests = {
     {"sendrecv_perf", 1, false, false, false, whole, 1, one, one,
-     [](int me, size_t j, const Layout&, int n, int) { return Source{(me - 1 + n) % n, j}; },
+     [](int me, size_t j, const Layout&, int n, int) {
+       return Source{(me - 1 + n) % n, j};
+     },
      [](World& w, const Options&, const Call& c) {
        int n = w.nRanks, me = w.rank;
        runtime::groupStart();
@@ -23,7 +25,9 @@ const std::vector<Test> kTests = {
      },
      false},
     {"pingpong_perf", 2, false, false, false, whole, 2, one, one,
-     [](int me, size_t j, const Layout&, int, int) { return Source{me > 1 ? Source::kUnchecked : 1 - me, j}; },
+     [](int me, size_t j, const Layout&, int, int) {
+       return Source{me > 1 ? Source::kUnchecked : 1 - me, j};
+     },
      [](World& w, const Options&, const Call& c) {
        if (w.rank == 0) {
          w.cxx->send(c.send, c.count, c.type, 1);
@@ -35,14 +39,18 @@ const std::vector<Test> kTests = {
      },
      false},
     {"bw_perf", 2, false, false, false, whole, 0, one, one,
-     [](int me, size_t j, const Layout&, int, int) { return Source{me == 1 ? 0 : Source::kUnchecked, j}; },
+     [](int me, size_t j, const Layout&, int, int) {
+       return Source{me == 1 ? 0 : Source::kUnchecked, j};
+     },
      [](World& w, const Options& o, const Call& c) {
        int me = w.rank;
        int32_t ack = 0;
        runtime::groupStart();
        for (int i = 0; i < o.window && me < 2; ++i) {
-         if (me == 0) w.cxx->send(c.send, c.count, c.type, 1);
-         else w.cxx->recv(c.recv, c.count, c.type, 0);
+         if (me == 0)
+           w.cxx->send(c.send, c.count, c.type, 1);
+         else
+           w.cxx->recv(c.recv, c.count, c.type, 0);
        }
        runtime::groupEnd();
        if (me == 0) w.cxx->recv(&ack, 1, DataType::kInt32, 1);

@@ -7,6 +7,7 @@
 //   topocoll-perf pingpong_perf -np 2 -l 8,1M,64M -T 0.2 -a 3    # the peers' timing protocol (shared/peers)
 //
 // Collectives go through the C API (perf_coll.cc), point-to-point tests through runtime::Communicator (perf_p2p.cc).
+#include <fmt/format.h>
 #include <libgen.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -22,8 +23,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "perf.h"
 #include "topocoll/env.h"
@@ -46,8 +45,10 @@ class Buffer {
     p_ = static_cast<uint8_t*>(heap_ ? ::operator new(bytes_) : runtime::memAlloc(bytes_));
   }
   ~Buffer() {
-    if (heap_) ::operator delete(p_);
-    else runtime::memFree(p_, bytes_);
+    if (heap_)
+      ::operator delete(p_);
+    else
+      runtime::memFree(p_, bytes_);
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -114,10 +115,14 @@ size_t parseSize(const std::string& flag, const std::string& s) {
   double v = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || v < 0) fail(StatusCode::kInvalidUsage, "{} {}: not a size", flag, s);
   std::string unit = end;
-  if (unit == "k" || unit == "K") v *= 1024;
-  else if (unit == "m" || unit == "M") v *= 1024.0 * 1024;
-  else if (unit == "g" || unit == "G") v *= 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) fail(StatusCode::kInvalidUsage, "{} {}: unknown unit '{}' (K, M or G)", flag, s, unit);
+  if (unit == "k" || unit == "K")
+    v *= 1024;
+  else if (unit == "m" || unit == "M")
+    v *= 1024.0 * 1024;
+  else if (unit == "g" || unit == "G")
+    v *= 1024.0 * 1024 * 1024;
+  else if (!unit.empty())
+    fail(StatusCode::kInvalidUsage, "{} {}: unknown unit '{}' (K, M or G)", flag, s, unit);
   return static_cast<size_t>(v);
 }
 
@@ -140,10 +145,14 @@ Options parse(int argc, char** argv, int first) {
       return argv[++i];
     };
     auto is = [&](const char* s, const char* l) { return a == s || (l && a == l); };
-    if (is("-b", "--minbytes")) o.minBytes = parseSize(a, next());
-    else if (is("-e", "--maxbytes")) o.maxBytes = parseSize(a, next());
-    else if (is("-f", "--stepfactor")) o.stepFactor = parseInt(a, next(), 1, 1 << 20), factorGiven = true;
-    else if (is("-i", "--stepbytes")) o.stepBytes = parseSize(a, next());
+    if (is("-b", "--minbytes"))
+      o.minBytes = parseSize(a, next());
+    else if (is("-e", "--maxbytes"))
+      o.maxBytes = parseSize(a, next());
+    else if (is("-f", "--stepfactor"))
+      o.stepFactor = parseInt(a, next(), 1, 1 << 20), factorGiven = true;
+    else if (is("-i", "--stepbytes"))
+      o.stepBytes = parseSize(a, next());
     else if (is("-l", nullptr)) {
       std::string s = next();
       for (size_t p = 0; p <= s.size();) {
@@ -151,27 +160,39 @@ Options parse(int argc, char** argv, int first) {
         o.list.push_back(parseSize(a, s.substr(p, q - p)));
         p = q + 1;
       }
-    } else if (is("-n", "--iters")) o.iters = parseInt(a, next(), 1, 1 << 30);
-    else if (is("-w", "--warmup_iters")) o.warmup = parseInt(a, next(), 0, 1 << 30);
-    else if (is("-m", "--agg_iters")) o.aggIters = parseInt(a, next(), 1, 1 << 20);
-    else if (is("-c", "--check")) o.check = parseInt(a, next(), 0, 1 << 20);
-    else if (is("-a", "--average")) o.average = parseInt(a, next(), 0, 3);
-    else if (is("-z", "--blocking")) o.blocking = parseInt(a, next(), 0, 3);
+    } else if (is("-n", "--iters"))
+      o.iters = parseInt(a, next(), 1, 1 << 30);
+    else if (is("-w", "--warmup_iters"))
+      o.warmup = parseInt(a, next(), 0, 1 << 30);
+    else if (is("-m", "--agg_iters"))
+      o.aggIters = parseInt(a, next(), 1, 1 << 20);
+    else if (is("-c", "--check"))
+      o.check = parseInt(a, next(), 0, 1 << 20);
+    else if (is("-a", "--average"))
+      o.average = parseInt(a, next(), 0, 3);
+    else if (is("-z", "--blocking"))
+      o.blocking = parseInt(a, next(), 0, 3);
     else if (is("-o", "--op")) {
       std::string s = next();
       o.ops.clear();
       if (s == "all")
         for (int k = 0; k < kNumRedOps; ++k) o.ops.push_back(static_cast<RedOp>(k));
-      else if (auto op = redOpFromString(s)) o.ops.push_back(*op);
-      else fail(StatusCode::kInvalidUsage, "-o {}: unknown op (sum, prod, max, min, avg or all)", s);
+      else if (auto op = redOpFromString(s))
+        o.ops.push_back(*op);
+      else
+        fail(StatusCode::kInvalidUsage, "-o {}: unknown op (sum, prod, max, min, avg or all)", s);
     } else if (is("-d", "--datatype")) {
       std::string s = next();
       o.types.clear();
       if (s == "all")
         for (int k = 0; k < kNumDataTypes; ++k) o.types.push_back(static_cast<DataType>(k));
-      else if (auto t = dataTypeFromString(s)) o.types.push_back(*t);
-      else fail(StatusCode::kInvalidUsage, "-d {}: unknown type (int8 uint8 int32 uint32 int64 uint64 half float "
-                                           "double bfloat16 f8e4m3 f8e5m2 or all)", s);
+      else if (auto t = dataTypeFromString(s))
+        o.types.push_back(*t);
+      else
+        fail(StatusCode::kInvalidUsage,
+             "-d {}: unknown type (int8 uint8 int32 uint32 int64 uint64 half float "
+             "double bfloat16 f8e4m3 f8e5m2 or all)",
+             s);
     } else if (is("-r", "--root")) {
       std::string s = next();
       o.root = s == "all" ? -1 : static_cast<int>(parseInt(a, s, -1, 1 << 30));
@@ -179,17 +200,25 @@ Options parse(int argc, char** argv, int first) {
       std::string s = next();
       char* end = nullptr;
       o.targetS = std::strtod(s.c_str(), &end);
-      if (end == s.c_str() || *end || !(o.targetS > 0)) fail(StatusCode::kInvalidUsage, "-T {}: expected seconds > 0", s);
-    } else if (is("--max-iters", nullptr)) o.maxIters = parseInt(a, next(), 1, 1L << 40);
-    else if (is("-W", nullptr)) o.window = parseInt(a, next(), 1, 1 << 20);
-    else if (is("-np", nullptr)) o.np = parseInt(a, next(), 1, 4096);
-    else if (is("--hosts", nullptr)) o.hosts = parseInt(a, next(), 1, 4096);
-    else if (is("--bind", nullptr)) o.bind = parseInt(a, next(), 0, 1);
-    else if (is("--malloc", nullptr)) o.malloc = true;
+      if (end == s.c_str() || *end || !(o.targetS > 0))
+        fail(StatusCode::kInvalidUsage, "-T {}: expected seconds > 0", s);
+    } else if (is("--max-iters", nullptr))
+      o.maxIters = parseInt(a, next(), 1, 1L << 40);
+    else if (is("-W", nullptr))
+      o.window = parseInt(a, next(), 1, 1 << 20);
+    else if (is("-np", nullptr))
+      o.np = parseInt(a, next(), 1, 4096);
+    else if (is("--hosts", nullptr))
+      o.hosts = parseInt(a, next(), 1, 4096);
+    else if (is("--bind", nullptr))
+      o.bind = parseInt(a, next(), 0, 1);
+    else if (is("--malloc", nullptr))
+      o.malloc = true;
     else if (is("-h", "--help")) {
       usage(stdout);
       std::exit(0);
-    } else fail(StatusCode::kInvalidUsage, "unknown option {} (--help lists them)", a);
+    } else
+      fail(StatusCode::kInvalidUsage, "unknown option {} (--help lists them)", a);
   }
   if (!factorGiven) o.stepFactor = 1;
   if (o.list.empty() && o.minBytes > o.maxBytes)
@@ -219,11 +248,16 @@ double overRanks(World& w, double v, int how) {
   double s = 0;
   for (double x : all) s += x;
   switch (how) {
-    case 0: return all[0];
-    case 2: return *std::min_element(all.begin(), all.end());
-    case 3: return *std::max_element(all.begin(), all.end());
-    case 4: return s;
-    default: return s / all.size();
+    case 0:
+      return all[0];
+    case 2:
+      return *std::min_element(all.begin(), all.end());
+    case 3:
+      return *std::max_element(all.begin(), all.end());
+    case 4:
+      return s;
+    default:
+      return s / all.size();
   }
 }
 
@@ -251,7 +285,9 @@ struct Run {
     for (size_t j = 0; j < l.sendCount; ++j)
       inputElement(sendRegion + j * es, call.type, call.op, test.reduces, w.nRanks, w.rank, j);
   }
-  long wrong() { return checkOutput(test, recvRegion, l.recvCount, call.type, call.op, w.rank, w.nRanks, l, call.root); }
+  long wrong() {
+    return checkOutput(test, recvRegion, l.recvCount, call.type, call.op, w.rank, w.nRanks, l, call.root);
+  }
   size_t printBytes() const { return std::max(l.sendCount, l.recvCount) * es; }
   double timeDiv() const { return test.timeDiv > 0 ? test.timeDiv : o.window; }
   double algBytes() const { return l.paramCount * es * test.algMul(w.nRanks); }
@@ -338,18 +374,23 @@ void printHeader(World& w, const Options& o, const std::string& program) {
   if (w.rank != 0) return;
   std::printf("# topocoll-perf, nccl-tests format (topocoll %d.%d.%d)\n", TCCL_MAJOR, TCCL_MINOR, TCCL_PATCH);
   std::printf("# Collective test starting: %s\n", program.c_str());
-  std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
-              "validation: %d graph: 0\n",
-              o.list.empty() ? o.minBytes : *std::min_element(o.list.begin(), o.list.end()),
-              o.list.empty() ? o.maxBytes : *std::max_element(o.list.begin(), o.list.end()),
-              o.stepFactor > 1 ? o.stepFactor : o.stepBytes, o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters,
-              o.aggIters, o.check);
+  std::printf(
+      "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
+      "validation: %d graph: 0\n",
+      o.list.empty() ? o.minBytes : *std::min_element(o.list.begin(), o.list.end()),
+      o.list.empty() ? o.maxBytes : *std::max_element(o.list.begin(), o.list.end()),
+      o.stepFactor > 1 ? o.stepFactor : o.stepBytes, o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters,
+      o.aggIters, o.check);
   if (o.blocking == 1) std::printf("# Blocking Enabled: wait and barrier after each inner iteration (-m) \n");
-  if (o.blocking == 3) std::printf("# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n");
-  if (o.targetS > 0) std::printf("# Timing: shared/peers' protocol, %g s per size (-T); last column: out-of-place iterations\n", o.targetS);
+  if (o.blocking == 3)
+    std::printf("# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n");
+  if (o.targetS > 0)
+    std::printf("# Timing: shared/peers' protocol, %g s per size (-T); last column: out-of-place iterations\n",
+                o.targetS);
   std::printf("#\n# Using devices\n");
   for (int r = 0; r < w.nRanks; ++r)
-    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] host memory\n", r, 0, all[r].pid, all[r].host, -1);
+    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] host memory\n", r, 0, all[r].pid, all[r].host,
+                -1);
   for (auto& s : w.headerLines) std::printf("# %s\n", s.c_str());
   std::printf("#\n");
   std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
@@ -375,8 +416,10 @@ int runTests(World& w, const Options& o, const Test& test, const std::string& pr
   Buffer sbuf(maxBytes + maxElem * w.nRanks, o.malloc), rbuf(maxBytes + maxElem * w.nRanks, o.malloc);
   std::vector<RedOp> ops = test.reduces ? o.ops : std::vector<RedOp>{RedOp::kSum};
   std::vector<int> roots;
-  if (!test.rooted) roots = {-1};
-  else if (o.root >= 0) roots = {o.root};
+  if (!test.rooted)
+    roots = {-1};
+  else if (o.root >= 0)
+    roots = {o.root};
   else
     for (int r = 0; r < w.nRanks; ++r) roots.push_back(r);
   Totals tot;
@@ -518,7 +561,8 @@ int main(int argc, char** argv) {
   try {
     int first = 1;
     std::string name;
-    if (findTest(self)) name = self;
+    if (findTest(self))
+      name = self;
     else {
       if (argc < 2) {
         usage(stderr);
