@@ -92,6 +92,8 @@ if [ "$WHAT" != runs ]; then
   flag bad-T "\-T 0: expected seconds" -- "$PERF" all_reduce_perf -T 0
   flag root-range "\-r 5: root out of range" -- "$PERF" broadcast_perf -r 5 -b 8 -e 8 -np 2
   flag bw-one-rank "bw_perf needs at least 2 ranks" -- "$PERF" bw_perf -b 8 -e 8 -np 1
+  flag no-launcher "no launcher environment found" -- env -u RANK -u WORLD_SIZE -u OMPI_COMM_WORLD_RANK \
+    -u SLURM_PROCID "$PERF" all_reduce_perf -b 8 -e 8
   help=$("$PERF" --help)
   missing=""
   for f in -b -e -f -i -n -w -m -c -o -d -r -z -a -h -np --hosts --bind -l -T --max-iters -W --malloc; do

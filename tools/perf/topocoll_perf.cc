@@ -77,6 +77,7 @@ std::string testNames() {
 const char kHelp[] =
     "usage: topocoll-perf TEST [options]   or   TEST [options] (all_reduce_perf, ... link to topocoll-perf)\n"
     "TEST: {tests}\n"
+    "  (collectives through the C API, out of place and in place; the point-to-point tests out of place only)\n"
     "Options, as NVIDIA nccl-tests (sizes take K/M/G = 1024):\n"
     "  -b,--minbytes <bytes>      smallest size (default 32M)\n"
     "  -e,--maxbytes <bytes>      largest size (default 32M)\n"
