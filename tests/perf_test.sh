@@ -85,6 +85,7 @@ if [ "$WHAT" != runs ]; then
   flag bad-type "\-d float33: unknown type" -- "$PERF" all_reduce_perf -d float33
   flag bad-op "\-o mul: unknown op" -- "$PERF" all_reduce_perf -o mul
   flag bad-size "\-b 12Q: unknown unit" -- "$PERF" all_reduce_perf -b 12Q
+  flag huge-size "\-e 1e30: too large" -- "$PERF" all_reduce_perf -e 1e30
   flag min-above-max "invalid sizes for 'minbytes' and 'maxbytes'" -- "$PERF" all_reduce_perf -b 1M -e 1K
   flag bad-iters "\-n abc: expected an integer" -- "$PERF" all_reduce_perf -n abc
   flag bad-average "\-a 7: expected an integer in \[0, 3\]" -- "$PERF" all_reduce_perf -a 7

@@ -124,6 +124,7 @@ size_t parseSize(const std::string& flag, const std::string& s) {
     v *= 1024.0 * 1024 * 1024;
   else if (!unit.empty())
     fail(StatusCode::kInvalidUsage, "{} {}: unknown unit '{}' (K, M or G)", flag, s, unit);
+  if (!(v < 0x1p62)) fail(StatusCode::kInvalidUsage, "{} {}: too large", flag, s);
   return static_cast<size_t>(v);
 }
 
@@ -234,7 +235,7 @@ std::vector<size_t> sizes(const Options& o) {
   std::vector<size_t> v;
   for (size_t s = o.minBytes; s <= o.maxBytes;) {
     v.push_back(s);
-    size_t next = o.stepFactor > 1 ? s * o.stepFactor : s + o.stepBytes;
+    size_t next = o.stepFactor > 1 ? std::max<size_t>(s * o.stepFactor, 1) : s + o.stepBytes;  // 0 B, then 1 B
     if (next <= s) break;
     s = next;
   }
