@@ -39,6 +39,12 @@ if [ -z "$PEERS" ] || [ ! -f "$PEERS/Makefile" ]; then
   exit 2
 fi
 PB=${PEERS_BUILD:-/tmp/topocoll-peers-build}
+shared=$(cd "$PEERS/.." && pwd -P)
+for d in "$OUT" "$PB"; do  # results and builds stay out of the shared folder that holds the peers
+  case $(realpath -m "$d")/ in
+    "$shared"/*) echo "coll_compare.sh: $d lies inside $shared: choose a folder outside it" >&2; exit 2 ;;
+  esac
+done
 [ -x "$PB/mpi_coll_bench" ] && [ -x "$PB/gloo_coll_bench" ] && [ -x "$PB/membw" ] ||
   make -C "$PEERS" BUILD="$PB" > /dev/null || exit 1
 PERF=${TOPOCOLL_PERF:-build/topocoll-perf}
