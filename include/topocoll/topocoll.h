@@ -134,6 +134,17 @@ tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int
 tcclResult_t tcclGroupStart(void);
 tcclResult_t tcclGroupEnd(void);
 
+/* Joins the job the launcher describes in the environment, without a unique id passed by the caller: rank and size
+ * from Open MPI's mpirun (OMPI_COMM_WORLD_RANK/SIZE), Slurm's srun (SLURM_PROCID/NTASKS) or torchrun
+ * (RANK/WORLD_SIZE), the root's address from NCCL_COMM_ID, MASTER_ADDR/MASTER_PORT or the launcher's job id; rank 0
+ * hosts the root. Collective: every rank of the job calls it. Fails with tcclInvalidUsage, saying which variable to
+ * set, when the environment names no job. Not in NCCL (its users broadcast the id themselves).
+ *
+ *   tcclComm_t comm;
+ *   if (tcclCommInitFromEnv(&comm) != tcclSuccess) fprintf(stderr, "%s\n", tcclGetLastError(NULL));
+ */
+tcclResult_t tcclCommInitFromEnv(tcclComm_t* comm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -581,4 +581,16 @@ tcclResult_t tcclGroupEnd(void) {
   return rc != tcclSuccess ? rc : sendRc;
 }
 
+tcclResult_t tcclCommInitFromEnv(tcclComm_t* comm) {
+  return guarded(nullptr, "tcclCommInitFromEnv", [&] {
+    if (!comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
+    *comm = nullptr;
+    auto c = std::make_unique<tcclComm>();
+    c->comm = Communicator::initFromEnv(topocoll::Env::fromProcess());
+    c->sendSeq.assign(c->comm->nRanks(), 0);
+    c->recvSeq.assign(c->comm->nRanks(), 0);
+    *comm = c.release();
+  });
+}
+
 }  // extern "C"

@@ -1,13 +1,14 @@
-// topocoll-perf: performance tests in NVIDIA nccl-tests' shape (flags -b -e -f -n -w -c -a -d, columns size / count /
-// type / redop / root / time / algbw / busbw / #wrong, "Avg bus bandwidth"). One binary, one subcommand per test:
+// topocoll-perf: NVIDIA nccl-tests for topocoll (flags, timing loop and output follow nccl-tests' src/common.cu and
+// src/util.cu, BSD-3-Clause; the code is ours). One binary; the test is its first argument or the name it is
+// called by (the build makes all_reduce_perf, ... links to it):
 //
-//   topocoll-perf sendrecv_perf -b 8 -e 64M -f 2 -np 2            # forks 2 local ranks
-//   mpirun -np 2 topocoll-perf sendrecv_perf -b 8 -e 64M          # or under mpirun / srun / torchrun
-//   topocoll-perf pingpong_perf -np 2 -l 8,1M,64M -T 0.2 -a 3      # the peers' timing protocol (shared/peers)
+//   all_reduce_perf -b 8 -e 128M -f 2 -np 2                   # forks 2 local ranks
+//   mpirun -np 4 topocoll-perf all_gather_perf -b 8 -e 64M -f 4  # or under mpirun / srun / torchrun
+//   topocoll-perf pingpong_perf -np 2 -l 8,1M,64M -T 0.2 -a 3    # the peers' timing protocol (shared/peers)
 //
-// Tests: sendrecv_perf (each rank sends to rank+1 and receives from rank-1 in one group; busbw = algbw),
-// pingpong_perf (ranks 0 and 1, osu_latency: time = round trip / 2), bw_perf (ranks 0 -> 1, osu_bw: a window of -W
-// messages per op, time per message). The collectives add theirs to kTests.
+// Collectives go through the C API (perf_coll.cc), point-to-point tests through runtime::Communicator (perf_p2p.cc).
+#include <fmt/format.h>
+#include <libgen.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -19,121 +20,213 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
-#include "topocoll/datatype.h"
+#include "perf.h"
+#include "topocoll/env.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 
 using namespace topocoll;
-using Clock = std::chrono::steady_clock;
+using namespace topocoll::perf;
 
 namespace {
 
-bool gMalloc = false;  // --malloc: plain heap buffers instead of runtime::memAlloc
+using Clock = std::chrono::steady_clock;
 
-// Test buffers come from runtime::memAlloc (huge pages, as ncclMemAlloc gives), or from the heap with --malloc.
-template <typename T>
-struct BufAllocator {
-  using value_type = T;
-  BufAllocator() = default;
-  template <typename U>
-  BufAllocator(const BufAllocator<U>&) {}
-  T* allocate(size_t n) {
-    return static_cast<T*>(gMalloc ? ::operator new(n * sizeof(T)) : runtime::memAlloc(n * sizeof(T)));
-  }
-  void deallocate(T* p, size_t n) {
-    if (gMalloc) ::operator delete(p);
-    else runtime::memFree(p, n * sizeof(T));
-  }
-  bool operator==(const BufAllocator&) const { return true; }
-};
-using Buf = std::vector<uint8_t, BufAllocator<uint8_t>>;
+double now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
-struct Options {
-  std::string test;
-  size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepFactor = 2, stepBytes = 0;
-  std::vector<size_t> list;
-  int iters = 20, warmup = 5, check = 1, average = 1, window = 64;
-  DataType type = DataType::kFloat32;
-  double targetS = 0;  // > 0: the peers' protocol (time-based iteration count, warm-up and probe)
-  long maxIters = 1000000;
-  int np = 0, hosts = 1;
-  int bind = -1;  // -np: bind rank r to CPU r % CPUs (-1: when there are no more ranks than CPUs, as mpirun)
+// Test buffers from runtime::memAlloc (huge pages, as ncclMemAlloc gives), or from the heap with --malloc.
+class Buffer {
+ public:
+  Buffer(size_t bytes, bool heap) : bytes_(std::max<size_t>(bytes, 64)), heap_(heap) {
+    p_ = static_cast<uint8_t*>(heap_ ? ::operator new(bytes_) : runtime::memAlloc(bytes_));
+  }
+  ~Buffer() {
+    if (heap_)
+      ::operator delete(p_);
+    else
+      runtime::memFree(p_, bytes_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  uint8_t* data() { return p_; }
+
+ private:
+  size_t bytes_;
+  bool heap_;
+  uint8_t* p_;
 };
 
-size_t parseSize(const std::string& s) {
+const Test* findTest(const std::string& name) {
+  for (auto* list : {&collTests(), &p2pTests()})
+    for (auto& t : *list)
+      if (name == t.name) return &t;
+  return nullptr;
+}
+
+std::string testNames() {
+  std::string s;
+  for (auto* list : {&collTests(), &p2pTests()})
+    for (auto& t : *list) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  return s;
+}
+
+const char kHelp[] =
+    "usage: topocoll-perf TEST [options]   or   TEST [options] (all_reduce_perf, ... link to topocoll-perf)\n"
+    "TEST: {tests}\n"
+    "  (collectives through the C API, out of place and in place; the point-to-point tests out of place only)\n"
+    "Options, as NVIDIA nccl-tests (sizes take K/M/G = 1024):\n"
+    "  -b,--minbytes <bytes>      smallest size (default 32M)\n"
+    "  -e,--maxbytes <bytes>      largest size (default 32M)\n"
+    "  -f,--stepfactor <factor>   multiply the size by this factor (> 1) ...\n"
+    "  -i,--stepbytes <bytes>     ... or add this many bytes (default 1M; used when -f is not > 1)\n"
+    "  -n,--iters <n>             timed iterations per size (default 20)\n"
+    "  -w,--warmup_iters <n>      warm-up iterations, every size, before the first size (default 1)\n"
+    "  -m,--agg_iters <n>         operations aggregated in one group per iteration (default 1)\n"
+    "  -c,--check <n>             check the results n times per size, every element (default 1; 0: no check)\n"
+    "  -o,--op <sum|prod|max|min|avg|all>   reduction (default sum)\n"
+    "  -d,--datatype <type|all>   int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2\n"
+    "                             (default float)\n"
+    "  -r,--root <rank|all>       root of broadcast and reduce (default 0; all: every rank in turn)\n"
+    "  -z,--blocking <0|1|2|3>    1: barrier after each operation; 3: barrier after each, time excluded\n"
+    "                             (calls on host memory block until done: 0 and 2 are the same)\n"
+    "  -a,--average <0|1|2|3>     time reported: 0 rank 0's, 1 the average, 2 the minimum, 3 the maximum over ranks\n"
+    "  -h,--help                  this help\n"
+    "topocoll's own:\n"
+    "  -np <N>                    fork N ranks on this machine (otherwise the launcher's environment: mpirun, srun,\n"
+    "                             torchrun's RANK/WORLD_SIZE, NCCL_COMM_ID)\n"
+    "  --hosts <K>                with -np: as K hosts (NCCL_HOSTID), so ranks talk over the network transport\n"
+    "  --bind <0|1>               with -np: bind rank r to CPU r (default: when N <= CPUs, as mpirun -np 2 does)\n"
+    "  -l <s1,s2,...>             these sizes instead of -b/-e/-f/-i\n"
+    "  -T <seconds>               shared/peers' timing protocol: iterations from a target time per size instead of\n"
+    "                             -n/-w (warm-up and probe as shared/peers/README.md), per-rank shares of\n"
+    "                             floor(count/n) elements (at least 1) as the peers count them, and an iters column\n"
+    "  --max-iters <n>            cap of -T's iterations (default 1000000)\n"
+    "  -W <n>                     bw_perf's window (default 64)\n"
+    "  --malloc                   heap buffers instead of runtime::memAlloc (huge pages, like ncclMemAlloc)\n"
+    "Exit status: 0 when every check passed, 1 on a wrong result or a failed run, 2 on a bad command line.\n";
+
+void usage(FILE* f) { std::fputs(fmt::format(fmt::runtime(kHelp), fmt::arg("tests", testNames())).c_str(), f); }
+
+size_t parseSize(const std::string& flag, const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str()) fail(StatusCode::kInvalidArgument, "'{}' is not a size", s);
-  switch (*end) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1024 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
+  if (end == s.c_str() || v < 0) fail(StatusCode::kInvalidUsage, "{} {}: not a size", flag, s);
+  std::string unit = end;
+  if (unit == "k" || unit == "K")
+    v *= 1024;
+  else if (unit == "m" || unit == "M")
+    v *= 1024.0 * 1024;
+  else if (unit == "g" || unit == "G")
+    v *= 1024.0 * 1024 * 1024;
+  else if (!unit.empty())
+    fail(StatusCode::kInvalidUsage, "{} {}: unknown unit '{}' (K, M or G)", flag, s, unit);
+  if (!(v < 0x1p62)) fail(StatusCode::kInvalidUsage, "{} {}: too large", flag, s);
   return static_cast<size_t>(v);
 }
 
-[[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: topocoll-perf TEST [-b minbytes] [-e maxbytes] [-f factor | -i increment] [-l s1,s2,...]\n"
-               "                      [-n iters] [-w warmup iters] [-c 0|1 check] [-a 0|1|2|3 average: rank 0, avg,\n"
-               "                      min, max] [-d type] [-T seconds per size] [-m max iters] [-W window]\n"
-               "                      [-np N local ranks] [--hosts K] [--bind 0|1] [--malloc]\n"
-               "TEST: sendrecv_perf, pingpong_perf, bw_perf. Sizes take K/M/G (1024). -T follows shared/peers' timing\n"
-               "protocol instead of -n/-w. -np forks N ranks on this machine (--hosts K: as K hosts, NCCL_HOSTID),\n"
-               "otherwise the launcher's environment is used (mpirun, srun, torchrun, RANK/WORLD_SIZE/NCCL_COMM_ID).\n"
-               "-np binds rank r to CPU r when N <= CPUs, as mpirun does at -np 2 (--bind 0: never, 1: always). Buffers\n"
-               "come from runtime::memAlloc (huge pages, like ncclMemAlloc); --malloc uses the heap instead.\n");
-  std::exit(code);
+long parseInt(const std::string& flag, const std::string& s, long lo, long hi) {
+  char* end = nullptr;
+  long v = std::strtol(s.c_str(), &end, 0);
+  if (end == s.c_str() || *end || v < lo || v > hi)
+    fail(StatusCode::kInvalidUsage, "{} {}: expected an integer in [{}, {}]", flag, s, lo, hi);
+  return v;
 }
 
-Options parse(int argc, char** argv) {
+Options parse(int argc, char** argv, int first) {
   Options o;
-  if (argc < 2) usage(2);
-  o.test = argv[1];
-  if (o.test == "-h" || o.test == "--help") usage(0);
-  for (int i = 2; i < argc; ++i) {
+  bool factorGiven = false;
+  o.stepFactor = 2;
+  for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) fail(StatusCode::kInvalidUsage, "missing value for {}", a);
       return argv[++i];
     };
-    if (a == "-b") o.minBytes = parseSize(next());
-    else if (a == "-e") o.maxBytes = parseSize(next());
-    else if (a == "-f") o.stepFactor = parseSize(next());
-    else if (a == "-i") o.stepBytes = parseSize(next());
-    else if (a == "-l") {
+    auto is = [&](const char* s, const char* l) { return a == s || (l && a == l); };
+    if (is("-b", "--minbytes"))
+      o.minBytes = parseSize(a, next());
+    else if (is("-e", "--maxbytes"))
+      o.maxBytes = parseSize(a, next());
+    else if (is("-f", "--stepfactor"))
+      o.stepFactor = parseInt(a, next(), 1, 1 << 20), factorGiven = true;
+    else if (is("-i", "--stepbytes"))
+      o.stepBytes = parseSize(a, next());
+    else if (is("-l", nullptr)) {
       std::string s = next();
-      for (size_t p = 0; p < s.size();) {
+      for (size_t p = 0; p <= s.size();) {
         size_t q = std::min(s.find(',', p), s.size());
-        o.list.push_back(parseSize(s.substr(p, q - p)));
+        o.list.push_back(parseSize(a, s.substr(p, q - p)));
         p = q + 1;
       }
-    } else if (a == "-n") o.iters = std::max(1, std::atoi(next().c_str()));
-    else if (a == "-w") o.warmup = std::max(0, std::atoi(next().c_str()));
-    else if (a == "-c") o.check = std::atoi(next().c_str());
-    else if (a == "-a") o.average = std::atoi(next().c_str());
-    else if (a == "-d") {
-      std::string t = next();
-      auto dt = dataTypeFromString(t);
-      if (!dt) fail(StatusCode::kInvalidUsage, "-d {}: unknown type", t);
-      o.type = *dt;
-    } else if (a == "-T") o.targetS = std::atof(next().c_str());
-    else if (a == "-m") o.maxIters = std::max(1L, std::atol(next().c_str()));
-    else if (a == "-W") o.window = std::max(1, std::atoi(next().c_str()));
-    else if (a == "-np") o.np = std::atoi(next().c_str());
-    else if (a == "--hosts") o.hosts = std::max(1, std::atoi(next().c_str()));
-    else if (a == "--malloc") gMalloc = true;
-    else if (a == "--bind") o.bind = std::atoi(next().c_str());
-    else if (a == "-h" || a == "--help") usage(0);
-    else fail(StatusCode::kInvalidUsage, "unknown option {}", a);
+    } else if (is("-n", "--iters"))
+      o.iters = parseInt(a, next(), 1, 1 << 30);
+    else if (is("-w", "--warmup_iters"))
+      o.warmup = parseInt(a, next(), 0, 1 << 30);
+    else if (is("-m", "--agg_iters"))
+      o.aggIters = parseInt(a, next(), 1, 1 << 20);
+    else if (is("-c", "--check"))
+      o.check = parseInt(a, next(), 0, 1 << 20);
+    else if (is("-a", "--average"))
+      o.average = parseInt(a, next(), 0, 3);
+    else if (is("-z", "--blocking"))
+      o.blocking = parseInt(a, next(), 0, 3);
+    else if (is("-o", "--op")) {
+      std::string s = next();
+      o.ops.clear();
+      if (s == "all")
+        for (int k = 0; k < kNumRedOps; ++k) o.ops.push_back(static_cast<RedOp>(k));
+      else if (auto op = redOpFromString(s))
+        o.ops.push_back(*op);
+      else
+        fail(StatusCode::kInvalidUsage, "-o {}: unknown op (sum, prod, max, min, avg or all)", s);
+    } else if (is("-d", "--datatype")) {
+      std::string s = next();
+      o.types.clear();
+      if (s == "all")
+        for (int k = 0; k < kNumDataTypes; ++k) o.types.push_back(static_cast<DataType>(k));
+      else if (auto t = dataTypeFromString(s))
+        o.types.push_back(*t);
+      else
+        fail(StatusCode::kInvalidUsage,
+             "-d {}: unknown type (int8 uint8 int32 uint32 int64 uint64 half float "
+             "double bfloat16 f8e4m3 f8e5m2 or all)",
+             s);
+    } else if (is("-r", "--root")) {
+      std::string s = next();
+      o.root = s == "all" ? -1 : static_cast<int>(parseInt(a, s, -1, 1 << 30));
+    } else if (is("-T", nullptr)) {
+      std::string s = next();
+      char* end = nullptr;
+      o.targetS = std::strtod(s.c_str(), &end);
+      if (end == s.c_str() || *end || !(o.targetS > 0))
+        fail(StatusCode::kInvalidUsage, "-T {}: expected seconds > 0", s);
+    } else if (is("--max-iters", nullptr))
+      o.maxIters = parseInt(a, next(), 1, 1L << 40);
+    else if (is("-W", nullptr))
+      o.window = parseInt(a, next(), 1, 1 << 20);
+    else if (is("-np", nullptr))
+      o.np = parseInt(a, next(), 1, 4096);
+    else if (is("--hosts", nullptr))
+      o.hosts = parseInt(a, next(), 1, 4096);
+    else if (is("--bind", nullptr))
+      o.bind = parseInt(a, next(), 0, 1);
+    else if (is("--malloc", nullptr))
+      o.malloc = true;
+    else if (is("-h", "--help")) {
+      usage(stdout);
+      std::exit(0);
+    } else
+      fail(StatusCode::kInvalidUsage, "unknown option {} (--help lists them)", a);
   }
+  if (!factorGiven) o.stepFactor = 1;
+  if (o.list.empty() && o.minBytes > o.maxBytes)
+    fail(StatusCode::kInvalidUsage, "invalid sizes for 'minbytes' and 'maxbytes': {} > {}", o.minBytes, o.maxBytes);
+  if (o.list.empty() && o.stepFactor <= 1 && o.stepBytes == 0 && o.minBytes < o.maxBytes)
+    fail(StatusCode::kInvalidUsage, "-i 0 with -f 1 never reaches maxbytes");
   return o;
 }
 
@@ -142,240 +235,277 @@ std::vector<size_t> sizes(const Options& o) {
   std::vector<size_t> v;
   for (size_t s = o.minBytes; s <= o.maxBytes;) {
     v.push_back(s);
-    size_t next = o.stepBytes ? s + o.stepBytes : s * std::max<size_t>(2, o.stepFactor);
+    size_t next = o.stepFactor > 1 ? std::max<size_t>(s * o.stepFactor, 1) : s + o.stepBytes;  // 0 B, then 1 B
     if (next <= s) break;
     s = next;
   }
   return v;
 }
 
-// Reductions over ranks through the bootstrap (outside the timed loops).
-double reduce(runtime::Communicator& c, double v, int how) {
-  std::vector<double> all(c.nRanks());
-  all[c.rank()] = v;
-  c.bootstrap().allGather(all.data(), sizeof(double));
+// A value over ranks (outside timed loops): 0 rank 0's, 1 mean, 2 min, 3 max, 4 sum.
+double overRanks(World& w, double v, int how) {
+  std::vector<double> all(w.nRanks);
+  all[w.rank] = v;
+  w.allGather(all.data(), sizeof(double));
+  double s = 0;
+  for (double x : all) s += x;
   switch (how) {
-    case 0: return all[0];
-    case 2: return *std::min_element(all.begin(), all.end());
-    case 3: return *std::max_element(all.begin(), all.end());
-    case 4: {
-      double s = 0;
-      for (double x : all) s += x;
+    case 0:
+      return all[0];
+    case 2:
+      return *std::min_element(all.begin(), all.end());
+    case 3:
+      return *std::max_element(all.begin(), all.end());
+    case 4:
       return s;
-    }
-    default: {
-      double s = 0;
-      for (double x : all) s += x;
+    default:
       return s / all.size();
-    }
   }
 }
 
-uint8_t pattern(int src, size_t i, int salt) { return static_cast<uint8_t>(src * 37 + i * 11 + (i >> 8) + salt * 5); }
+// One size of one test in one mode (out of place or in place): buffers, counts and the operation.
+struct Run {
+  const Test& test;
+  World& w;
+  const Options& o;
+  Layout l;
+  Call call;
+  size_t es;
+  uint8_t *sendRegion, *recvRegion;
 
-// One test at one size.
-struct Case {
-  size_t bytes = 0, count = 0;
-  double busFactor = 1, timeDiv = 1;
-  const char* redop = "none";
-  int root = -1;
-  std::function<void()> op, init;
-  std::function<long()> check;  // wrong elements on this rank after init + op
-};
-
-struct Test {
-  const char* name;
-  int minRanks;
-  std::function<Case(runtime::Communicator&, const Options&, size_t bytes, Buf&, Buf&)>
-      make;
-};
-
-long checkBytes(const Buf& buf, size_t count, size_t elem, int src, int salt) {
-  long wrong = 0;
-  for (size_t e = 0; e < count; ++e)
-    for (size_t b = 0; b < elem; ++b)
-      if (buf[e * elem + b] != pattern(src, e * elem + b, salt)) {
-        ++wrong;
-        break;
-      }
-  return wrong;
-}
-
-void fill(Buf& buf, int src, int salt) {
-  for (size_t i = 0; i < buf.size(); ++i) buf[i] = pattern(src, i, salt);
-}
-
-// The buffers and sizes every test starts from; `salt` makes each test's pattern its own.
-Case baseCase(const Options& o, size_t bytes, Buf& s, Buf& r, int me, int salt) {
-  Case k;
-  k.count = bytes / sizeOf(o.type);
-  k.bytes = k.count * sizeOf(o.type);
-  s.resize(k.bytes);
-  r.resize(k.bytes);
-  k.init = [&s, &r, me, salt] {
-    fill(s, me, salt);
-    std::fill(r.begin(), r.end(), 0xee);
-  };
-  return k;
-}
-
-const std::vector<Test> kTests = {
-    {"sendrecv_perf", 1,
-     [](runtime::Communicator& c, const Options& o, size_t bytes, Buf& s, Buf& r) {
-       int n = c.nRanks(), me = c.rank(), to = (me + 1) % n, from = (me - 1 + n) % n;
-       Case k = baseCase(o, bytes, s, r, me, 1);
-       k.op = [&c, &s, &r, count = k.count, to, from, t = o.type] {
-         runtime::groupStart();
-         c.send(s.data(), count, t, to);
-         c.recv(r.data(), count, t, from);
-         runtime::groupEnd();
-       };
-       k.check = [&r, count = k.count, elem = sizeOf(o.type), from] { return checkBytes(r, count, elem, from, 1); };
-       return k;
-     }},
-    {"pingpong_perf", 2,
-     [](runtime::Communicator& c, const Options& o, size_t bytes, Buf& s, Buf& r) {
-       int me = c.rank();
-       Case k = baseCase(o, bytes, s, r, me, 2);
-       k.timeDiv = 2;
-       k.op = [&c, &s, &r, count = k.count, me, t = o.type] {
-         if (me == 0) {
-           c.send(s.data(), count, t, 1);
-           c.recv(r.data(), count, t, 1);
-         } else if (me == 1) {
-           c.recv(r.data(), count, t, 0);
-           c.send(s.data(), count, t, 0);
-         }
-       };
-       k.check = [&r, count = k.count, elem = sizeOf(o.type), me] {
-         return me > 1 ? 0 : checkBytes(r, count, elem, 1 - me, 2);
-       };
-       return k;
-     }},
-    {"bw_perf", 2,
-     [](runtime::Communicator& c, const Options& o, size_t bytes, Buf& s, Buf& r) {
-       int me = c.rank();
-       Case k = baseCase(o, bytes, s, r, me, 3);
-       k.timeDiv = o.window;
-       k.op = [&c, &s, &r, count = k.count, me, t = o.type, window = o.window] {
-         int32_t ack = 0;
-         runtime::groupStart();
-         for (int i = 0; i < window && me < 2; ++i) {
-           if (me == 0) c.send(s.data(), count, t, 1);
-           else c.recv(r.data(), count, t, 0);
-         }
-         runtime::groupEnd();
-         if (me == 0) c.recv(&ack, 1, DataType::kInt32, 1);
-         if (me == 1) c.send(&ack, 1, DataType::kInt32, 0);
-       };
-       k.check = [&r, count = k.count, elem = sizeOf(o.type), me] {
-         return me != 1 ? 0 : checkBytes(r, count, elem, 0, 3);
-       };
-       return k;
-     }},
-};
-
-// nccl-tests' loop (-n iterations after -w warm-up), or shared/peers' time-targeted one (-T).
-double timeCase(runtime::Communicator& c, const Options& o, Case& k, long* itersOut) {
-  auto now = [] { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); };
-  long iters = o.iters;
-  if (o.targetS > 0) {
-    k.op();
-    c.bootstrap().barrier();
-    double t0 = now();
-    k.op();
-    double est = reduce(c, now() - t0, 3);
-    long warm = static_cast<long>(std::min(50.0, std::max(0.0, 0.05 * o.targetS / std::max(est, 1e-9))));
-    for (long i = 0; i < warm; ++i) k.op();
-    long probe = static_cast<long>(std::max(1.0, std::min(1000.0, 0.02 * o.targetS / std::max(est, 1e-9))));
-    c.bootstrap().barrier();
-    t0 = now();
-    for (long i = 0; i < probe; ++i) k.op();
-    est = reduce(c, (now() - t0) / probe, 3);
-    iters = std::max(3L, std::min(o.maxIters, static_cast<long>(o.targetS / std::max(est, 1e-9))));
-  } else {
-    for (int i = 0; i < o.warmup; ++i) k.op();
+  Run(const Test& t, World& w, const Options& o, size_t bytes, DataType type, RedOp op, int root, bool inPlace,
+      uint8_t* sbuf, uint8_t* rbuf)
+      : test(t), w(w), o(o), es(sizeOf(type)) {
+    l = t.layout(bytes / es, es, w.nRanks, o.targetS > 0);
+    sendRegion = inPlace ? rbuf + l.sendInplace * w.rank * es : sbuf;
+    recvRegion = inPlace ? rbuf + l.recvInplace * w.rank * es : rbuf;
+    call = {sendRegion, recvRegion, l.paramCount, type, op, root};
   }
-  c.bootstrap().barrier();
+  void op() { test.run(w, o, call); }
+  void init() {
+    std::memset(recvRegion, 0xee, l.recvCount * es);
+    for (size_t j = 0; j < l.sendCount; ++j)
+      inputElement(sendRegion + j * es, call.type, call.op, test.reduces, w.nRanks, w.rank, j);
+  }
+  long wrong() {
+    return checkOutput(test, recvRegion, l.recvCount, call.type, call.op, w.rank, w.nRanks, l, call.root);
+  }
+  size_t printBytes() const { return std::max(l.sendCount, l.recvCount) * es; }
+  double timeDiv() const { return test.timeDiv > 0 ? test.timeDiv : o.window; }
+  double algBytes() const { return l.paramCount * es * test.algMul(w.nRanks); }
+};
+
+// Iterations of the timed loop: -n, or shared/peers' time-targeted estimate (-T) after its own warm-up and probe.
+long itersFor(Run& r, World& w, const Options& o) {
+  if (o.targetS <= 0) return o.iters;
+  w.barrier();
   double t0 = now();
-  for (long i = 0; i < iters; ++i) k.op();
-  double per = (now() - t0) / iters;
-  *itersOut = iters;
-  return reduce(c, per, o.average) / k.timeDiv;
+  r.op();
+  double est = std::max(overRanks(w, now() - t0, 3), 1e-9);
+  long warm = static_cast<long>(std::min(50.0, 0.05 * o.targetS / est));
+  for (long i = 0; i < warm; ++i) r.op();
+  long probe = static_cast<long>(std::max(1.0, std::min(1000.0, 0.02 * o.targetS / est)));
+  w.barrier();
+  t0 = now();
+  for (long i = 0; i < probe; ++i) r.op();
+  est = std::max(overRanks(w, (now() - t0) / probe, 3), 1e-9);
+  return std::max(3L, std::min(o.maxIters, static_cast<long>(o.targetS / est)));
 }
 
-int runRank(const Options& o) {
-  const Test* test = nullptr;
-  for (auto& t : kTests)
-    if (o.test == t.name) test = &t;
-  if (!test) fail(StatusCode::kInvalidUsage, "unknown test '{}' (sendrecv_perf, pingpong_perf, bw_perf)", o.test);
-  auto comm = runtime::Communicator::initFromEnv(Env::fromProcess());
-  runtime::Communicator& c = *comm;
-  if (c.nRanks() < test->minRanks) fail(StatusCode::kInvalidUsage, "{} needs {} ranks", o.test, test->minRanks);
-  c.connectAll();
-  char host[256] = "?";
-  gethostname(host, sizeof(host));
-  std::vector<int32_t> pids(c.nRanks());
-  pids[c.rank()] = getpid();
-  c.bootstrap().allGather(pids.data(), sizeof(int32_t));
-  if (c.rank() == 0) {
-    std::printf("# topocoll-perf %s: nRanks %d, nNodes %d, %s ranks\n", o.test.c_str(), c.nRanks(), c.nNodes(),
-                c.hostMemory() ? "host-memory" : "GPU");
-    std::printf("# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d average: %d%s\n",
-                o.minBytes, o.maxBytes, o.stepBytes ? o.stepBytes : o.stepFactor, o.stepBytes ? "bytes" : "factor",
-                o.warmup, o.iters, o.check, o.average, o.targetS > 0 ? fmt::format(" target: {} s", o.targetS).c_str() : "");
-    std::printf("#\n# Using devices\n");
-    for (int r = 0; r < c.nRanks(); ++r) {
-      const auto& p = c.peers()[r];
-      std::printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [host memory, numa %d]\n", r, pids[r], host,
-                  p.dev, p.numaNode);
-    }
-    std::printf("#  Connections of rank 0:");
-    std::string last;
-    for (auto& ci : c.connections())
-      if (ci.connIndex == 1 && ci.side == transport::Side::kSend && ci.via != last) std::printf(" %s", (last = ci.via).c_str());
-    std::printf("\n#\n");
-    std::printf("# %10s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s  %8s\n", "size", "count", "type", "redop", "root",
-                "time", "algbw", "busbw", "#wrong", "iters");
-    std::printf("# %10s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s  %8s\n", "(B)", "(elements)", "", "", "", "(us)",
-                "(GB/s)", "(GB/s)", "", "");
-    std::fflush(stdout);
-  }
-  Buf sbuf, rbuf;
+struct Totals {
   double busSum = 0;
   int rows = 0;
-  long wrongTotal = 0;
-  for (size_t bytes : sizes(o)) {
-    Case k = test->make(c, o, bytes, sbuf, rbuf);
-    k.init();
-    long iters = 0;
-    double t = timeCase(c, o, k, &iters);
-    long wrong = 0;
-    if (o.check) {
-      k.init();
-      c.bootstrap().barrier();
-      k.op();
-      wrong = static_cast<long>(reduce(c, static_cast<double>(k.check()), 4));
-    }
-    wrongTotal += wrong;
-    double algbw = t > 0 ? k.bytes / t / 1e9 : 0;
-    busSum += algbw * k.busFactor;
-    ++rows;
-    if (c.rank() == 0) {
-      std::printf("  %10zu  %12zu  %8s  %6s  %6d  %9.2f  %7.3f  %7.3f  %6ld  %8ld\n", k.bytes, k.count,
-                  to_string(o.type), k.redop, k.root, t * 1e6, algbw, algbw * k.busFactor, wrong, iters);
-      std::fflush(stdout);
+  long wrong = 0;
+};
+
+// nccl-tests' BenchTime: a first operation, a barrier, the timed loop, the time over ranks, then the checks.
+long benchTime(Run& r, World& w, const Options& o, Totals& tot, std::string& line) {
+  if (o.check) r.init();
+  r.op();
+  long iters = itersFor(r, w, o);
+  w.barrier();
+  double excluded = 0, t0 = now();
+  for (long i = 0; i < iters; ++i) {
+    if (o.aggIters > 1) w.groupStart();
+    for (int a = 0; a < o.aggIters; ++a) r.op();
+    if (o.aggIters > 1) w.groupEnd();
+    if (o.blocking == 1 || o.blocking == 3) {
+      double b0 = now();
+      w.barrier();
+      if (o.blocking == 3) excluded += now() - b0;
     }
   }
-  if (c.rank() == 0) {
-    std::printf("# Out of bounds values : %ld %s\n", wrongTotal, wrongTotal ? "FAILED" : "OK");
-    std::printf("# Avg bus bandwidth    : %g \n#\n", rows ? busSum / rows : 0.0);
+  double sec = (now() - t0 - excluded) / (static_cast<double>(iters) * o.aggIters);
+  sec = overRanks(w, sec, o.average) / r.timeDiv();
+  double algbw = sec > 0 ? r.algBytes() / 1e9 / sec : 0;
+  double busbw = algbw * r.test.busFactor(w.nRanks);
+  w.barrier();
+  long wrong = 0;
+  for (int c = 0; c < o.check && wrong == 0; ++c) {
+    r.init();
+    w.barrier();
+    r.op();
+    wrong = static_cast<long>(overRanks(w, static_cast<double>(r.wrong()), 4));
   }
-  return wrongTotal ? 1 : 0;
+  // nccl-tests' getFloatStr: as many decimals as the width allows.
+  auto num = [](double v, int width) {
+    for (int d = 2; d >= 0; --d) {
+      std::string s = fmt::format("{:{}.{}f}", v, width, d);
+      if (static_cast<int>(s.size()) <= width) return s;
+    }
+    return fmt::format("{:{}.{}e}", v, width, width >= 7 ? 1 : 0);
+  };
+  line += fmt::format("  {}  {}  {}  ", num(sec * 1e6, 7), num(algbw, 6), num(busbw, 6));
+  line += o.check ? fmt::format("{:6}", wrong) : std::string("   N/A");
+  tot.busSum += busbw;
+  tot.rows++;
+  tot.wrong += wrong;
+  return iters;
+}
+
+void printHeader(World& w, const Options& o, const std::string& program) {
+  struct Who {
+    int32_t pid;
+    char host[60];
+  } me{};
+  me.pid = getpid();
+  gethostname(me.host, sizeof(me.host) - 1);
+  std::vector<Who> all(w.nRanks);
+  all[w.rank] = me;
+  w.allGather(all.data(), sizeof(Who));
+  if (w.rank != 0) return;
+  std::printf("# topocoll-perf, nccl-tests format (topocoll %d.%d.%d)\n", TCCL_MAJOR, TCCL_MINOR, TCCL_PATCH);
+  std::printf("# Collective test starting: %s\n", program.c_str());
+  std::printf(
+      "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
+      "validation: %d graph: 0\n",
+      o.list.empty() ? o.minBytes : *std::min_element(o.list.begin(), o.list.end()),
+      o.list.empty() ? o.maxBytes : *std::max_element(o.list.begin(), o.list.end()),
+      o.stepFactor > 1 ? o.stepFactor : o.stepBytes, o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters,
+      o.aggIters, o.check);
+  if (o.blocking == 1) std::printf("# Blocking Enabled: wait and barrier after each inner iteration (-m) \n");
+  if (o.blocking == 3)
+    std::printf("# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n");
+  if (o.targetS > 0)
+    std::printf("# Timing: shared/peers' protocol, %g s per size (-T); last column: out-of-place iterations\n",
+                o.targetS);
+  std::printf("#\n# Using devices\n");
+  for (int r = 0; r < w.nRanks; ++r)
+    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] host memory\n", r, 0, all[r].pid, all[r].host,
+                -1);
+  for (auto& s : w.headerLines) std::printf("# %s\n", s.c_str());
+  std::printf("#\n");
+  std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
+              "", "", "");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
+              "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "",
+              "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  std::fflush(stdout);
+}
+
+int runTests(World& w, const Options& o, const Test& test, const std::string& program) {
+  if (w.nRanks < test.minRanks) fail(StatusCode::kInvalidUsage, "{} needs at least {} ranks", test.name, test.minRanks);
+  if (o.root >= w.nRanks) fail(StatusCode::kInvalidUsage, "-r {}: root out of range [0, {})", o.root, w.nRanks);
+  printHeader(w, o, program);
+  std::vector<size_t> all = sizes(o);
+  size_t maxBytes = 0, maxElem = 0;
+  for (DataType t : o.types) maxElem = std::max(maxElem, sizeOf(t));
+  for (size_t s : all) {
+    Layout l = test.layout(s / 1, 1, w.nRanks, o.targetS > 0);  // in bytes: the most any type needs
+    maxBytes = std::max({maxBytes, l.sendCount, l.recvCount, s});
+  }
+  Buffer sbuf(maxBytes + maxElem * w.nRanks, o.malloc), rbuf(maxBytes + maxElem * w.nRanks, o.malloc);
+  std::vector<RedOp> ops = test.reduces ? o.ops : std::vector<RedOp>{RedOp::kSum};
+  std::vector<int> roots;
+  if (!test.rooted)
+    roots = {-1};
+  else if (o.root >= 0)
+    roots = {o.root};
+  else
+    for (int r = 0; r < w.nRanks; ++r) roots.push_back(r);
+  Totals tot;
+  for (DataType type : o.types)
+    for (RedOp op : ops)
+      for (int root : roots) {
+        int callRoot = std::max(root, 0);
+        w.barrier();
+        if (o.targetS <= 0 && o.warmup > 0 && !all.empty()) {
+          size_t lo = *std::min_element(all.begin(), all.end()), hi = *std::max_element(all.begin(), all.end());
+          for (size_t s = lo; s <= hi; s = std::max(s * 2, s + 1)) {
+            Run r(test, w, o, s, type, op, callRoot, false, sbuf.data(), rbuf.data());
+            for (int i = 0; i < o.warmup; ++i) r.op();
+          }
+        }
+        for (size_t s : all) {
+          Run out(test, w, o, s, type, op, callRoot, false, sbuf.data(), rbuf.data());
+          std::string line = fmt::format("{:12}  {:12}  {:>8}  {:>6}  {:6}", out.printBytes(), out.l.paramCount,
+                                         to_string(type), test.reduces ? to_string(op) : "none", root);
+          long iters = benchTime(out, w, o, tot, line);
+          if (test.inPlace) {
+            Run in(test, w, o, s, type, op, callRoot, true, sbuf.data(), rbuf.data());
+            benchTime(in, w, o, tot, line);
+          }
+          if (o.targetS > 0) line += fmt::format("  {:8}", iters);  // the out-of-place loop's
+          if (w.rank == 0) {
+            std::printf("%s\n", line.c_str());
+            std::fflush(stdout);
+          }
+        }
+      }
+  if (w.rank == 0) {
+    std::printf("# %-20s : %ld %s\n", "Out of bounds values", tot.wrong, tot.wrong ? "FAILED" : "OK");
+    std::printf("# %-20s : %g \n", "Avg bus bandwidth", tot.rows ? tot.busSum / tot.rows : 0.0);
+    std::printf("#\n# Collective test concluded: %s\n", program.c_str());
+    std::fflush(stdout);
+  }
+  return tot.wrong ? 1 : 0;
+}
+
+// Joins the job (launcher environment) with the communicator the test needs, then runs it.
+int runRank(const Options& o, const Test& test, const std::string& program) {
+  World w;
+  std::unique_ptr<runtime::Communicator> cxx;
+  tcclComm_t api = nullptr;
+  struct ApiGuard {
+    tcclComm_t* c;
+    ~ApiGuard() { tcclCommDestroy(*c); }
+  } guard{&api};
+  if (test.cApi) {
+    check(tcclCommInitFromEnv(&api), "tcclCommInitFromEnv");
+    w.api = api;
+    check(tcclCommCount(api, &w.nRanks), "tcclCommCount");
+    check(tcclCommUserRank(api, &w.rank), "tcclCommUserRank");
+    w.allGather = [api](void* data, size_t bytes) {
+      int me = 0;
+      check(tcclCommUserRank(api, &me), "tcclCommUserRank");
+      check(tcclAllGather(static_cast<uint8_t*>(data) + me * bytes, data, bytes, tcclUint8, api, nullptr),
+            "tcclAllGather");
+    };
+    w.barrier = [api] { check(tcclBarrier(api, nullptr), "tcclBarrier"); };
+    w.groupStart = [] { check(tcclGroupStart(), "tcclGroupStart"); };
+    w.groupEnd = [] { check(tcclGroupEnd(), "tcclGroupEnd"); };
+  } else {
+    cxx = runtime::Communicator::initFromEnv(Env::fromProcess());
+    runtime::Communicator& c = *cxx;
+    c.connectAll();
+    w.cxx = cxx.get();
+    w.rank = c.rank();
+    w.nRanks = c.nRanks();
+    w.allGather = [&c](void* data, size_t bytes) { c.bootstrap().allGather(data, bytes); };
+    w.barrier = [&c] { c.bootstrap().barrier(); };
+    w.groupStart = [] { runtime::groupStart(); };
+    w.groupEnd = [] { runtime::groupEnd(); };
+    std::string via, last;
+    for (auto& ci : c.connections())
+      if (ci.connIndex == 1 && ci.side == transport::Side::kSend && ci.via != last) via += " " + (last = ci.via);
+    w.headerLines.push_back(fmt::format("Connections of rank 0:{}", via));
+  }
+  return runTests(w, o, test, program);
 }
 
 // -np N: N child processes on this machine, rank r as host r / (N / hosts).
-int forkRanks(const Options& o) {
+int forkRanks(const Options& o, const Test& test, const std::string& program) {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -405,10 +535,10 @@ int forkRanks(const Options& o) {
       if (o.hosts > 1) setenv("NCCL_HOSTID", fmt::format("perf-host{}", r / perHost).c_str(), 1);
       int rc;
       try {
-        rc = runRank(o);
+        rc = runRank(o, test, program);
       } catch (const Error& e) {
-        std::fprintf(stderr, "topocoll-perf: rank %d: %s\n", r, e.what());
-        rc = 1;
+        std::fprintf(stderr, "%s: rank %d: %s\n", program.c_str(), r, e.what());
+        rc = e.code() == StatusCode::kInvalidUsage ? 2 : 1;
       }
       std::fflush(stdout);
       std::_Exit(rc);
@@ -419,7 +549,8 @@ int forkRanks(const Options& o) {
   for (pid_t p : pids) {
     int st = 0;
     waitpid(p, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    if (code != 0 && rc != 1) rc = code == 2 ? 2 : 1;  // 2 (bad usage) only when no rank failed otherwise
   }
   return rc;
 }
@@ -427,12 +558,34 @@ int forkRanks(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string self = basename(argv[0]);
+  std::string program = self;
   try {
-    Options o = parse(argc, argv);
-    if (o.np > 0) return forkRanks(o);
-    return runRank(o);
+    int first = 1;
+    std::string name;
+    if (findTest(self))
+      name = self;
+    else {
+      if (argc < 2) {
+        usage(stderr);
+        return 2;
+      }
+      name = argv[1];
+      if (name == "-h" || name == "--help") {
+        usage(stdout);
+        return 0;
+      }
+      first = 2;
+      program = self + " " + name;
+    }
+    const Test* test = findTest(name);
+    if (!test) fail(StatusCode::kInvalidUsage, "unknown test '{}' ({})", name, testNames());
+    Options o = parse(argc, argv, first);
+    o.test = name;
+    if (o.np > 0) return forkRanks(o, *test, program);
+    return runRank(o, *test, program);
   } catch (const Error& e) {
-    std::fprintf(stderr, "topocoll-perf: %s\n", e.what());
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), e.what());
     return e.code() == StatusCode::kInvalidUsage ? 2 : 1;
   }
 }

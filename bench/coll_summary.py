@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Summary of bench/coll_compare.sh's rows.txt: a markdown table per rank count (medians over rounds, per-round
+ratios, the memory-bandwidth bound) and an SVG of busbw against size per library (standard library only).
+
+  bench/coll_summary.py RESULTS_DIR [--svg FILE]
+
+Bound (docs/performance.md, "Collectives"): B = the best memcpy rate of the round (membw, read + write counted, 1
+or 2 threads). The least memory traffic of each collective of `size` S on n ranks of one host: allreduce reads
+the n inputs and writes the n outputs (2nS); allgather (S = gathered output) reads S and writes nS; reduce_scatter
+(S = each rank's input) reads nS and writes S; broadcast reads S and writes the n-1 other copies (nS). Bound time
+= traffic / B; bound busbw = S / bound time x the busbw factor.
+"""
+import collections
+import math
+import statistics
+import sys
+
+FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+          "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+TRAFFIC = {"allreduce": lambda n: 2 * n, "allgather": lambda n: n + 1, "reduce_scatter": lambda n: n + 1,
+           "broadcast": lambda n: n}
+LIBS = ["topocoll", "mpi", "gloo"]
+COLORS = {"topocoll": "#d62728", "mpi": "#1f77b4", "gloo": "#2ca02c", "bound": "#7f7f7f"}
+
+
+def bound_busbw(coll, n, gbs):
+    """busbw (GB/s) at the memory-bandwidth bound for memcpy rate gbs (GB/s, read + write counted)."""
+    return gbs / TRAFFIC[coll](n) * FACTOR[coll](n)
+
+
+def med(v):
+    return statistics.median(v) if v else float("nan")
+
+
+def span(v):
+    return f"{med(v):.2f} ({min(v):.2f}..{max(v):.2f})" if v else "-"
+
+
+def human(size):
+    for unit, f in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size >= f and size % f == 0:
+            return f"{size // f}{unit}"
+    return str(size)
+
+
+def load(out):
+    t = collections.defaultdict(dict)   # (lib, coll, np, size) -> {round: (us, busbw)}
+    mem = collections.defaultdict(float)  # round -> best memcpy GB/s
+    for line in open(f"{out}/rows.txt"):
+        f = line.split()
+        if f[0] == "membw":
+            mem[int(f[3])] = max(mem[int(f[3])], float(f[5]))
+            continue
+        lib, coll, np, r, size, us = f[0], f[1], int(f[2]), int(f[3]), int(f[4]), float(f[5])
+        # busbw from size and time: the rows' two decimals would round small sizes to 0
+        t[(lib, coll, np, size)][r] = (us, size / us / 1e3 * FACTOR[coll](np) if us > 0 else 0.0)
+    return t, mem
+
+
+def table(t, mem):
+    lines = []
+    colls = [c for c in FACTOR if any(k[1] == c for k in t)]
+    nps = sorted({k[2] for k in t})
+    lines.append(f"memcpy bound B (best of 1 and 2 threads, read + write counted), median over rounds: "
+                 f"{med(list(mem.values())):.2f} GB/s\n")
+    lines.append("time in us and busbw in GB/s: medians over rounds; speed = peer time / topocoll time per round "
+                 "(> 1: topocoll faster), of bound = topocoll busbw / bound busbw per round: median (min..max)\n")
+    for np in nps:
+        lines.append(f"\n**{np} ranks**\n")
+        lines.append("| collective | size | MPI us | Gloo us | topocoll us | topocoll busbw | bound busbw | "
+                     "speed vs MPI | speed vs Gloo | of bound |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---|---|---|")
+        for c in colls:
+            sizes = sorted({k[3] for k in t if k[1] == c and k[2] == np})
+            for s in sizes:
+                ours = t.get(("topocoll", c, np, s), {})
+                def us(lib):
+                    v = [x[0] for x in t.get((lib, c, np, s), {}).values()]
+                    return f"{med(v):.2f}" if v else "-"
+                def speed(lib):
+                    peer = t.get((lib, c, np, s), {})
+                    return span([peer[r][0] / ours[r][0] for r in peer if r in ours and ours[r][0] > 0])
+                bus = [x[1] for x in ours.values()]
+                bnd = [bound_busbw(c, np, mem[r]) for r in ours if r in mem]
+                of = [ours[r][1] / bound_busbw(c, np, mem[r]) for r in ours if r in mem and mem[r] > 0]
+                lines.append(f"| {c} | {human(s)} | {us('mpi')} | {us('gloo')} | {us('topocoll')} | "
+                             f"{med(bus):.3g} | {med(bnd):.2f} | {speed('mpi')} | {speed('gloo')} | "
+                             f"{span(of) if s >= (16 << 20) else '-'} |")
+    return "\n".join(lines)
+
+
+def svg(t, mem, path):
+    colls = [c for c in FACTOR if any(k[1] == c for k in t)]
+    nps = sorted({k[2] for k in t})
+    W, H, L, R, T, B = 330, 240, 52, 10, 26, 36
+    width, height = W * len(colls), H * len(nps) + 30
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+         f'font-size="10">', f'<rect width="{width}" height="{height}" fill="white"/>']
+    bmem = med(list(mem.values()))
+    for i, c in enumerate(colls):
+        for j, np in enumerate(nps):
+            x0, y0 = i * W, j * H
+            series = {}
+            for lib in LIBS:
+                pts = []
+                for s in sorted({k[3] for k in t if k[1] == c and k[2] == np and k[0] == lib}):
+                    v = med([x[1] for x in t[(lib, c, np, s)].values()])
+                    if s > 0 and v > 0:
+                        pts.append((s, v))
+                if pts:
+                    series[lib] = pts
+            sizes = [p[0] for v in series.values() for p in v]
+            if not sizes:
+                continue
+            bound = bound_busbw(c, np, bmem)
+            vals = [p[1] for v in series.values() for p in v] + [bound]
+            xl, xh = math.log10(min(sizes)), math.log10(max(sizes)) + 1e-9
+            yl, yh = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)) + 1e-9)
+            px = lambda s: x0 + L + (math.log10(s) - xl) / (xh - xl) * (W - L - R)
+            py = lambda v: y0 + H - B - (math.log10(v) - yl) / (yh - yl) * (H - T - B)
+            o.append(f'<text x="{x0 + W / 2}" y="{y0 + 16}" text-anchor="middle" font-size="12">{c}, {np} ranks'
+                     f'</text>')
+            o.append(f'<rect x="{x0 + L}" y="{y0 + T}" width="{W - L - R}" height="{H - T - B}" fill="none" '
+                     f'stroke="#999"/>')
+            for e in range(int(yl), int(yh) + 1):
+                y = py(10 ** e)
+                o.append(f'<line x1="{x0 + L}" x2="{x0 + W - R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
+                o.append(f'<text x="{x0 + L - 4}" y="{y + 3:.1f}" text-anchor="end">{10.0 ** e:g}</text>')
+            for s in sorted(set(sizes)):
+                o.append(f'<text x="{px(s):.1f}" y="{y0 + H - B + 12}" text-anchor="middle">{human(s)}</text>')
+            o.append(f'<text x="{x0 + L + (W - L - R) / 2}" y="{y0 + H - 8}" text-anchor="middle">size (B)</text>')
+            o.append(f'<text x="{x0 + 12}" y="{y0 + H / 2}" transform="rotate(-90 {x0 + 12} {y0 + H / 2})" '
+                     f'text-anchor="middle">busbw (GB/s)</text>')
+            yb = py(bound)
+            o.append(f'<line x1="{x0 + L}" x2="{x0 + W - R}" y1="{yb:.1f}" y2="{yb:.1f}" stroke="{COLORS["bound"]}" '
+                     f'stroke-dasharray="4 3"/>')
+            for lib, pts in series.items():
+                d = " ".join(f"{px(s):.1f},{py(v):.1f}" for s, v in pts)
+                o.append(f'<polyline points="{d}" fill="none" stroke="{COLORS[lib]}" stroke-width="1.6"/>')
+                for s, v in pts:
+                    o.append(f'<circle cx="{px(s):.1f}" cy="{py(v):.1f}" r="2" fill="{COLORS[lib]}"/>')
+    x = 10
+    for lib in LIBS + ["bound"]:
+        name = {"mpi": "Open MPI 4.1.4", "gloo": "Gloo", "topocoll": "topocoll", "bound": "memory-bandwidth bound"}[lib]
+        dash = ' stroke-dasharray="4 3"' if lib == "bound" else ""
+        o.append(f'<line x1="{x}" x2="{x + 20}" y1="{height - 12}" y2="{height - 12}" stroke="{COLORS[lib]}" '
+                 f'stroke-width="2"{dash}/><text x="{x + 24}" y="{height - 8}">{name}</text>')
+        x += 40 + 7 * len(name)
+    o.append("</svg>")
+    open(path, "w").write("\n".join(o) + "\n")
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if args else 2
+    out = args[0]
+    t, mem = load(out)
+    print(open(f"{out}/env.txt").read().strip().replace("\n", "\n\n") + "\n")
+    print(table(t, mem))
+    path = args[args.index("--svg") + 1] if "--svg" in args else f"{out}/busbw.svg"
+    svg(t, mem, path)
+    if path != f"{out}/busbw.svg":
+        svg(t, mem, f"{out}/busbw.svg")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+// topocoll-perf's shared pieces: options, the ranks a test runs on (World), the test table, and the data patterns
+// every test fills and checks. The harness (topocoll_perf.cc) follows NVIDIA nccl-tests' src/common.cu in its
+// flags, timing loop and output; the tests are perf_coll.cc (collectives through the C API) and perf_p2p.cc
+// (point to point through runtime::Communicator).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "topocoll/datatype.h"
+#include "topocoll/topocoll.h"
+
+namespace topocoll::runtime {
+class Communicator;
+}
+
+namespace topocoll::perf {
+
+struct Options {
+  std::string test;
+  size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepFactor = 1, stepBytes = 1 << 20;
+  std::vector<size_t> list;
+  int iters = 20, warmup = 1, check = 1, average = 1, aggIters = 1, blocking = 0, window = 64;
+  std::vector<DataType> types{DataType::kFloat32};
+  std::vector<RedOp> ops{RedOp::kSum};
+  int root = 0;        // -1: every root in turn
+  double targetS = 0;  // > 0: shared/peers' protocol (time-based iteration count, warm-up and probe)
+  long maxIters = 1000000;
+  int np = 0, hosts = 1;
+  int bind = -1;        // -np: bind rank r to CPU r % CPUs (-1: when there are no more ranks than CPUs, as mpirun)
+  bool malloc = false;  // plain heap buffers instead of runtime::memAlloc
+};
+
+/// The ranks a test runs on, with the helpers the harness needs outside the timed loops.
+struct World {
+  int rank = 0, nRanks = 1;
+  std::function<void(void* data, size_t bytesPerRank)> allGather;  // in place, rank order
+  std::function<void()> barrier, groupStart, groupEnd;
+  std::vector<std::string> headerLines;  // extra "#" lines under "Using devices" (rank 0 prints them)
+  tcclComm_t api = nullptr;              // the C API's communicator (collectives)
+  runtime::Communicator* cxx = nullptr;  // the C++ one (point-to-point tests)
+};
+
+/// Element counts of one size, as nccl-tests' getCollByteCount: what is sent, received and passed as `count`, and
+/// where, in place, the send and receive buffers sit inside the receive buffer (times this rank).
+struct Layout {
+  size_t sendCount = 0, recvCount = 0, paramCount = 0, sendInplace = 0, recvInplace = 0;
+};
+
+/// Where element j of rank `me`'s output comes from: rank `src` (kReduced: all ranks reduced; kUnchecked: nowhere)
+/// at element `index` of its input.
+struct Source {
+  static constexpr int kReduced = -1, kUnchecked = -2;
+  int src;
+  size_t index;
+};
+
+struct Call {
+  const void* send;
+  void* recv;
+  size_t count;  // paramCount
+  DataType type;
+  RedOp op;
+  int root;
+};
+
+struct Test {
+  const char* name;
+  int minRanks;
+  bool inPlace, reduces, rooted;
+  Layout (*layout)(size_t count, size_t elemSize, int nRanks, bool peersShares);
+  double timeDiv;  // time per op / timeDiv is the reported time (pingpong: 2, bw: the window)
+  double (*algMul)(int nRanks), (*busFactor)(int nRanks);  // algbw = paramCount * elemSize * algMul / time
+  Source (*source)(int me, size_t j, const Layout& l, int nRanks, int root);
+  void (*run)(World& w, const Options& o, const Call& c);
+  bool cApi;  // the communicator it needs: the C API's (collectives) or runtime::Communicator (point to point)
+};
+
+const std::vector<Test>& collTests();
+const std::vector<Test>& p2pTests();
+
+/// Input element `index` of rank `r`, written into `dst` (sizeOf(type) bytes): small integers for reductions
+/// (exact in every type for the ops and rank counts nccl-tests runs), byte patterns otherwise.
+void inputElement(void* dst, DataType type, RedOp op, bool reduces, int nRanks, int r, size_t index);
+/// Wrong elements among `count` of `out`, checked against the test's sources.
+long checkOutput(const Test& t, const void* out, size_t count, DataType type, RedOp op, int me, int nRanks,
+                 const Layout& l, int root);
+
+/// Throws Error(kRemoteError/...) with the library's message when a C API call fails.
+void check(tcclResult_t rc, const char* what);
+
+}  // namespace topocoll::perf
