@@ -86,8 +86,12 @@ class Runner {
   void avg(void* dst, size_t n) const {
     if (a_.op == RedOp::kAvg) finishAvg(a_.type, dst, n, n_);
   }
-  int send(int c, int peer, const void* p, size_t elems) { return l_.send(c, peer, p, elems * es_, c_.proto); }
-  int recv(int c, int peer, void* p, size_t elems) { return l_.recv(c, peer, p, elems * es_, c_.proto); }
+  int send(int c, int peer, const void* p, size_t elems, bool staged = false) {
+    return l_.send(c, peer, p, elems * es_, c_.proto, staged);
+  }
+  int recv(int c, int peer, void* p, size_t elems, bool staged = false) {
+    return l_.recv(c, peer, p, elems * es_, c_.proto, staged);
+  }
   void copyIfApart(void* dst, const void* src, size_t elems) const {
     if (dst != src && elems) std::memmove(dst, src, elems * es_);
   }
@@ -108,15 +112,29 @@ class Runner {
   void allReduceRing() {
     size_t count = a_.count;
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
-    std::vector<Range> ch(nCh_);
+    // Slices of n blocks of at most a chunk each: a block received into the scratch is reduced while it is still in
+    // the cache.
+    std::vector<Range> whole(nCh_), ch(nCh_);
     std::vector<Ring> rings(nCh_);
     std::vector<int> h(nCh_, -1);
-    size_t maxBlock = 0;
+    size_t slice = chunk_ * static_cast<size_t>(n_), nSlices = 0;
     for (int c = 0; c < nCh_; ++c) {
-      ch[c] = split(count, nCh_, c), rings[c] = ringOf(c);
-      maxBlock = std::max(maxBlock, (ch[c].size() + n_ - 1) / n_);
+      whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);
+      nSlices = std::max(nSlices, (whole[c].size() + slice - 1) / slice);
     }
+    size_t maxBlock = std::min(chunk_, (count + n_ - 1) / n_);
     char* tmp = l_.scratch(maxBlock * es_ * nCh_);
+    for (size_t k = 0; k < nSlices; ++k) {
+      for (int c = 0; c < nCh_; ++c) {
+        size_t b = std::min(whole[c].end, whole[c].begin + k * slice);
+        ch[c] = {b, std::min(whole[c].end, b + slice)};
+      }
+      allReduceRingSlice(ch, rings, h, tmp, maxBlock);
+    }
+  }
+
+  void allReduceRingSlice(const std::vector<Range>& ch, const std::vector<Ring>& rings, std::vector<int>& h, char* tmp,
+                          size_t maxBlock) {
     auto block = [&](int c, int b) {
       Range r = split(ch[c].size(), n_, b);
       return Range{ch[c].begin + r.begin, ch[c].begin + r.end};
@@ -124,8 +142,8 @@ class Runner {
     for (int s = 0; s < n_ - 1; ++s) {
       for (int c = 0; c < nCh_; ++c) {
         Range out = block(c, mod(rings[c].p - s)), in = block(c, mod(rings[c].p - s - 1));
-        h[c] = in.size() ? recv(c, rings[c].prev, tmp + c * maxBlock * es_, in.size()) : -1;
-        if (out.size()) send(c, rings[c].next, at(s == 0 ? send_ : recv_, out.begin), out.size());
+        h[c] = in.size() ? recv(c, rings[c].prev, tmp + c * maxBlock * es_, in.size(), true) : -1;
+        if (out.size()) send(c, rings[c].next, at(s == 0 ? send_ : recv_, out.begin), out.size(), true);
       }
       for (int c = 0; c < nCh_; ++c) {
         if (h[c] < 0) continue;
@@ -155,8 +173,8 @@ class Runner {
     char* tmp = l_.scratch(bytes * n_);
     for (int i = 1; i < n_; ++i) {
       int to = (me_ + i) % n_, from = (me_ - i + n_) % n_;
-      recv(0, from, tmp + from * bytes, count);
-      send(0, to, send_, count);
+      recv(0, from, tmp + from * bytes, count, true);
+      send(0, to, send_, count, true);
     }
     l_.waitAll();
     std::vector<const void*> srcs(n_);
@@ -193,7 +211,7 @@ class Runner {
         for (int i = 0; i < 3; ++i)
           if (int d = l_.treeDown(c, i); d >= 0) {
             Range r = chunk(c, k);
-            kids[c][k * 3 + i] = recv(c, d, at(tmp, i * count + r.begin), r.size());
+            kids[c][k * 3 + i] = recv(c, d, at(tmp, i * count + r.begin), r.size(), true);
           }
     }
     for (size_t k = 0; k < maxChunks; ++k)
@@ -206,7 +224,7 @@ class Runner {
           if (kids[c][k * 3 + i] >= 0) l_.wait(kids[c][k * 3 + i]), srcs[ns++] = at(tmp, i * count + r.begin);
         if (ns > 1) reduceMany(a_.type, a_.op, at(recv_, r.begin), srcs, ns, r.size());
         else copyIfApart(at(recv_, r.begin), srcs[0], r.size());
-        if (l_.treeUp(c) >= 0) send(c, l_.treeUp(c), at(recv_, r.begin), r.size());
+        if (l_.treeUp(c) >= 0) send(c, l_.treeUp(c), at(recv_, r.begin), r.size(), true);
         else avg(at(recv_, r.begin), r.size());
       }
     for (int c = 0; c < nCh_; ++c) {
@@ -259,8 +277,8 @@ class Runner {
         Range r = split(count, nCh_, c);
         if (!r.size()) continue;
         size_t out = g.r[mod(g.p - s - 1)] * count + r.begin;
-        recv(c, g.prev, at(tmp, r.begin), r.size());
-        send(c, g.next, s == 0 ? at(send_, out) : at(acc, r.begin), r.size());
+        recv(c, g.prev, at(tmp, r.begin), r.size(), true);
+        send(c, g.next, s == 0 ? at(send_, out) : at(acc, r.begin), r.size(), true);
       }
       l_.waitAll();
       for (int c = 0; c < nCh_; ++c) {
@@ -314,8 +332,8 @@ class Runner {
       std::vector<int> hs;
       for (size_t b = r.begin; b < r.end; b += chunk_) {
         size_t e = std::min(r.end, b + chunk_);
-        if (first) send(c, g.next, at(send_, b), e - b);
-        else hs.push_back(recv(c, g.prev, at(tmp, b), e - b));
+        if (first) send(c, g.next, at(send_, b), e - b, true);
+        else hs.push_back(recv(c, g.prev, at(tmp, b), e - b, true));
       }
       if (first) continue;
       size_t k = 0;
@@ -325,7 +343,7 @@ class Runner {
         char* dst = root ? at(recv_, b) : at(acc, b);
         reduce2(dst, at(tmp, b), at(send_, b), e - b);
         if (root) avg(dst, e - b);
-        else send(c, g.next, dst, e - b);
+        else send(c, g.next, dst, e - b, true);
       }
     }
     l_.waitAll();

@@ -34,13 +34,13 @@ const int* CollLinks::ring(int c) const { return c_.connect_.rings[c].data(); }
 int CollLinks::treeUp(int c) const { return c_.channels_[c].treeUp; }
 int CollLinks::treeDown(int c, int i) const { return c_.channels_[c].treeDown[i]; }
 
-int CollLinks::send(int c, int peer, const void* buf, size_t bytes, Proto proto) {
-  ops_.push_back(c_.makeLinkOp(true, c, peer, const_cast<void*>(buf), bytes, proto));
+int CollLinks::send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged) {
+  ops_.push_back(c_.makeLinkOp(true, c, peer, const_cast<void*>(buf), bytes, proto, staged));
   return static_cast<int>(ops_.size()) - 1;
 }
 
-int CollLinks::recv(int c, int peer, void* buf, size_t bytes, Proto proto) {
-  ops_.push_back(c_.makeLinkOp(false, c, peer, buf, bytes, proto));
+int CollLinks::recv(int c, int peer, void* buf, size_t bytes, Proto proto, bool staged) {
+  ops_.push_back(c_.makeLinkOp(false, c, peer, buf, bytes, proto, staged));
   return static_cast<int>(ops_.size()) - 1;
 }
 
@@ -108,7 +108,8 @@ bool CollLinks::flush(bool all) {
 
 }  // namespace detail
 
-std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes, Proto proto) {
+std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes, Proto proto,
+                                             bool staged) {
   Side side = send ? Side::kSend : Side::kRecv;
   transport::Connector* conn = nullptr;
   if (channel < static_cast<int>(channels_.size())) {
@@ -130,7 +131,10 @@ std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, v
   op->opts.llThreshold = proto == Proto::kLL ? std::numeric_limits<size_t>::max() : 0;
   op->opts.chunkBytes = p2pChunk_;
   op->opts.netChunkBytes = static_cast<size_t>(cfg.netChunkSize);
-  op->opts.singleCopyMin = cfg.p2pSingleCopy;
+  // Slices the receiver reduces go through the FIFOs: faster than single copies (process_vm_readv pins pages per
+  // call) at these sizes, and the data stays in the cache (docs/collectives.md). Data that lands where it stays
+  // takes single copies.
+  op->opts.singleCopyMin = staged ? -1 : cfg.p2pSingleCopy;
   transport::MessageDesc d;
   d.bytes = d.partBytes = d.count = bytes;
   d.dtype = DataType::kUint8;
@@ -163,9 +167,12 @@ Choice Communicator::choose(const Args& a) const {
   Choice c;
   size_t bytes = collectives::collBytes(a, nRanks_);
   int rings = std::max(1, static_cast<int>(connect_.rings.size()));
-  // Host memory: one thread moves every channel, so more channels only add steps; NCCL_MIN_NCHANNELS asks for more.
-  c.nChannels = std::min({std::max(1, cfg.minNchannels), std::max(1, cfg.maxNchannels), rings});
-  c.chunkBytes = std::max<size_t>(4096, static_cast<size_t>(cfg.buffSize) / transport::kSteps);
+  // Host memory: two channels from 256 KiB (one rank copies on one while the other reduces on the other; measured
+  // in docs/collectives.md), one below; NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS override.
+  int want = bytes >= (256u << 10) ? 2 : 1;
+  c.nChannels = std::min({std::max(want, cfg.minNchannels), std::max(1, cfg.maxNchannels), rings});
+  // Slices of blocks this size keep the block a rank receives in the cache until it is reduced (2 MiB L2 here).
+  c.chunkBytes = std::max<size_t>(4096, static_cast<size_t>(cfg.buffSize) / (transport::kSteps * 4));
   size_t perMessage = bytes;
   if (!cfg.algo.empty() || !cfg.proto.empty()) {
     // Forced: the planner's model picks among what NCCL_ALGO / NCCL_PROTO leave.

@@ -58,9 +58,11 @@ class Links {
   /// Children of channel `c`'s tree, -1 where none (at most 3).
   virtual int treeDown(int c, int i) const = 0;
   /// Asynchronous transfer of `bytes` to/from `peer` on channel `c` (LL or Simple by `proto`); completes in order
-  /// with the others on the same connection. Returns a handle for wait().
-  virtual int send(int c, int peer, const void* buf, size_t bytes, Proto proto) = 0;
-  virtual int recv(int c, int peer, void* buf, size_t bytes, Proto proto) = 0;
+  /// with the others on the same connection. `staged`: the receiver reduces what arrives (a slice through the FIFOs,
+  /// in the cache); otherwise the data lands where it stays (single copies welcome). Both sides pass the same.
+  /// Returns a handle for wait().
+  virtual int send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged) = 0;
+  virtual int recv(int c, int peer, void* buf, size_t bytes, Proto proto, bool staged) = 0;
   /// Blocks until handle `h` completed; throws its error.
   virtual void wait(int h) = 0;
   /// Blocks until every handle completed (and forgets them); throws the first error.
