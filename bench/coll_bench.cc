@@ -3,6 +3,7 @@
 // mpirun binds), out of place, float sum, root 0.
 //
 //   coll_bench -np 2 -c allreduce,allgather -l 8,1M,16M -T 0.2
+// Exits non-zero when an operation fails or a result is wrong (tests/runtime/coll_processes_test.sh uses it).
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@ struct Opts {
   std::vector<size_t> sizes{8, 1 << 20, 16 << 20};
   double T = 0.2;
   bool heap = false;
+  int hosts = 1;  // --hosts K: the ranks pretend to be on K hosts (NCCL_HOSTID), so they connect over NET
 };
 
 size_t parseSize(const std::string& s) {
@@ -71,6 +73,7 @@ int runRank(const Opts& o, int rank, const tcclUniqueId& id) {
   };
   float* in = alloc(maxBytes);
   float* out = alloc(maxBytes);
+  int wrongTotal = 0;
   if (rank == 0)
     std::printf("# coll_bench: %d ranks, out of place, float sum, %s buffers\n#%11s %12s %6s %6s %6s %10s %8s %8s %7s %9s\n",
                 n, o.heap ? "heap" : "memAlloc", "size", "count", "type", "redop", "root", "time(us)", "algbw",
@@ -129,6 +132,7 @@ int runRank(const Opts& o, int rank, const tcclUniqueId& id) {
       }
       double w[1] = {double(wrong)};
       CHECK(tcclAllReduce(w, w, 1, tcclFloat64, tcclSum, comm, nullptr));
+      if (w[0] != 0) wrongTotal = 1;
       double algbw = bytes / t[0] / 1e9;
       if (rank == 0)
         std::printf("%12zu %12zu %6s %6s %6d %10.2f %8.2f %8.2f %7.0f %9ld   %s\n", bytes, count, "float",
@@ -145,7 +149,7 @@ int runRank(const Opts& o, int rank, const tcclUniqueId& id) {
     topocoll::runtime::memFree(out, maxBytes);
   }
   CHECK(tcclCommDestroy(comm));
-  return 0;
+  return wrongTotal;
 }
 
 }  // namespace
@@ -162,9 +166,10 @@ int main(int argc, char** argv) {
       for (auto& s : splitList(next())) o.sizes.push_back(parseSize(s));
     } else if (a == "-T") o.T = std::atof(next().c_str());
     else if (a == "--malloc") o.heap = true;
+    else if (a == "--hosts") o.hosts = std::max(1, std::atoi(next().c_str()));
     else {
       std::fprintf(stderr, "usage: coll_bench [-np N] [-c allreduce,allgather,reduce_scatter,broadcast,reduce] "
-                           "[-l 8,1M,16M] [-T seconds] [--malloc]\n");
+                           "[-l 8,1M,16M] [-T seconds] [--malloc] [--hosts K]\n");
       return 2;
     }
   }
@@ -181,6 +186,10 @@ int main(int argc, char** argv) {
       CPU_ZERO(&set);
       CPU_SET(r % ncpu, &set);
       sched_setaffinity(0, sizeof(set), &set);
+      if (o.hosts > 1) {
+        int per = (o.np + o.hosts - 1) / o.hosts;
+        setenv("NCCL_HOSTID", ("host" + std::to_string(r / per)).c_str(), 1);
+      }
       tcclUniqueId id;
       if (r == 0) {
         CHECK(tcclGetUniqueId(&id));

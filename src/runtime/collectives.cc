@@ -114,7 +114,10 @@ std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, v
   transport::Connector* conn = nullptr;
   if (channel < static_cast<int>(channels_.size())) {
     transport::Connector& k = channels_[channel].connector(peer, side, 0);
-    if (k.connected) conn = &k;
+    // NET ring connectors carry no acknowledgements (a send completes when its proxy sent it), so a rank could
+    // finish and close while its last message is still on the way: NET uses the point-to-point connectors, whose
+    // sends complete when the receiver consumed them (connected by execute() before the algorithm runs).
+    if (k.connected && !(k.conn.flags & transport::kConnNet)) conn = &k;
   }
   if (!conn) {
     ensureConnected(peer);
@@ -258,6 +261,7 @@ void Communicator::execute(CollTask& t) {
           fail(StatusCode::kInvalidUsage, "rank {} called {} while rank {} called {}", rank_, describe(all[rank_]), r,
                describe(all[r]));
     }
+    if (hosts_.size() > 1 && a.count > 0) links_->connectAll();  // see makeLinkOp
     collectives::run(*links_, a, choose(a));
     t.finish(StatusCode::kOk, "");
   } catch (const Error& e) {
