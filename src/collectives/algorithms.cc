@@ -106,53 +106,50 @@ class Runner {
   }
   int mod(int x) const { return ((x % n_) + n_) % n_; }
 
-  // Reduce-scatter then all-gather around each channel's ring: at step s of the first half the rank at ring position
-  // p sends block p-s (its input, then what it reduced at the step before) and reduces block p-s-1 into its output;
-  // it then owns block p+1, which the all-gather forwards.
+  // Reduce-scatter then all-gather around each channel's ring. Each channel's range is cut into n blocks; at step s
+  // of the reduce-scatter the rank at ring position p sends block p-s (its input, then what it reduced at the step
+  // before) and reduces block p-s-1 into its output; it then owns block p+1, which the all-gather forwards. The
+  // reduce-scatter walks the blocks a chunk at a time (slice k: chunk k of every block), so that a received chunk is
+  // reduced while it is still in the cache; the all-gather moves whole blocks (single copies between processes).
   void allReduceRing() {
     size_t count = a_.count;
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
-    // Slices of n blocks of at most a chunk each: a block received into the scratch is reduced while it is still in
-    // the cache.
-    std::vector<Range> whole(nCh_), ch(nCh_);
+    std::vector<Range> whole(nCh_);
     std::vector<Ring> rings(nCh_);
     std::vector<int> h(nCh_, -1);
-    size_t slice = chunk_ * static_cast<size_t>(n_), nSlices = 0;
+    size_t nSlices = 0;
     for (int c = 0; c < nCh_; ++c) {
       whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);
-      nSlices = std::max(nSlices, (whole[c].size() + slice - 1) / slice);
+      size_t big = (whole[c].size() + n_ - 1) / n_;
+      nSlices = std::max(nSlices, (big + chunk_ - 1) / chunk_);
     }
-    size_t maxBlock = std::min(chunk_, (count + n_ - 1) / n_);
-    char* tmp = l_.scratch(maxBlock * es_ * nCh_);
-    for (size_t k = 0; k < nSlices; ++k) {
-      for (int c = 0; c < nCh_; ++c) {
-        size_t b = std::min(whole[c].end, whole[c].begin + k * slice);
-        ch[c] = {b, std::min(whole[c].end, b + slice)};
-      }
-      allReduceRingSlice(ch, rings, h, tmp, maxBlock);
-    }
-  }
-
-  void allReduceRingSlice(const std::vector<Range>& ch, const std::vector<Ring>& rings, std::vector<int>& h, char* tmp,
-                          size_t maxBlock) {
+    size_t maxChunk = std::min(chunk_, (count + n_ - 1) / n_);
+    char* tmp = l_.scratch(maxChunk * es_ * nCh_);
     auto block = [&](int c, int b) {
-      Range r = split(ch[c].size(), n_, b);
-      return Range{ch[c].begin + r.begin, ch[c].begin + r.end};
+      Range r = split(whole[c].size(), n_, b);
+      return Range{whole[c].begin + r.begin, whole[c].begin + r.end};
     };
-    for (int s = 0; s < n_ - 1; ++s) {
-      for (int c = 0; c < nCh_; ++c) {
-        Range out = block(c, mod(rings[c].p - s)), in = block(c, mod(rings[c].p - s - 1));
-        h[c] = in.size() ? recv(c, rings[c].prev, tmp + c * maxBlock * es_, in.size(), true) : -1;
-        if (out.size()) send(c, rings[c].next, at(s == 0 ? send_ : recv_, out.begin), out.size(), true);
+    auto piece = [&](int c, int b, size_t k) {
+      Range r = block(c, b);
+      size_t first = std::min(r.end, r.begin + k * chunk_);
+      return Range{first, std::min(r.end, first + chunk_)};
+    };
+    for (size_t k = 0; k < nSlices; ++k) {
+      for (int s = 0; s < n_ - 1; ++s) {
+        for (int c = 0; c < nCh_; ++c) {
+          Range out = piece(c, mod(rings[c].p - s), k), in = piece(c, mod(rings[c].p - s - 1), k);
+          h[c] = in.size() ? recv(c, rings[c].prev, tmp + c * maxChunk * es_, in.size(), true) : -1;
+          if (out.size()) send(c, rings[c].next, at(s == 0 ? send_ : recv_, out.begin), out.size(), true);
+        }
+        for (int c = 0; c < nCh_; ++c) {
+          if (h[c] < 0) continue;
+          Range in = piece(c, mod(rings[c].p - s - 1), k);
+          l_.wait(h[c]);
+          reduce2(at(recv_, in.begin), tmp + c * maxChunk * es_, at(send_, in.begin), in.size());
+          if (s == n_ - 2) avg(at(recv_, in.begin), in.size());
+        }
+        l_.waitAll();
       }
-      for (int c = 0; c < nCh_; ++c) {
-        if (h[c] < 0) continue;
-        Range in = block(c, mod(rings[c].p - s - 1));
-        l_.wait(h[c]);
-        reduce2(at(recv_, in.begin), tmp + c * maxBlock * es_, at(send_, in.begin), in.size());
-        if (s == n_ - 2) avg(at(recv_, in.begin), in.size());
-      }
-      l_.waitAll();
     }
     for (int s = 0; s < n_ - 1; ++s) {
       for (int c = 0; c < nCh_; ++c) {
