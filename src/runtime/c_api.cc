@@ -447,8 +447,6 @@ tcclResult_t tcclCommInitFromEnv(tcclComm_t* comm) {
     *comm = nullptr;
     auto c = std::make_unique<tcclComm>();
     c->comm = Communicator::initFromEnv(topocoll::Env::fromProcess());
-    c->sendSeq.assign(c->comm->nRanks(), 0);
-    c->recvSeq.assign(c->comm->nRanks(), 0);
     *comm = c.release();
   });
 }

@@ -395,11 +395,20 @@ void Communicator::allToAll(const void* sendbuff, void* recvbuff, size_t count, 
   if (!isValid(type))
     fail(StatusCode::kInvalidArgument, "rank {}: AllToAll: unknown data type {}", rank_, static_cast<int>(type));
   size_t bytes = count * sizeOf(type);
+  // In place (or overlapping): a block may arrive before it left, so the input is copied aside first. Inside a group
+  // the copy lives until the group ends (the operations use it then).
+  const char* src = static_cast<const char*>(sendbuff);
+  size_t total = bytes * static_cast<size_t>(nRanks_);
+  if (total && src < static_cast<const char*>(recvbuff) + total && static_cast<const char*>(recvbuff) < src + total) {
+    auto copy = std::make_shared<std::vector<char>>(src, src + total);
+    src = copy->data();
+    allToAllCopies_.push_back(std::move(copy));
+  }
   groupStart();
   try {
     for (int i = 0; i < nRanks_; ++i) {
       int to = (rank_ + i) % nRanks_, from = (rank_ - i + nRanks_) % nRanks_;
-      send(static_cast<const char*>(sendbuff) + to * bytes, count, type, to);
+      send(src + to * bytes, count, type, to);
       recv(static_cast<char*>(recvbuff) + from * bytes, count, type, from);
     }
   } catch (...) {
@@ -407,6 +416,7 @@ void Communicator::allToAll(const void* sendbuff, void* recvbuff, size_t count, 
     throw;
   }
   groupEnd();
+  if (groupDepth() == 0) allToAllCopies_.clear();  // inside an outer group: kept until it ended
 }
 
 void Communicator::barrier() {

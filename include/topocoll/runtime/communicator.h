@@ -249,6 +249,7 @@ class Communicator {
   int queued_ = 0;                     // submitted and not finished
   bool collStop_ = false;
   std::thread collThread_;
+  std::vector<std::shared_ptr<std::vector<char>>> allToAllCopies_;  // inputs of in-place all-to-alls in flight
 };
 
 /// NCCL's ncclMemAlloc / ncclMemFree for host memory: page-aligned, zeroed, backed by transparent huge pages where
