@@ -1,6 +1,6 @@
 // The communicator: NCCL's initTransportsRank (peer-info allgather, nodes and local ranks, the plan of this rank's
-// node, the graph-info allgather, job-wide rings and trees, then the transports of the rings and trees) and the
-// point-to-point operations on top of the transports (ncclSend / ncclRecv, groups).
+// node, the graph-info allgather, job-wide rings and trees, then the transports of the rings and trees), the
+// point-to-point operations on top of the transports (ncclSend / ncclRecv, groups) and the collectives.
 //
 //   auto comm = topocoll::runtime::Communicator::initFromEnv(topocoll::Env::fromProcess());  // mpirun/srun/torchrun
 //   int peer = (comm->rank() + 1) % comm->nRanks(), from = (comm->rank() + comm->nRanks() - 1) % comm->nRanks();
@@ -11,6 +11,12 @@
 //
 //   auto r = comm->isend(buf, n, DataType::kInt32, peer);  // asynchronous
 //   ...; r.wait();                                          // throws topocoll::Error naming the peer on failure
+//
+// Collectives (docs/collectives.md), NCCL's argument order, every rank in the same order:
+//   comm->allReduce(in, out, n, DataType::kFloat32, RedOp::kSum);      // blocking; in == out: in place
+//   auto a = comm->iallGather(in, all, n, DataType::kFloat32);          // asynchronous: runs on the collective thread
+//   comm->broadcast(buf, buf, n, DataType::kInt64, /*root=*/0);
+//   a.wait();                                                           // completes in issue order
 #pragma once
 
 #include <atomic>
