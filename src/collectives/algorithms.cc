@@ -166,6 +166,7 @@ class Runner {
   void allReduceDirect() {
     size_t count = a_.count, bytes = count * es_;
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
+    if (n_ > kDirectMaxRanks) fail(StatusCode::kInvalidUsage, "Direct is for at most {} ranks", kDirectMaxRanks);
     l_.connectAll();
     char* tmp = l_.scratch(bytes * n_);
     for (int i = 1; i < n_; ++i) {
@@ -174,13 +175,13 @@ class Runner {
       send(0, to, send_, count, true);
     }
     l_.waitAll();
-    std::vector<const void*> srcs(n_);
+    const void* srcs[kDirectMaxRanks];
     for (int q = 0; q < n_; ++q) srcs[q] = q == me_ ? static_cast<const void*>(send_) : tmp + q * bytes;
     if (me_ == 0) {
-      reduceMany(a_.type, a_.op, recv_, srcs.data(), n_, count);
+      reduceMany(a_.type, a_.op, recv_, srcs, n_, count);
     } else {
       // dst may alias only srcs[0]: reduce into the scratch of rank 0's input, then copy out.
-      reduceMany(a_.type, a_.op, tmp, srcs.data(), n_, count);
+      reduceMany(a_.type, a_.op, tmp, srcs, n_, count);
       std::memcpy(recv_, tmp, bytes);
     }
     avg(recv_, count);

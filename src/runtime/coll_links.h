@@ -43,6 +43,7 @@ class CollLinks final : public collectives::Links {
   std::vector<std::shared_ptr<Op>> ops_, fresh_;
   std::vector<Op*> raw_;
   size_t posted_ = 0;
+  bool allConnected_ = false;
   char* scratch_ = nullptr;
   size_t scratchBytes_ = 0;
 };

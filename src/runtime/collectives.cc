@@ -59,10 +59,12 @@ void CollLinks::waitAll() {
 }
 
 void CollLinks::connectAll() {
+  if (allConnected_) return;
   std::vector<int> peers;
   for (int p = 0; p < c_.nRanks_; ++p)
     if (p != c_.rank_) peers.push_back(p);
   c_.ensureConnected(peers);
+  allConnected_ = true;
 }
 
 char* CollLinks::scratch(size_t bytes) {
@@ -188,7 +190,7 @@ Choice Communicator::choose(const Args& a) const {
   } else {
     bool oneHost = hosts_.size() == 1;
     if (a.coll == Coll::kAllReduce && oneHost && cfg.directMax >= 0 && bytes <= static_cast<size_t>(cfg.directMax) &&
-        nRanks_ <= 8)
+        nRanks_ <= collectives::kDirectMaxRanks)
       c.algo = Algo::kDirect;
     else
       c.algo = Algo::kRing;
@@ -204,7 +206,7 @@ Choice Communicator::choose(const Args& a) const {
   return c;
 }
 
-std::shared_ptr<CollTask> Communicator::makeCollTask(const Args& a) {
+void Communicator::checkCollArgs(const Args& a) const {
   const char* name = collectives::collName(a.coll);
   if (abort_.load()) fail(StatusCode::kAborted, "rank {}: {} on an aborted communicator", rank_, name);
   if (!isValid(a.type))
@@ -226,6 +228,10 @@ std::shared_ptr<CollTask> Communicator::makeCollTask(const Args& a) {
     if (needSend && !a.send) fail(StatusCode::kInvalidArgument, "rank {}: {}: sendbuff is null", rank_, name);
     if (needRecv && !a.recv) fail(StatusCode::kInvalidArgument, "rank {}: {}: recvbuff is null", rank_, name);
   }
+}
+
+std::shared_ptr<CollTask> Communicator::makeCollTask(const Args& a) {
+  checkCollArgs(a);
   auto t = std::make_shared<CollTask>();
   t->comm = this;
   t->args = a;
@@ -332,17 +338,21 @@ void Communicator::stopCollectives() {
 }
 
 Request Communicator::collective(const Args& a, bool blocking) {
+  if (blocking && groupDepth() == 0) {  // the latency path: nothing allocated here
+    checkCollArgs(a);
+    CollTask t;
+    t.comm = this;
+    t.args = a;
+    runNow(t);
+    t.wait();
+    return Request();
+  }
   auto t = makeCollTask(a);
   if (groupDepth() > 0) {
     detail::addToGroup(this, t);
     return Request(t);
   }
-  if (blocking) {
-    runNow(*t);
-    t->wait();
-  } else {
-    submit(t);
-  }
+  submit(t);
   return Request(t);
 }
 

@@ -22,6 +22,7 @@ const char* collName(Coll c);  // NCCL's names: "AllReduce", "Broadcast", ...
 /// Ring and Tree are NCCL's (ids 1 and 0 in its logs); Direct: every rank sends its data to every other rank and
 /// reduces everything itself in rank order (one round of messages: the small-size algorithm of one host).
 enum class Algo : int { kTree = 0, kRing = 1, kDirect = 2 };
+constexpr int kDirectMaxRanks = 8;
 const char* algoName(Algo a);
 /// NCCL's protocol ids: LL 0, Simple 2 (LL128 is not built for host memory).
 enum class Proto : int { kLL = 0, kSimple = 2 };

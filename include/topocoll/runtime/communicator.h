@@ -188,6 +188,7 @@ class Communicator {
   void waitOp(detail::Op& op);
   void waitOps(const std::vector<detail::Op*>& ops);
   bool runGroupInline(const std::vector<detail::Op*>& ops);
+  void checkCollArgs(const collectives::Args& a) const;
   std::shared_ptr<detail::CollTask> makeCollTask(const collectives::Args& a);
   /// Runs `t` on the collective thread, after those before it.
   void submit(const std::shared_ptr<detail::CollTask>& t);
