@@ -116,7 +116,8 @@ void checkAll(Communicator& c, int seed) {
 class Collectives : public ::testing::TestWithParam<std::tuple<int, Forced>> {};
 
 TEST_P(Collectives, MatchTheSerialReference) {
-  auto [n, forced] = GetParam();
+  int n = std::get<0>(GetParam());
+  Forced forced = std::get<1>(GetParam());
   auto errors = runRanks(
       n,
       [&](int, runtime::InitOptions& o) {
