@@ -95,6 +95,9 @@ struct Config {
   long long p2pSingleCopy = 65536;       // TOPOCOLL_P2P_SINGLE_COPY (bytes from which single copies are used; -1 off)
   int nsocksPerThread = -2;        // NCCL_NSOCKS_PERTHREAD
   int socketNthreads = -2;         // NCCL_SOCKET_NTHREADS
+  // Collectives
+  int checkCalls = 0;              // TOPOCOLL_CHECK_CALLS
+  long long directMax = 65536;     // TOPOCOLL_DIRECT_MAX (AllReduce bytes up to which one host uses Direct)
   // Debug (the logger reads these itself; they are here so that bad values fail at the API edge)
   std::string debug;               // NCCL_DEBUG
   std::string debugSubsys;         // NCCL_DEBUG_SUBSYS

@@ -353,6 +353,14 @@ std::vector<Knob> buildRegistry() {
       "TOPOCOLL_P2P_SINGLE_COPY", "transport", -1, 1ll << 40,
       "P2P messages from this many bytes go in one copy (same process: memcpy; other process: "
       "process_vm_readv/writev where the kernel allows); -1 never"));
+  r.push_back(intKnob<&Config::checkCalls>(
+      "TOPOCOLL_CHECK_CALLS", "collectives", 0, 1,
+      "1: before every collective all ranks compare what they called (collective, count, type, op, root) and a "
+      "difference fails naming both ranks (one bootstrap allgather per call)"));
+  r.push_back(sizeKnob<&Config::directMax>(
+      "TOPOCOLL_DIRECT_MAX", "collectives", -1, 1ll << 40,
+      "AllReduce of at most this many bytes with every rank on one host uses the Direct algorithm (each rank "
+      "receives every input and reduces them itself); -1 never"));
   r.push_back(intKnob<&Config::nsocksPerThread>("NCCL_NSOCKS_PERTHREAD", "transport", -2, 64,
                                                 "NET/Socket: data sockets per helper thread (-2: 1)"));
   r.push_back(intKnob<&Config::socketNthreads>("NCCL_SOCKET_NTHREADS", "transport", -2, 16,

@@ -1,9 +1,8 @@
 // The C API (include/topocoll/topocoll.h): argument checks with NCCL's rules and result codes, groups, and the
 // mapping of C++ errors to tcclResult_t. No exception crosses this boundary.
 //
-// Data movement: until the collectives layer lands, operations run over the bootstrap (tagged messages and
-// allGather): correct for every operation and type, not fast. The API, its checks and its tests stay when the
-// collectives replace this engine.
+// Data movement: the Communicator's collectives and point-to-point operations (no copies or allocations here);
+// groups are the runtime's (runtime::groupStart/groupEnd), so collectives and sends/receives mix as in NCCL.
 #include "topocoll/topocoll.h"
 
 #include <algorithm>
@@ -34,8 +33,6 @@ struct tcclComm {
   std::string lastError;
   tcclResult_t asyncError = tcclSuccess;
   bool aborted = false;
-  uint64_t opSeq = 0;                       // collectives issued so far (same on every rank)
-  std::vector<uint64_t> sendSeq, recvSeq;   // point-to-point messages per peer, matched in order
 };
 
 namespace {
@@ -82,17 +79,6 @@ tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
 std::mutex rootsMu;
 std::vector<topocoll::bootstrap::RootHandle> roots;
 
-// ---- groups ----------------------------------------------------------------------------------------------------
-
-enum class OpKind { kColl, kSend, kRecv };
-struct PendingOp {
-  tcclComm* comm;
-  std::function<void()> run;
-  OpKind kind;
-};
-thread_local int groupDepth = 0;
-thread_local std::vector<PendingOp> groupOps;
-
 void checkComm(tcclComm* comm) {
   if (!comm || !comm->comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
   if (comm->aborted) topocoll::fail(StatusCode::kInvalidUsage, "the communicator was aborted");
@@ -121,86 +107,18 @@ void checkBuf(const void* p, size_t bytes, const char* name) {
   if (bytes > 0 && p == nullptr) topocoll::fail(StatusCode::kInvalidArgument, "{} is NULL", name);
 }
 
-// Issues an operation now, or records it for tcclGroupEnd.
-tcclResult_t issue(tcclComm* comm, const char* what, std::function<void()> check, std::function<void()> run,
-                   OpKind kind = OpKind::kColl) {
+// Checks the arguments then runs the operation (inside a group the runtime records it for tcclGroupEnd).
+tcclResult_t issue(tcclComm* comm, const char* what, const std::function<void()>& check,
+                   const std::function<void()>& run) {
   return guarded(comm, what, [&] {
     checkComm(comm);
     check();
-    if (groupDepth > 0) {
-      groupOps.push_back({comm, std::move(run), kind});
-      return;
-    }
     run();
   });
 }
 
-// ---- the bootstrap engine (replaced by the collectives layer) ----------------------------------------------------
-
-constexpr int kTagP2pBase = 1 << 25;
-constexpr size_t kPiece = 8u << 20;  // bootstrap messages stay well under its 64 MiB limit
-
-void sendPieces(topocoll::bootstrap::Bootstrap& bs, int peer, int tag, const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  uint64_t n = bytes;
-  bs.send(peer, tag, &n, sizeof(n));
-  for (size_t off = 0; off < bytes; off += kPiece) bs.send(peer, tag, p + off, std::min(kPiece, bytes - off));
-}
-
-void recvPieces(topocoll::bootstrap::Bootstrap& bs, int peer, int tag, void* data, size_t bytes, const char* what) {
-  uint64_t n = 0;
-  bs.recv(peer, tag, &n, sizeof(n));
-  if (n != bytes)
-    topocoll::fail(StatusCode::kInvalidUsage, "{}: rank {} sent {} bytes, this rank expects {} (count or type differ)",
-                   what, peer, n, bytes);
-  char* p = static_cast<char*>(data);
-  for (size_t off = 0; off < bytes; off += kPiece) bs.recv(peer, tag, p + off, std::min(kPiece, bytes - off));
-}
-
-// memmove that takes NULL when nothing moves: the API accepts NULL buffers of zero elements, memcpy does not.
-void copyBytes(void* dst, const void* src, size_t n) {
-  if (n) std::memmove(dst, src, n);
-}
-
-// Every rank's `bytes` from `mine` into `all` (rank order), through the bootstrap's ring allGather in pieces; each
-// rank first checks that everybody called the same operation with the same size.
-void gatherAll(tcclComm* c, const void* mine, void* all, size_t bytes, const std::string& signature) {
-  auto& bs = c->comm->bootstrap();
-  int n = bs.nRanks(), me = bs.rank();
-  c->opSeq++;
-  // Signatures first: a different operation or count on another rank is named before any data moves.
-  char sig[64] = {};
-  std::snprintf(sig, sizeof(sig), "%s", signature.c_str());
-  std::vector<char> sigs(static_cast<size_t>(n) * sizeof(sig));
-  std::memcpy(sigs.data() + me * sizeof(sig), sig, sizeof(sig));
-  bs.allGather(sigs.data(), sizeof(sig));
-  for (int r = 0; r < n; ++r)
-    if (std::strncmp(sigs.data() + r * sizeof(sig), sig, sizeof(sig)) != 0)
-      topocoll::fail(StatusCode::kInvalidUsage, "rank {} called {} while rank {} called {}", me, sig, r,
-                     std::string(sigs.data() + r * sizeof(sig), strnlen(sigs.data() + r * sizeof(sig), sizeof(sig))));
-  char* out = static_cast<char*>(all);
-  std::vector<char> round;
-  for (size_t off = 0; off < bytes; off += kPiece) {
-    size_t piece = std::min(kPiece, bytes - off);
-    round.resize(piece * n);
-    copyBytes(round.data() + me * piece, static_cast<const char*>(mine) + off, piece);
-    bs.allGather(round.data(), piece);
-    for (int r = 0; r < n; ++r) copyBytes(out + r * bytes + off, round.data() + r * piece, piece);
-  }
-}
-
-void reduceAll(const std::vector<char>& all, int n, size_t count, tcclDataType_t t, tcclRedOp_t op, void* out) {
-  size_t bytes = count * topocoll::sizeOf(static_cast<DataType>(t));
-  std::vector<const void*> srcs(n);
-  for (int r = 0; r < n; ++r) srcs[r] = all.data() + r * bytes;
-  topocoll::collectives::reduceMany(static_cast<DataType>(t), static_cast<RedOp>(op), out, srcs.data(), n, count);
-  if (op == tcclAvg) topocoll::collectives::finishAvg(static_cast<DataType>(t), out, count, n);
-}
-
-std::string sig(const char* name, size_t count, tcclDataType_t t, int extra = -1) {
-  return extra < 0 ? fmt::format("{}({}x{})", name, count, topocoll::to_string(static_cast<DataType>(t)))
-                   : fmt::format("{}({}x{},{})", name, count, topocoll::to_string(static_cast<DataType>(t)), extra);
-}
+DataType dt(tcclDataType_t t) { return static_cast<DataType>(t); }
+RedOp rop(tcclRedOp_t op) { return static_cast<RedOp>(op); }
 
 }  // namespace
 
@@ -237,8 +155,6 @@ tcclResult_t tcclCommInitRank(tcclComm_t* comm, int nranks, tcclUniqueId commId,
     auto opts = topocoll::runtime::InitOptions::fromEnv(topocoll::Env::fromProcess());
     auto c = std::make_unique<tcclComm>();
     c->comm = Communicator::init(id, nranks, rank, opts);
-    c->sendSeq.assign(nranks, 0);
-    c->recvSeq.assign(nranks, 0);
     *comm = c.release();
   });
 }
@@ -279,6 +195,7 @@ tcclResult_t tcclCommDestroy(tcclComm_t comm) {
 
 tcclResult_t tcclCommAbort(tcclComm_t comm) {
   if (!comm) return tcclSuccess;
+  if (comm->comm) comm->comm->abort();  // whatever is pending fails at once, then everything is released
   delete comm;
   return tcclSuccess;
 }
@@ -344,13 +261,7 @@ tcclResult_t tcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, t
         checkBuf(sendbuff, b, "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] {
-        int n = comm->comm->nRanks();
-        size_t b = bytesOf(count, datatype);
-        std::vector<char> all(b * n);
-        gatherAll(comm, sendbuff, all.data(), b, sig("AllReduce", count, datatype, op));
-        reduceAll(all, n, count, datatype, op, recvbuff);
-      });
+      [=] { comm->comm->allReduce(sendbuff, recvbuff, count, dt(datatype), rop(op)); });
 }
 
 tcclResult_t tcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
@@ -365,13 +276,7 @@ tcclResult_t tcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, t
         if (comm->comm->rank() == root) checkBuf(sendbuff, b, "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] {
-        int n = comm->comm->nRanks(), me = comm->comm->rank();
-        size_t b = bytesOf(count, datatype);
-        std::vector<char> all(b * n);
-        gatherAll(comm, me == root ? sendbuff : recvbuff, all.data(), b, sig("Broadcast", count, datatype, root));
-        if (me != root || recvbuff != sendbuff) copyBytes(recvbuff, all.data() + root * b, b);
-      });
+      [=] { comm->comm->broadcast(sendbuff, recvbuff, count, dt(datatype), root); });
 }
 
 tcclResult_t tcclReduce(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclRedOp_t op,
@@ -387,13 +292,7 @@ tcclResult_t tcclReduce(const void* sendbuff, void* recvbuff, size_t count, tccl
         checkBuf(sendbuff, b, "sendbuff");
         if (comm->comm->rank() == root) checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] {
-        int n = comm->comm->nRanks();
-        size_t b = bytesOf(count, datatype);
-        std::vector<char> all(b * n);
-        gatherAll(comm, sendbuff, all.data(), b, sig("Reduce", count, datatype, root * 8 + op));
-        if (comm->comm->rank() == root) reduceAll(all, n, count, datatype, op, recvbuff);
-      });
+      [=] { comm->comm->reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root); });
 }
 
 tcclResult_t tcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tcclDataType_t datatype,
@@ -409,7 +308,7 @@ tcclResult_t tcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
           topocoll::fail(StatusCode::kInvalidArgument, "sendcount {} x {} ranks overflows", sendcount, comm->comm->nRanks());
         checkBuf(recvbuff, b * comm->comm->nRanks(), "recvbuff");
       },
-      [=] { gatherAll(comm, sendbuff, recvbuff, bytesOf(sendcount, datatype), sig("AllGather", sendcount, datatype)); });
+      [=] { comm->comm->allGather(sendbuff, recvbuff, sendcount, dt(datatype)); });
 }
 
 tcclResult_t tcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tcclDataType_t datatype,
@@ -426,17 +325,7 @@ tcclResult_t tcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
         checkBuf(sendbuff, b * comm->comm->nRanks(), "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] {
-        int n = comm->comm->nRanks(), me = comm->comm->rank();
-        size_t b = bytesOf(recvcount, datatype);
-        std::vector<char> all(b * n * n);
-        gatherAll(comm, sendbuff, all.data(), b * n, sig("ReduceScatter", recvcount, datatype, op));
-        std::vector<const void*> srcs(n);
-        for (int r = 0; r < n; ++r) srcs[r] = all.data() + r * b * n + me * b;
-        topocoll::collectives::reduceMany(static_cast<DataType>(datatype), static_cast<RedOp>(op), recvbuff,
-                                          srcs.data(), n, recvcount);
-        if (op == tcclAvg) topocoll::collectives::finishAvg(static_cast<DataType>(datatype), recvbuff, recvcount, n);
-      });
+      [=] { comm->comm->reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op)); });
 }
 
 tcclResult_t tcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclComm_t comm,
@@ -450,13 +339,7 @@ tcclResult_t tcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, tc
         checkBuf(sendbuff, b, "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] {
-        int n = comm->comm->nRanks(), me = comm->comm->rank();
-        size_t b = bytesOf(count, datatype);
-        std::vector<char> all(b * n * n);
-        gatherAll(comm, sendbuff, all.data(), b * n, sig("AlltoAll", count, datatype));
-        for (int r = 0; r < n; ++r) copyBytes(static_cast<char*>(recvbuff) + r * b, all.data() + r * b * n + me * b, b);
-      });
+      [=] { comm->comm->allToAll(sendbuff, recvbuff, count, dt(datatype)); });
 }
 
 tcclResult_t tcclGather(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
@@ -471,13 +354,20 @@ tcclResult_t tcclGather(const void* sendbuff, void* recvbuff, size_t count, tccl
         checkBuf(sendbuff, b, "sendbuff");
         if (comm->comm->rank() == root) checkBuf(recvbuff, b * comm->comm->nRanks(), "recvbuff");
       },
-      [=] {
-        int n = comm->comm->nRanks();
+      [=] { 
+        auto& c = *comm->comm;
         size_t b = bytesOf(count, datatype);
-        std::vector<char> all(b * n);
-        gatherAll(comm, sendbuff, all.data(), b, sig("Gather", count, datatype, root));
-        if (comm->comm->rank() == root) copyBytes(recvbuff, all.data(), b * n);
-      });
+        topocoll::runtime::groupStart();
+        try {
+          c.send(sendbuff, count, dt(datatype), root);
+          if (c.rank() == root)
+            for (int r = 0; r < c.nRanks(); ++r) c.recv(static_cast<char*>(recvbuff) + r * b, count, dt(datatype), r);
+        } catch (...) {
+          topocoll::runtime::groupEnd();
+          throw;
+        }
+        topocoll::runtime::groupEnd();
+ });
 }
 
 tcclResult_t tcclScatter(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
@@ -492,23 +382,24 @@ tcclResult_t tcclScatter(const void* sendbuff, void* recvbuff, size_t count, tcc
         if (comm->comm->rank() == root) checkBuf(sendbuff, b * comm->comm->nRanks(), "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] {
-        int n = comm->comm->nRanks(), me = comm->comm->rank();
+      [=] { 
+        auto& c = *comm->comm;
         size_t b = bytesOf(count, datatype);
-        std::vector<char> mine(b * n), all(b * n * n);
-        if (me == root) copyBytes(mine.data(), sendbuff, b * n);
-        gatherAll(comm, mine.data(), all.data(), b * n, sig("Scatter", count, datatype, root));
-        copyBytes(recvbuff, all.data() + root * b * n + me * b, b);
-      });
+        topocoll::runtime::groupStart();
+        try {
+          if (c.rank() == root)
+            for (int r = 0; r < c.nRanks(); ++r) c.send(static_cast<const char*>(sendbuff) + r * b, count, dt(datatype), r);
+          c.recv(recvbuff, count, dt(datatype), root);
+        } catch (...) {
+          topocoll::runtime::groupEnd();
+          throw;
+        }
+        topocoll::runtime::groupEnd();
+ });
 }
 
 tcclResult_t tcclBarrier(tcclComm_t comm, tcclStream_t stream) {
-  return issue(comm, "tcclBarrier", [&] { checkStream(stream); },
-               [=] {
-                 char none = 0;
-                 std::vector<char> all(comm->comm->nRanks());
-                 gatherAll(comm, &none, all.data(), 1, "Barrier");
-               });
+  return issue(comm, "tcclBarrier", [&] { checkStream(stream); }, [=] { comm->comm->barrier(); });
 }
 
 tcclResult_t tcclSend(const void* sendbuff, size_t count, tcclDataType_t datatype, int peer, tcclComm_t comm,
@@ -521,11 +412,7 @@ tcclResult_t tcclSend(const void* sendbuff, size_t count, tcclDataType_t datatyp
         checkRank(comm, peer, "peer");
         checkBuf(sendbuff, bytesOf(count, datatype), "sendbuff");
       },
-      [=] {
-        int tag = kTagP2pBase + static_cast<int>(comm->sendSeq[peer]++ % (1u << 20));
-        sendPieces(comm->comm->bootstrap(), peer, tag, sendbuff, bytesOf(count, datatype));
-      },
-      OpKind::kSend);
+      [=] { comm->comm->send(sendbuff, count, dt(datatype), peer); });
 }
 
 tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int peer, tcclComm_t comm,
@@ -538,47 +425,20 @@ tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int
         checkRank(comm, peer, "peer");
         checkBuf(recvbuff, bytesOf(count, datatype), "recvbuff");
       },
-      [=] {
-        int tag = kTagP2pBase + static_cast<int>(comm->recvSeq[peer]++ % (1u << 20));
-        recvPieces(comm->comm->bootstrap(), peer, tag, recvbuff, bytesOf(count, datatype), "tcclRecv");
-      },
-      OpKind::kRecv);
+      [=] { comm->comm->recv(recvbuff, count, dt(datatype), peer); });
 }
 
 tcclResult_t tcclGroupStart(void) {
-  ++groupDepth;
+  topocoll::runtime::groupStart();
   return tcclSuccess;
 }
 
 tcclResult_t tcclGroupEnd(void) {
-  if (groupDepth == 0) {
+  if (topocoll::runtime::groupDepth() == 0) {
     tlsLastError = "tcclGroupEnd: not inside tcclGroupStart";
     return tcclInvalidUsage;
   }
-  if (--groupDepth > 0) return tcclSuccess;
-  std::vector<PendingOp> ops;
-  ops.swap(groupOps);
-  tcclResult_t rc = tcclSuccess;
-  auto run = [&rc](PendingOp& o) {
-    tcclResult_t r = guarded(o.comm, "tcclGroupEnd", o.run);
-    if (rc == tcclSuccess) rc = r;
-  };
-  // Collectives in their order; then sends on a thread of their own while this one receives, so that any order
-  // of sends and receives completes (a receiver always drains whatever reaches it first).
-  for (auto& o : ops)
-    if (o.kind == OpKind::kColl) run(o);
-  tcclResult_t sendRc = tcclSuccess;
-  std::thread sender([&] {
-    for (auto& o : ops)
-      if (o.kind == OpKind::kSend) {
-        tcclResult_t r = guarded(o.comm, "tcclGroupEnd", o.run);
-        if (sendRc == tcclSuccess) sendRc = r;
-      }
-  });
-  for (auto& o : ops)
-    if (o.kind == OpKind::kRecv) run(o);
-  sender.join();
-  return rc != tcclSuccess ? rc : sendRc;
+  return guarded(nullptr, "tcclGroupEnd", [] { topocoll::runtime::groupEnd(); });
 }
 
 tcclResult_t tcclCommInitFromEnv(tcclComm_t* comm) {
@@ -587,8 +447,6 @@ tcclResult_t tcclCommInitFromEnv(tcclComm_t* comm) {
     *comm = nullptr;
     auto c = std::make_unique<tcclComm>();
     c->comm = Communicator::initFromEnv(topocoll::Env::fromProcess());
-    c->sendSeq.assign(c->comm->nRanks(), 0);
-    c->recvSeq.assign(c->comm->nRanks(), 0);
     *comm = c.release();
   });
 }

@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 
+#include "coll_links.h"
 #include "engine.h"
 #include "topocoll/log.h"
 #include "topocoll/paths/paths.h"
@@ -115,7 +116,8 @@ Communicator::Communicator() = default;
 
 Communicator::~Communicator() {
   // Order matters: the engine stops driving before the connectors (and their buffers) go, the connectors before the
-  // proxy that serves their buffers, the proxy before the network it progresses.
+  // proxy that serves their buffers, the proxy before the network it progresses. Collectives first: they use all of it.
+  stopCollectives();
   engine_.reset();
   channels_.clear();
   proxy_.reset();

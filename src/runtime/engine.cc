@@ -219,10 +219,15 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
   Clock::time_point since{};  // read lazily: most transfers finish before any check
   unsigned polls = 0;
   // The other transfers of the group move too: any order of sends and receives completes.
+  inlineConns_.clear();
+  inlineConns_.push_back(&c);
+  for (Transfer* o : others) inlineConns_.push_back(&o->connector());
   auto step = [&] {
     bool moved = t.progress();
     for (Transfer* o : others)
       if (o != &t && !o->finished()) moved |= o->progress();
+    if (hasIncoming_.load(std::memory_order_acquire) || pending_.load(std::memory_order_acquire) != 0)
+      moved |= progressOnce();  // what other threads posted since
     return moved;
   };
   while (!t.finished()) {
@@ -251,6 +256,7 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
     }
     backoff.idle(*opts_.doorbell, [&] { return step() || t.finished() || (opts_.abortFlag && opts_.abortFlag->load()); });
   }
+  inlineConns_.clear();
 }
 
 void Engine::complete(Op& op) {
@@ -315,6 +321,10 @@ bool Engine::progressOnce() {
   bool did = false;
   for (size_t i = 0; i < active_.size();) {
     Queue& q = *active_[i];
+    if (!inlineConns_.empty() && std::find(inlineConns_.begin(), inlineConns_.end(), q.conn) != inlineConns_.end()) {
+      ++i;  // a caller drives this connector inline: its queue waits
+      continue;
+    }
     while (!q.parts.empty()) {
       auto [op, t] = q.parts.front();
       bool moved = t->progress();

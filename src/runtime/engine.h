@@ -126,6 +126,10 @@ class Engine {
   uint64_t nextSeq_ = 0;
 
   int idlePasses_ = 0;
+  // Connectors a caller drives inline right now (driver only): progressOnce leaves their queues alone, so that an
+  // inline driver can also move what other threads of the process posted meanwhile (a send thread and a receive
+  // thread on one communicator would otherwise wait for each other's lock).
+  std::vector<const transport::Connector*> inlineConns_;
 
   std::atomic<int> callers_{0};        // threads in wait(): the worker leaves the driving to them
   std::mutex workerMu_;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <thread>
 
+#include "coll_task.h"
 #include "engine.h"
 #include "topocoll/log.h"
 #include "topocoll/runtime/communicator.h"
@@ -26,10 +27,13 @@ namespace {
 struct GroupState {
   int depth = 0;
   std::vector<std::pair<Communicator*, std::shared_ptr<Op>>> ops;
+  std::vector<std::shared_ptr<detail::CollTask>> colls;
 };
 thread_local GroupState tGroup;
 
 }  // namespace
+
+void detail::addToGroup(Communicator*, std::shared_ptr<CollTask> t) { tGroup.colls.push_back(std::move(t)); }
 
 namespace {
 // A finished operation needs no engine (which may be gone with its communicator).
@@ -41,6 +45,12 @@ bool finishedOrThrow(const Op& op) {
 }  // namespace
 
 void Request::wait() {
+  if (task_) {
+    if (!task_->finished() && tGroup.depth > 0 &&
+        std::find(tGroup.colls.begin(), tGroup.colls.end(), task_) != tGroup.colls.end())
+      fail(StatusCode::kInvalidUsage, "wait() on a request of an open group: call groupEnd() first (it waits for it)");
+    return task_->wait();
+  }
   if (!op_) fail(StatusCode::kInvalidUsage, "wait() on an empty request");
   if (finishedOrThrow(*op_)) return;
   if (!op_->engine)
@@ -49,6 +59,11 @@ void Request::wait() {
 }
 
 bool Request::test() {
+  if (task_) {
+    if (!task_->finished()) return false;
+    task_->wait();
+    return true;
+  }
   if (!op_) fail(StatusCode::kInvalidUsage, "test() on an empty request");
   if (finishedOrThrow(*op_)) return true;
   if (!op_->engine) return false;
@@ -189,11 +204,50 @@ void groupStart() { ++tGroup.depth; }
 
 int groupDepth() { return tGroup.depth; }
 
+namespace {
+void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops);
+}
+
 void groupEnd() {
   if (tGroup.depth == 0) fail(StatusCode::kInvalidUsage, "groupEnd() without groupStart()");
   if (--tGroup.depth > 0) return;
   auto ops = std::move(tGroup.ops);
   tGroup.ops.clear();
+  auto colls = std::move(tGroup.colls);
+  tGroup.colls.clear();
+  if (colls.empty()) return groupEndP2p(ops);
+  // Collectives of one communicator and nothing else run here, in order; otherwise each communicator's collective
+  // thread runs its own (several communicators of this thread progress at once) while this thread does the rest.
+  bool here = ops.empty();
+  for (auto& t : colls) here = here && t->comm == colls[0]->comm;
+  if (here) {
+    for (auto& t : colls) t->comm->runNow(*t);
+  } else {
+    for (auto& t : colls) t->comm->submit(t);
+  }
+  StatusCode code = StatusCode::kOk;
+  std::string why;
+  auto note = [&](const Error& e) {
+    if (code == StatusCode::kOk) code = e.code();
+    why += (why.empty() ? "" : "; ") + std::string(e.what());
+  };
+  try {
+    groupEndP2p(ops);
+  } catch (const Error& e) {
+    note(e);
+  }
+  for (auto& t : colls) {
+    try {
+      t->wait();
+    } catch (const Error& e) {
+      note(e);
+    }
+  }
+  if (code != StatusCode::kOk) throw Error(code, why);
+}
+
+namespace {
+void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops) {
   if (ops.empty()) return;
   std::vector<Communicator*> comms;
   for (auto& [c, op] : ops)
@@ -254,5 +308,7 @@ void groupEnd() {
   }
   if (code != StatusCode::kOk) throw Error(code, why);
 }
+
+}  // namespace
 
 }  // namespace topocoll::runtime

@@ -1,6 +1,6 @@
 // The communicator: NCCL's initTransportsRank (peer-info allgather, nodes and local ranks, the plan of this rank's
-// node, the graph-info allgather, job-wide rings and trees, then the transports of the rings and trees) and the
-// point-to-point operations on top of the transports (ncclSend / ncclRecv, groups).
+// node, the graph-info allgather, job-wide rings and trees, then the transports of the rings and trees), the
+// point-to-point operations on top of the transports (ncclSend / ncclRecv, groups) and the collectives.
 //
 //   auto comm = topocoll::runtime::Communicator::initFromEnv(topocoll::Env::fromProcess());  // mpirun/srun/torchrun
 //   int peer = (comm->rank() + 1) % comm->nRanks(), from = (comm->rank() + comm->nRanks() - 1) % comm->nRanks();
@@ -11,9 +11,18 @@
 //
 //   auto r = comm->isend(buf, n, DataType::kInt32, peer);  // asynchronous
 //   ...; r.wait();                                          // throws topocoll::Error naming the peer on failure
+//
+// Collectives (docs/collectives.md), NCCL's argument order, every rank in the same order:
+//   comm->allReduce(in, out, n, DataType::kFloat32, RedOp::kSum);      // blocking; in == out: in place
+//   auto a = comm->iallGather(in, all, n, DataType::kFloat32);          // asynchronous: runs on the collective thread
+//   comm->broadcast(buf, buf, n, DataType::kInt64, /*root=*/0);
+//   a.wait();                                                           // completes in issue order
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <thread>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -23,6 +32,7 @@
 #include <vector>
 
 #include "topocoll/bootstrap/bootstrap.h"
+#include "topocoll/collectives/algorithms.h"
 #include "topocoll/config.h"
 #include "topocoll/datatype.h"
 #include "topocoll/env.h"
@@ -62,9 +72,11 @@ struct InitOptions {
 namespace detail {
 struct Op;
 class Engine;
+struct CollTask;
+class CollLinks;
 }
 
-/// The handle of an asynchronous send or receive.
+/// The handle of an asynchronous send, receive or collective.
 class Request {
  public:
   Request() = default;
@@ -74,12 +86,14 @@ class Request {
   void wait();
   /// True when completed; throws like wait() when it failed. Drives the transfers once if nobody else does.
   bool test();
-  bool valid() const { return op_ != nullptr; }
+  bool valid() const { return op_ != nullptr || task_ != nullptr; }
 
  private:
   friend class Communicator;
   explicit Request(std::shared_ptr<detail::Op> op) : op_(std::move(op)) {}
+  explicit Request(std::shared_ptr<detail::CollTask> t) : task_(std::move(t)) {}
   std::shared_ptr<detail::Op> op_;
+  std::shared_ptr<detail::CollTask> task_;
 };
 
 /// One connection of the communicator, for `comm-check` and tests.
@@ -128,6 +142,34 @@ class Communicator {
   void send(const void* buf, size_t count, DataType type, int peer);
   void recv(void* buf, size_t count, DataType type, int peer);
 
+  // ---- Collectives (NCCL's argument order). Every rank calls the same collectives in the same order, with the same
+  // count, type, op and root; they complete in that order. In place when the send buffer is the receive buffer
+  // (AllGather: recvbuff + rank * count; ReduceScatter: sendbuff + rank * count). The i* forms return at once (the
+  // collective runs on the communicator's collective thread; buffers must stay valid until wait()); the plain forms
+  // block. Inside groupStart()/groupEnd() both are issued by groupEnd(), which returns when they completed.
+  // Failures throw Error: a peer gone (kRemoteError), TOPOCOLL_TIMEOUT without progress (kTimeout), abort
+  // (kAborted), a peer that called something else (kInvalidUsage, naming both ranks; always detected with
+  // TOPOCOLL_CHECK_CALLS=1, otherwise when the sizes differ).
+  //
+  //   comm->allReduce(in, out, n, DataType::kFloat32, RedOp::kSum);
+  //   auto r = comm->iallGather(in, out, n, DataType::kInt32); ...; r.wait();
+  Request iallReduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op);
+  Request ibroadcast(const void* sendbuff, void* recvbuff, size_t count, DataType type, int root);
+  Request ireduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op, int root);
+  Request iallGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType type);
+  Request ireduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType type, RedOp op);
+  void allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op);
+  void broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType type, int root);
+  void reduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op, int root);
+  void allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType type);
+  void reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType type, RedOp op);
+  /// `count` elements to and from every rank (a group of sends and receives, as NCCL's).
+  void allToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type);
+  /// Returns when every rank called it.
+  void barrier();
+  /// The algorithm, protocol and channels a collective would use (NCCL_DEBUG_SUBSYS=TUNING logs each choice).
+  collectives::Choice choose(const collectives::Args& a) const;
+
   /// Makes the point-to-point connections to every peer now (they are otherwise made on first use, as NCCL does);
   /// every rank must call it.
   void connectAll();
@@ -146,6 +188,14 @@ class Communicator {
   void waitOp(detail::Op& op);
   void waitOps(const std::vector<detail::Op*>& ops);
   bool runGroupInline(const std::vector<detail::Op*>& ops);
+  void checkCollArgs(const collectives::Args& a) const;
+  std::shared_ptr<detail::CollTask> makeCollTask(const collectives::Args& a);
+  /// Runs `t` on the collective thread, after those before it.
+  void submit(const std::shared_ptr<detail::CollTask>& t);
+  /// Runs `t` now in this thread (waiting for the collective thread's queue first).
+  void runNow(detail::CollTask& t);
+  std::shared_ptr<detail::Op> makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes,
+                                         collectives::Proto proto, bool staged);
 
  private:
   Communicator();
@@ -191,6 +241,22 @@ class Communicator {
   std::vector<int> sendRound_, recvRound_;  // NCCL's p2p schedule: the round of each peer
   int p2pMinChannels_ = 1, p2pGroupSize_ = 1;
   size_t p2pChunk_ = 0;
+
+  // Collectives: one runs at a time (collMu_), in issue order; asynchronous ones on collThread_.
+  Request collective(const collectives::Args& a, bool blocking);
+  void execute(detail::CollTask& t);
+  void collLoop();
+  void stopCollectives();
+  friend class detail::CollLinks;
+  std::unique_ptr<detail::CollLinks> links_;
+  std::mutex collMu_;                  // held while a collective runs
+  std::mutex queueMu_;
+  std::condition_variable queueCv_;
+  std::deque<std::shared_ptr<detail::CollTask>> queue_;
+  int queued_ = 0;                     // submitted and not finished
+  bool collStop_ = false;
+  std::thread collThread_;
+  std::vector<std::shared_ptr<std::vector<char>>> allToAllCopies_;  // inputs of in-place all-to-alls in flight
 };
 
 /// NCCL's ncclMemAlloc / ncclMemFree for host memory: page-aligned, zeroed, backed by transparent huge pages where

@@ -1,0 +1,84 @@
+// The collective algorithms on CPU threads (NCCL 2.30.7 src/device/all_reduce.h, all_gather.h, reduce_scatter.h,
+// broadcast.h, reduce.h: the same rings, chains and trees, our own code). An algorithm sees the communicator only
+// through `Links`: asynchronous sends and receives of byte ranges to a ring or tree neighbour on one channel, which
+// complete in issue order per connection. The runtime implements Links over the transport connectors that init
+// connected (rings and trees, connIndex 0) and the point-to-point ones (direct algorithm).
+//
+//   collectives::Args a{Coll::kAllReduce, send, recv, count, DataType::kFloat32, RedOp::kSum, 0};
+//   collectives::Choice c = collectives::choose(a, links.nRanks(), links.nChannels(), forced);
+//   collectives::run(links, a, c);   // throws the first failed transfer's Error (naming the peer)
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "topocoll/datatype.h"
+
+namespace topocoll::collectives {
+
+enum class Coll : int { kAllReduce = 0, kBroadcast, kReduce, kAllGather, kReduceScatter };
+const char* collName(Coll c);  // NCCL's names: "AllReduce", "Broadcast", ...
+
+/// Ring and Tree are NCCL's (ids 1 and 0 in its logs); Direct: every rank sends its data to every other rank and
+/// reduces everything itself in rank order (one round of messages: the small-size algorithm of one host).
+enum class Algo : int { kTree = 0, kRing = 1, kDirect = 2 };
+constexpr int kDirectMaxRanks = 8;
+const char* algoName(Algo a);
+/// NCCL's protocol ids: LL 0, Simple 2 (LL128 is not built for host memory).
+enum class Proto : int { kLL = 0, kSimple = 2 };
+const char* protoName(Proto p);
+
+struct Args {
+  Coll coll = Coll::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // NCCL's count: AllGather sendcount, ReduceScatter recvcount
+  DataType type = DataType::kUint8;
+  RedOp op = RedOp::kSum;
+  int root = 0;
+};
+
+struct Choice {
+  Algo algo = Algo::kRing;
+  Proto proto = Proto::kSimple;
+  int nChannels = 1;
+  size_t chunkBytes = 512 << 10;  // pipelining unit of chains and trees
+};
+
+/// What an algorithm needs from the communicator.
+class Links {
+ public:
+  virtual ~Links() = default;
+  virtual int rank() const = 0;
+  virtual int nRanks() const = 0;
+  /// Channels with rings (and trees).
+  virtual int nChannels() const = 0;
+  /// Channel `c`'s ring, from rank 0's position (every rank sees the same).
+  virtual const int* ring(int c) const = 0;
+  virtual int treeUp(int c) const = 0;
+  /// Children of channel `c`'s tree, -1 where none (at most 3).
+  virtual int treeDown(int c, int i) const = 0;
+  /// Asynchronous transfer of `bytes` to/from `peer` on channel `c` (LL or Simple by `proto`); completes in order
+  /// with the others on the same connection. `staged`: the receiver reduces what arrives (a slice through the FIFOs,
+  /// in the cache); otherwise the data lands where it stays (single copies welcome). Both sides pass the same.
+  /// Returns a handle for wait().
+  virtual int send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged) = 0;
+  virtual int recv(int c, int peer, void* buf, size_t bytes, Proto proto, bool staged) = 0;
+  /// Blocks until handle `h` completed; throws its error.
+  virtual void wait(int h) = 0;
+  /// Blocks until every handle completed (and forgets them); throws the first error.
+  virtual void waitAll() = 0;
+  /// Makes sure every peer can be reached (direct algorithm; collective: every rank calls it).
+  virtual void connectAll() = 0;
+  /// A buffer of at least `bytes` owned by the communicator (kept between calls: no allocation per call).
+  virtual char* scratch(size_t bytes) = 0;
+};
+
+/// Runs the collective `a` with `c`. Every rank calls it with the same collective, count, type, op and root.
+void run(Links& links, const Args& a, const Choice& c);
+
+/// Bytes NCCL's tuning counts for a collective (the message size in its "N Bytes -> Algo" line): AllGather and
+/// ReduceScatter count all ranks' data.
+size_t collBytes(const Args& a, int nRanks);
+
+}  // namespace topocoll::collectives

@@ -1,0 +1,368 @@
+// The collective algorithms (follows the structure of NCCL 2.30.7 src/device/all_reduce.h, all_gather.h,
+// reduce_scatter.h, broadcast.h and reduce.h, Apache-2.0: ring steps, chains and trees; our own code). Data is split
+// across channels (each with its own ring or tree) and every step of every channel is posted before any is waited
+// for, so channels move at once; chains and trees are pipelined in chunks.
+#include "topocoll/collectives/algorithms.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "topocoll/collectives/reduce.h"
+#include "topocoll/status.h"
+
+namespace topocoll::collectives {
+
+const char* collName(Coll c) {
+  switch (c) {
+    case Coll::kAllReduce: return "AllReduce";
+    case Coll::kBroadcast: return "Broadcast";
+    case Coll::kReduce: return "Reduce";
+    case Coll::kAllGather: return "AllGather";
+    case Coll::kReduceScatter: return "ReduceScatter";
+  }
+  return "?";
+}
+
+const char* algoName(Algo a) {
+  switch (a) {
+    case Algo::kTree: return "Tree";
+    case Algo::kRing: return "Ring";
+    case Algo::kDirect: return "Direct";
+  }
+  return "?";
+}
+
+const char* protoName(Proto p) { return p == Proto::kLL ? "LL" : "Simple"; }
+
+size_t collBytes(const Args& a, int nRanks) {
+  size_t b = a.count * sizeOf(a.type);
+  return a.coll == Coll::kAllGather || a.coll == Coll::kReduceScatter ? b * static_cast<size_t>(nRanks) : b;
+}
+
+namespace {
+
+// Element range of part `i` of `n` (balanced).
+struct Range {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+Range split(size_t count, int n, int i) {
+  return {count * static_cast<size_t>(i) / static_cast<size_t>(n),
+          count * static_cast<size_t>(i + 1) / static_cast<size_t>(n)};
+}
+
+int positionOf(const int* ring, int n, int rank) {
+  for (int p = 0; p < n; ++p)
+    if (ring[p] == rank) return p;
+  fail(StatusCode::kInternal, "rank {} is not in its channel's ring", rank);
+}
+
+class Runner {
+ public:
+  Runner(Links& l, const Args& a, const Choice& c)
+      : l_(l), a_(a), c_(c), n_(l.nRanks()), me_(l.rank()), es_(sizeOf(a.type)),
+        send_(static_cast<const char*>(a.send)), recv_(static_cast<char*>(a.recv)),
+        nCh_(std::max(1, std::min(c.nChannels, l.nChannels()))),
+        chunk_(std::max<size_t>(1, c.chunkBytes / es_)) {}
+
+  void run() {
+    switch (a_.coll) {
+      case Coll::kAllReduce:
+        if (c_.algo == Algo::kDirect) return allReduceDirect();
+        if (c_.algo == Algo::kTree && n_ > 1) return allReduceTree();
+        return allReduceRing();
+      case Coll::kAllGather: return allGatherRing();
+      case Coll::kReduceScatter: return reduceScatterRing();
+      case Coll::kBroadcast: return broadcastChain();
+      case Coll::kReduce: return reduceChain();
+    }
+  }
+
+ private:
+  char* at(char* base, size_t elem) const { return base + elem * es_; }
+  const char* at(const char* base, size_t elem) const { return base + elem * es_; }
+  void reduce2(void* dst, const void* x, const void* y, size_t n) const { reduce(a_.type, a_.op, dst, x, y, n); }
+  void avg(void* dst, size_t n) const {
+    if (a_.op == RedOp::kAvg) finishAvg(a_.type, dst, n, n_);
+  }
+  int send(int c, int peer, const void* p, size_t elems, bool staged = false) {
+    return l_.send(c, peer, p, elems * es_, c_.proto, staged);
+  }
+  int recv(int c, int peer, void* p, size_t elems, bool staged = false) {
+    return l_.recv(c, peer, p, elems * es_, c_.proto, staged);
+  }
+  void copyIfApart(void* dst, const void* src, size_t elems) const {
+    if (dst != src && elems) std::memmove(dst, src, elems * es_);
+  }
+  struct Ring {
+    const int* r;
+    int p, prev, next;
+  };
+  Ring ringOf(int c) const {
+    const int* r = l_.ring(c);
+    int p = positionOf(r, n_, me_);
+    return {r, p, r[(p + n_ - 1) % n_], r[(p + 1) % n_]};
+  }
+  int mod(int x) const { return ((x % n_) + n_) % n_; }
+
+  // Reduce-scatter then all-gather around each channel's ring. Each channel's range is cut into n blocks; at step s
+  // of the reduce-scatter the rank at ring position p sends block p-s (its input, then what it reduced at the step
+  // before) and reduces block p-s-1 into its output; it then owns block p+1, which the all-gather forwards. The
+  // reduce-scatter walks the blocks a chunk at a time (slice k: chunk k of every block), so that a received chunk is
+  // reduced while it is still in the cache; the all-gather moves whole blocks (single copies between processes).
+  void allReduceRing() {
+    size_t count = a_.count;
+    if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
+    std::vector<Range> whole(nCh_);
+    std::vector<Ring> rings(nCh_);
+    std::vector<int> h(nCh_, -1);
+    size_t nSlices = 0;
+    for (int c = 0; c < nCh_; ++c) {
+      whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);
+      size_t big = (whole[c].size() + n_ - 1) / n_;
+      nSlices = std::max(nSlices, (big + chunk_ - 1) / chunk_);
+    }
+    size_t maxChunk = std::min(chunk_, (count + n_ - 1) / n_);
+    char* tmp = l_.scratch(maxChunk * es_ * nCh_);
+    auto block = [&](int c, int b) {
+      Range r = split(whole[c].size(), n_, b);
+      return Range{whole[c].begin + r.begin, whole[c].begin + r.end};
+    };
+    auto piece = [&](int c, int b, size_t k) {
+      Range r = block(c, b);
+      size_t first = std::min(r.end, r.begin + k * chunk_);
+      return Range{first, std::min(r.end, first + chunk_)};
+    };
+    for (size_t k = 0; k < nSlices; ++k) {
+      for (int s = 0; s < n_ - 1; ++s) {
+        for (int c = 0; c < nCh_; ++c) {
+          Range out = piece(c, mod(rings[c].p - s), k), in = piece(c, mod(rings[c].p - s - 1), k);
+          h[c] = in.size() ? recv(c, rings[c].prev, tmp + c * maxChunk * es_, in.size(), true) : -1;
+          if (out.size()) send(c, rings[c].next, at(s == 0 ? send_ : recv_, out.begin), out.size(), true);
+        }
+        for (int c = 0; c < nCh_; ++c) {
+          if (h[c] < 0) continue;
+          Range in = piece(c, mod(rings[c].p - s - 1), k);
+          l_.wait(h[c]);
+          reduce2(at(recv_, in.begin), tmp + c * maxChunk * es_, at(send_, in.begin), in.size());
+          if (s == n_ - 2) avg(at(recv_, in.begin), in.size());
+        }
+        l_.waitAll();
+      }
+    }
+    for (int s = 0; s < n_ - 1; ++s) {
+      for (int c = 0; c < nCh_; ++c) {
+        Range out = block(c, mod(rings[c].p + 1 - s)), in = block(c, mod(rings[c].p - s));
+        if (in.size()) recv(c, rings[c].prev, at(recv_, in.begin), in.size());
+        if (out.size()) send(c, rings[c].next, at(recv_, out.begin), out.size());
+      }
+      l_.waitAll();
+    }
+  }
+
+  // Each rank sends its whole input to every other rank and reduces all inputs itself, in rank order (so every rank
+  // computes the same bits): one round of messages, the lowest latency on one host.
+  void allReduceDirect() {
+    size_t count = a_.count, bytes = count * es_;
+    if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
+    if (n_ > kDirectMaxRanks) fail(StatusCode::kInvalidUsage, "Direct is for at most {} ranks", kDirectMaxRanks);
+    l_.connectAll();
+    char* tmp = l_.scratch(bytes * n_);
+    for (int i = 1; i < n_; ++i) {
+      int to = (me_ + i) % n_, from = (me_ - i + n_) % n_;
+      recv(0, from, tmp + from * bytes, count, true);
+      send(0, to, send_, count, true);
+    }
+    l_.waitAll();
+    const void* srcs[kDirectMaxRanks];
+    for (int q = 0; q < n_; ++q) srcs[q] = q == me_ ? static_cast<const void*>(send_) : tmp + q * bytes;
+    if (me_ == 0) {
+      reduceMany(a_.type, a_.op, recv_, srcs, n_, count);
+    } else {
+      // dst may alias only srcs[0]: reduce into the scratch of rank 0's input, then copy out.
+      reduceMany(a_.type, a_.op, tmp, srcs, n_, count);
+      std::memcpy(recv_, tmp, bytes);
+    }
+    avg(recv_, count);
+  }
+
+  // Reduce up the tree then broadcast down, in chunks: a chunk goes up as soon as the children's copies of it
+  // arrived, and down as soon as the parent's arrived. Channels alternate the two trees of the double binary tree.
+  void allReduceTree() {
+    size_t count = a_.count;
+    std::vector<Range> ch(nCh_);
+    for (int c = 0; c < nCh_; ++c) ch[c] = split(count, nCh_, c);
+    char* tmp = l_.scratch(count * es_ * 3);
+    auto nChunks = [&](int c) { return (ch[c].size() + chunk_ - 1) / chunk_; };
+    auto chunk = [&](int c, size_t k) {
+      size_t b = ch[c].begin + k * chunk_;
+      return Range{b, std::min(ch[c].end, b + chunk_)};
+    };
+    size_t maxChunks = 0;
+    for (int c = 0; c < nCh_; ++c) maxChunks = std::max(maxChunks, nChunks(c));
+    // handles[c][k * 3 + i]: child i's chunk k; up[c][k]: the parent's chunk k.
+    std::vector<std::vector<int>> kids(nCh_), down(nCh_);
+    for (int c = 0; c < nCh_; ++c) {
+      kids[c].assign(nChunks(c) * 3, -1);
+      for (size_t k = 0; k < nChunks(c); ++k)
+        for (int i = 0; i < 3; ++i)
+          if (int d = l_.treeDown(c, i); d >= 0) {
+            Range r = chunk(c, k);
+            kids[c][k * 3 + i] = recv(c, d, at(tmp, i * count + r.begin), r.size(), true);
+          }
+    }
+    for (size_t k = 0; k < maxChunks; ++k)
+      for (int c = 0; c < nCh_; ++c) {
+        if (k >= nChunks(c)) continue;
+        Range r = chunk(c, k);
+        const void* srcs[4] = {at(send_, r.begin)};
+        int ns = 1;
+        for (int i = 0; i < 3; ++i)
+          if (kids[c][k * 3 + i] >= 0) l_.wait(kids[c][k * 3 + i]), srcs[ns++] = at(tmp, i * count + r.begin);
+        if (ns > 1) reduceMany(a_.type, a_.op, at(recv_, r.begin), srcs, ns, r.size());
+        else copyIfApart(at(recv_, r.begin), srcs[0], r.size());
+        if (l_.treeUp(c) >= 0) send(c, l_.treeUp(c), at(recv_, r.begin), r.size(), true);
+        else avg(at(recv_, r.begin), r.size());
+      }
+    for (int c = 0; c < nCh_; ++c) {
+      down[c].assign(nChunks(c), -1);
+      if (l_.treeUp(c) >= 0)
+        for (size_t k = 0; k < nChunks(c); ++k) {
+          Range r = chunk(c, k);
+          down[c][k] = recv(c, l_.treeUp(c), at(recv_, r.begin), r.size());
+        }
+    }
+    for (size_t k = 0; k < maxChunks; ++k)
+      for (int c = 0; c < nCh_; ++c) {
+        if (k >= nChunks(c)) continue;
+        Range r = chunk(c, k);
+        if (down[c][k] >= 0) l_.wait(down[c][k]);
+        for (int i = 0; i < 3; ++i)
+          if (int d = l_.treeDown(c, i); d >= 0) send(c, d, at(recv_, r.begin), r.size());
+      }
+    l_.waitAll();
+  }
+
+  // Step s: the rank at ring position p forwards rank ring[p-s]'s block and receives ring[p-s-1]'s.
+  void allGatherRing() {
+    size_t count = a_.count;
+    copyIfApart(at(recv_, me_ * count), send_, count);
+    if (n_ == 1) return;
+    for (int s = 0; s < n_ - 1; ++s) {
+      for (int c = 0; c < nCh_; ++c) {
+        Ring g = ringOf(c);
+        Range r = split(count, nCh_, c);
+        if (!r.size()) continue;
+        size_t out = g.r[mod(g.p - s)] * count + r.begin, in = g.r[mod(g.p - s - 1)] * count + r.begin;
+        recv(c, g.prev, at(recv_, in), r.size());
+        send(c, g.next, at(recv_, out), r.size());
+      }
+      l_.waitAll();
+    }
+  }
+
+  // Step s: the rank at ring position p sends its partial sum of rank ring[p-s-1]'s block (its input at step 0) and
+  // adds its input to the partial sum of ring[p-s-2]'s block; at the last step that block is its own.
+  void reduceScatterRing() {
+    size_t count = a_.count;
+    if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
+    char* tmp = l_.scratch(count * es_ * 2);
+    char* acc = tmp + count * es_;
+    for (int s = 0; s < n_ - 1; ++s) {
+      for (int c = 0; c < nCh_; ++c) {
+        Ring g = ringOf(c);
+        Range r = split(count, nCh_, c);
+        if (!r.size()) continue;
+        size_t out = g.r[mod(g.p - s - 1)] * count + r.begin;
+        recv(c, g.prev, at(tmp, r.begin), r.size(), true);
+        send(c, g.next, s == 0 ? at(send_, out) : at(acc, r.begin), r.size(), true);
+      }
+      l_.waitAll();
+      for (int c = 0; c < nCh_; ++c) {
+        Ring g = ringOf(c);
+        Range r = split(count, nCh_, c);
+        if (!r.size()) continue;
+        int owner = g.r[mod(g.p - s - 2)];
+        char* dst = s == n_ - 2 ? at(recv_, r.begin) : at(acc, r.begin);
+        reduce2(dst, at(tmp, r.begin), at(send_, owner * count + r.begin), r.size());
+        if (s == n_ - 2) avg(dst, r.size());
+      }
+    }
+  }
+
+  // A pipelined chain along each channel's ring starting at the root.
+  void broadcastChain() {
+    size_t count = a_.count;
+    if (me_ == a_.root) copyIfApart(recv_, send_, count);
+    if (n_ == 1) return;
+    for (int c = 0; c < nCh_; ++c) {
+      Ring g = ringOf(c);
+      Range r = split(count, nCh_, c);
+      bool last = g.next == a_.root;
+      std::vector<int> hs;
+      for (size_t b = r.begin; b < r.end; b += chunk_) {
+        size_t e = std::min(r.end, b + chunk_);
+        if (me_ == a_.root) send(c, g.next, at(send_, b), e - b);
+        else hs.push_back(recv(c, g.prev, at(recv_, b), e - b));
+      }
+      if (me_ == a_.root || last) continue;
+      size_t k = 0;
+      for (size_t b = r.begin; b < r.end; b += chunk_, ++k) {
+        l_.wait(hs[k]);
+        send(c, g.next, at(recv_, b), std::min(r.end, b + chunk_) - b);
+      }
+    }
+    l_.waitAll();
+  }
+
+  // A pipelined chain along each channel's ring ending at the root: each rank adds its input to what its ring
+  // predecessor sent and passes it on.
+  void reduceChain() {
+    size_t count = a_.count;
+    if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
+    char* tmp = l_.scratch(count * es_ * 2);
+    char* acc = tmp + count * es_;
+    for (int c = 0; c < nCh_; ++c) {
+      Ring g = ringOf(c);
+      Range r = split(count, nCh_, c);
+      bool first = g.prev == a_.root, root = me_ == a_.root;
+      std::vector<int> hs;
+      for (size_t b = r.begin; b < r.end; b += chunk_) {
+        size_t e = std::min(r.end, b + chunk_);
+        if (first) send(c, g.next, at(send_, b), e - b, true);
+        else hs.push_back(recv(c, g.prev, at(tmp, b), e - b, true));
+      }
+      if (first) continue;
+      size_t k = 0;
+      for (size_t b = r.begin; b < r.end; b += chunk_, ++k) {
+        size_t e = std::min(r.end, b + chunk_);
+        l_.wait(hs[k]);
+        char* dst = root ? at(recv_, b) : at(acc, b);
+        reduce2(dst, at(tmp, b), at(send_, b), e - b);
+        if (root) avg(dst, e - b);
+        else send(c, g.next, dst, e - b, true);
+      }
+    }
+    l_.waitAll();
+  }
+
+  Links& l_;
+  const Args& a_;
+  const Choice& c_;
+  int n_, me_;
+  size_t es_;
+  const char* send_;
+  char* recv_;
+  int nCh_;
+  size_t chunk_;  // elements
+};
+
+}  // namespace
+
+void run(Links& links, const Args& a, const Choice& c) {
+  if (a.count == 0) return;
+  Runner(links, a, c).run();
+}
+
+}  // namespace topocoll::collectives

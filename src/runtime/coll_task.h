@@ -1,0 +1,52 @@
+// A collective issued on a communicator (runtime private): what was asked, and how it ended.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "topocoll/collectives/algorithms.h"
+#include "topocoll/status.h"
+
+namespace topocoll::runtime {
+class Communicator;
+}
+
+namespace topocoll::runtime::detail {
+
+struct CollTask {
+  enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
+  Communicator* comm = nullptr;
+  collectives::Args args;
+  std::atomic<int> state{kPending};
+  StatusCode code = StatusCode::kOk;
+  std::string error;  // written before state turns kFailed
+  std::mutex mu;
+  std::condition_variable cv;
+
+  bool finished() const { return state.load(std::memory_order_acquire) != kPending; }
+  void finish(StatusCode c, std::string why) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      code = c;
+      error = std::move(why);
+      state.store(c == StatusCode::kOk ? kDone : kFailed, std::memory_order_release);
+    }
+    cv.notify_all();
+  }
+  /// Blocks until finished; throws its error.
+  void wait() {
+    if (!finished()) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return finished(); });
+    }
+    if (state.load(std::memory_order_acquire) == kFailed) throw Error(code, error);
+  }
+};
+
+/// Adds a collective to this thread's open group (p2p.cc owns the group state).
+void addToGroup(Communicator* comm, std::shared_ptr<CollTask> t);
+
+}  // namespace topocoll::runtime::detail

@@ -1,0 +1,438 @@
+// Collectives on the communicator: argument checks, the choice of algorithm, protocol and channels (NCCL 2.30.7
+// src/enqueue.cc topoGetAlgoInfo's role), issue order (a collective thread for asynchronous ones), groups, and the
+// Links the algorithms of the collectives layer move data through: the connectors of the rings and trees that init
+// connected (connIndex 0), and the point-to-point ones for peers that are not neighbours (Direct).
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "coll_links.h"
+#include "coll_task.h"
+#include "engine.h"
+#include "topocoll/log.h"
+#include "topocoll/runtime/communicator.h"
+#include "topocoll/status.h"
+
+namespace topocoll::runtime {
+
+using collectives::Algo;
+using collectives::Args;
+using collectives::Choice;
+using collectives::Coll;
+using collectives::Proto;
+using detail::CollTask;
+using detail::Op;
+using transport::Side;
+
+namespace detail {
+
+CollLinks::~CollLinks() { memFree(scratch_, scratchBytes_); }
+int CollLinks::rank() const { return c_.rank_; }
+int CollLinks::nRanks() const { return c_.nRanks_; }
+int CollLinks::nChannels() const { return static_cast<int>(c_.connect_.rings.size()); }
+const int* CollLinks::ring(int c) const { return c_.connect_.rings[c].data(); }
+int CollLinks::treeUp(int c) const { return c_.channels_[c].treeUp; }
+int CollLinks::treeDown(int c, int i) const { return c_.channels_[c].treeDown[i]; }
+
+int CollLinks::send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged) {
+  ops_.push_back(c_.makeLinkOp(true, c, peer, const_cast<void*>(buf), bytes, proto, staged));
+  return static_cast<int>(ops_.size()) - 1;
+}
+
+int CollLinks::recv(int c, int peer, void* buf, size_t bytes, Proto proto, bool staged) {
+  ops_.push_back(c_.makeLinkOp(false, c, peer, buf, bytes, proto, staged));
+  return static_cast<int>(ops_.size()) - 1;
+}
+
+void CollLinks::wait(int h) {
+  flush(false);
+  c_.engine_->wait(*ops_[h]);
+}
+
+void CollLinks::waitAll() {
+  flush(true);
+  raw_.clear();
+  for (auto& op : ops_) raw_.push_back(op.get());
+  c_.engine_->waitAll(raw_);  // after an inline run: only throws what failed
+  ops_.clear();
+  posted_ = 0;
+}
+
+void CollLinks::connectAll() {
+  if (allConnected_) return;
+  std::vector<int> peers;
+  for (int p = 0; p < c_.nRanks_; ++p)
+    if (p != c_.rank_) peers.push_back(p);
+  c_.ensureConnected(peers);
+  allConnected_ = true;
+}
+
+char* CollLinks::scratch(size_t bytes) {
+  if (bytes > scratchBytes_) {
+    memFree(scratch_, scratchBytes_);
+    scratch_ = nullptr;
+    scratchBytes_ = 0;
+    scratch_ = static_cast<char*>(memAlloc(bytes));
+    scratchBytes_ = bytes;
+  }
+  return scratch_;
+}
+
+void CollLinks::drain() {
+  raw_.clear();
+  for (size_t i = 0; i < posted_; ++i) raw_.push_back(ops_[i].get());
+  for (Op* op : raw_) {
+    try {
+      c_.engine_->wait(*op);
+    } catch (const Error&) {
+    }
+  }
+  ops_.clear();
+  posted_ = 0;
+}
+
+bool CollLinks::flush(bool all) {
+  if (posted_ == ops_.size()) return false;
+  if (all && posted_ == 0 && ops_.size() <= 8) {
+    raw_.clear();
+    for (auto& op : ops_) raw_.push_back(op.get());
+    if (c_.engine_->runInlineGroup(raw_)) {
+      posted_ = ops_.size();
+      return true;
+    }
+  }
+  fresh_.assign(ops_.begin() + static_cast<std::ptrdiff_t>(posted_), ops_.end());
+  c_.engine_->post(fresh_, false);
+  fresh_.clear();
+  posted_ = ops_.size();
+  return false;
+}
+
+}  // namespace detail
+
+std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes, Proto proto,
+                                             bool staged) {
+  Side side = send ? Side::kSend : Side::kRecv;
+  transport::Connector* conn = nullptr;
+  if (channel < static_cast<int>(channels_.size())) {
+    transport::Connector& k = channels_[channel].connector(peer, side, 0);
+    // NET ring connectors carry no acknowledgements (a send completes when its proxy sent it), so a rank could
+    // finish and close while its last message is still on the way: NET uses the point-to-point connectors, whose
+    // sends complete when the receiver consumed them (connected by execute() before the algorithm runs).
+    if (k.connected && !(k.conn.flags & transport::kConnNet)) conn = &k;
+  }
+  if (!conn) {
+    ensureConnected(peer);
+    const auto& conns = p2pConnectors(peer, side);
+    conn = conns[static_cast<size_t>(channel) % conns.size()];
+  }
+  auto op = std::make_shared<Op>();
+  op->send = send;
+  op->peer = peer;
+  op->buf = buf;
+  op->count = op->bytes = bytes;
+  op->dtype = DataType::kUint8;
+  const Config& cfg = ctx_->cfg;
+  op->opts.llThreshold = proto == Proto::kLL ? std::numeric_limits<size_t>::max() : 0;
+  op->opts.chunkBytes = p2pChunk_;
+  op->opts.netChunkBytes = static_cast<size_t>(cfg.netChunkSize);
+  // Slices the receiver reduces go through the FIFOs: faster than single copies (process_vm_readv pins pages per
+  // call) at these sizes, and the data stays in the cache (docs/collectives.md). Data that lands where it stays
+  // takes single copies.
+  op->opts.singleCopyMin = staged ? -1 : cfg.p2pSingleCopy;
+  transport::MessageDesc d;
+  d.bytes = d.partBytes = d.count = bytes;
+  d.dtype = DataType::kUint8;
+  if (!send) {
+    op->partDescs.push_back(d);
+    op->partConns = {conn};
+  }
+  op->parts.push_back(std::make_unique<transport::Transfer>(
+      *conn, send ? transport::Transfer::Dir::kSend : transport::Transfer::Dir::kRecv, buf, d, op->opts, !send));
+  return op;
+}
+
+namespace {
+
+int tuningColl(Coll c) {
+  switch (c) {
+    case Coll::kAllReduce: return tuning::kAllReduce;
+    case Coll::kBroadcast: return tuning::kBroadcast;
+    case Coll::kReduce: return tuning::kReduce;
+    case Coll::kAllGather: return tuning::kAllGather;
+    case Coll::kReduceScatter: return tuning::kReduceScatter;
+  }
+  return tuning::kAllReduce;
+}
+
+}  // namespace
+
+Choice Communicator::choose(const Args& a) const {
+  const Config& cfg = ctx_->cfg;
+  Choice c;
+  size_t bytes = collectives::collBytes(a, nRanks_);
+  int rings = std::max(1, static_cast<int>(connect_.rings.size()));
+  // Host memory: two channels from 256 KiB (one rank copies on one while the other reduces on the other; measured
+  // in docs/collectives.md), one below; NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS override.
+  int want = bytes >= (256u << 10) ? 2 : 1;
+  c.nChannels = std::min({std::max(want, cfg.minNchannels), std::max(1, cfg.maxNchannels), rings});
+  // Slices of blocks this size keep the block a rank receives in the cache until it is reduced (2 MiB L2 here).
+  c.chunkBytes = std::max<size_t>(4096, static_cast<size_t>(cfg.buffSize) / (transport::kSteps * 4));
+  size_t perMessage = bytes;
+  if (!cfg.algo.empty() || !cfg.proto.empty()) {
+    // Forced: the planner's model picks among what NCCL_ALGO / NCCL_PROTO leave.
+    tuning::Selection s = tuning::select(model_, tuningColl(a.coll), bytes, true);
+    if (s.algo < 0)
+      fail(StatusCode::kInvalidUsage, "rank {}: {}: no algorithm/protocol available (NCCL_ALGO={} NCCL_PROTO={})",
+           rank_, collectives::collName(a.coll), cfg.algo, cfg.proto);
+    c.algo = s.algo == tuning::kTree && a.coll == Coll::kAllReduce ? Algo::kTree : Algo::kRing;
+    c.proto = s.proto == tuning::kLL ? Proto::kLL : Proto::kSimple;
+  } else {
+    bool oneHost = hosts_.size() == 1;
+    if (a.coll == Coll::kAllReduce && oneHost && cfg.directMax >= 0 && bytes <= static_cast<size_t>(cfg.directMax) &&
+        nRanks_ <= collectives::kDirectMaxRanks)
+      c.algo = Algo::kDirect;
+    else
+      c.algo = Algo::kRing;
+    if (c.algo == Algo::kRing && a.coll != Coll::kBroadcast && a.coll != Coll::kReduce)
+      perMessage = bytes / static_cast<size_t>(nRanks_ * c.nChannels);
+    else if (c.algo == Algo::kRing)
+      perMessage = std::min(bytes, c.chunkBytes);
+    c.proto = perMessage <= static_cast<size_t>(cfg.p2pLlThreshold) ? Proto::kLL : Proto::kSimple;
+  }
+  TC_INFO(log::kTuning, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}}",
+          collectives::collName(a.coll), bytes, collectives::algoName(c.algo), collectives::protoName(c.proto),
+          c.nChannels - 1);
+  return c;
+}
+
+void Communicator::checkCollArgs(const Args& a) const {
+  const char* name = collectives::collName(a.coll);
+  if (abort_.load()) fail(StatusCode::kAborted, "rank {}: {} on an aborted communicator", rank_, name);
+  if (!isValid(a.type))
+    fail(StatusCode::kInvalidArgument, "rank {}: {}: unknown data type {}", rank_, name, static_cast<int>(a.type));
+  if (static_cast<int>(a.op) < 0 || static_cast<int>(a.op) >= kNumRedOps)
+    fail(StatusCode::kInvalidArgument, "rank {}: {}: unknown reduction op {}", rank_, name, static_cast<int>(a.op));
+  bool rooted = a.coll == Coll::kBroadcast || a.coll == Coll::kReduce;
+  if (rooted && (a.root < 0 || a.root >= nRanks_))
+    fail(StatusCode::kInvalidArgument, "rank {}: {}: root {} is not a rank (the communicator has {})", rank_, name,
+         a.root, nRanks_);
+  size_t es = sizeOf(a.type);
+  size_t mult = a.coll == Coll::kAllGather || a.coll == Coll::kReduceScatter ? static_cast<size_t>(nRanks_) : 1;
+  if (a.count > std::numeric_limits<size_t>::max() / es / mult)
+    fail(StatusCode::kInvalidArgument, "rank {}: {} of {} elements of {}: the size overflows", rank_, name, a.count,
+         to_string(a.type));
+  if (a.count > 0) {
+    bool needSend = !(a.coll == Coll::kBroadcast && rank_ != a.root);
+    bool needRecv = !(a.coll == Coll::kReduce && rank_ != a.root);
+    if (needSend && !a.send) fail(StatusCode::kInvalidArgument, "rank {}: {}: sendbuff is null", rank_, name);
+    if (needRecv && !a.recv) fail(StatusCode::kInvalidArgument, "rank {}: {}: recvbuff is null", rank_, name);
+  }
+}
+
+std::shared_ptr<CollTask> Communicator::makeCollTask(const Args& a) {
+  checkCollArgs(a);
+  auto t = std::make_shared<CollTask>();
+  t->comm = this;
+  t->args = a;
+  return t;
+}
+
+void Communicator::execute(CollTask& t) {
+  const Args& a = t.args;
+  try {
+    if (abort_.load()) fail(StatusCode::kAborted, "the communicator was aborted");
+    if (ctx_->cfg.checkCalls) {
+      struct Sig {
+        int32_t coll, type, op, root;
+        uint64_t count;
+      };
+      std::vector<Sig> all(nRanks_);
+      bool rooted = a.coll == Coll::kBroadcast || a.coll == Coll::kReduce;
+      bool reduces = a.coll != Coll::kBroadcast && a.coll != Coll::kAllGather;
+      all[rank_] = {static_cast<int32_t>(a.coll), static_cast<int32_t>(a.type), reduces ? static_cast<int32_t>(a.op) : -1,
+                    rooted ? a.root : -1, a.count};
+      {
+        std::lock_guard<std::mutex> lock(setupMu_);
+        bs_->allGather(all.data(), sizeof(Sig));
+      }
+      auto describe = [](const Sig& s) {
+        return fmt::format("{}(count {}, {}{}{})", collectives::collName(static_cast<Coll>(s.coll)), s.count,
+                           to_string(static_cast<DataType>(s.type)),
+                           s.op >= 0 ? fmt::format(", {}", to_string(static_cast<RedOp>(s.op))) : "",
+                           s.root >= 0 ? fmt::format(", root {}", s.root) : "");
+      };
+      for (int r = 0; r < nRanks_; ++r)
+        if (std::memcmp(&all[r], &all[rank_], sizeof(Sig)) != 0)
+          fail(StatusCode::kInvalidUsage, "rank {} called {} while rank {} called {}", rank_, describe(all[rank_]), r,
+               describe(all[r]));
+    }
+    if (hosts_.size() > 1 && a.count > 0) links_->connectAll();  // see makeLinkOp
+    collectives::run(*links_, a, choose(a));
+    t.finish(StatusCode::kOk, "");
+  } catch (const Error& e) {
+    links_->drain();
+    t.finish(e.code(), fmt::format("rank {}: {} of {} x {}: {}", rank_, collectives::collName(a.coll), a.count,
+                                   to_string(a.type), e.what()));
+  } catch (const std::exception& e) {
+    links_->drain();
+    t.finish(StatusCode::kInternal, fmt::format("rank {}: {}: {}", rank_, collectives::collName(a.coll), e.what()));
+  }
+}
+
+void Communicator::runNow(CollTask& t) {
+  {
+    std::unique_lock<std::mutex> lock(queueMu_);
+    queueCv_.wait(lock, [&] { return queued_ == 0; });
+  }
+  std::lock_guard<std::mutex> lock(collMu_);
+  if (!links_) links_ = std::make_unique<detail::CollLinks>(*this);
+  execute(t);
+}
+
+void Communicator::submit(const std::shared_ptr<CollTask>& t) {
+  std::lock_guard<std::mutex> lock(queueMu_);
+  if (collStop_) {
+    t->finish(StatusCode::kAborted, fmt::format("rank {}: the communicator is being destroyed", rank_));
+    return;
+  }
+  if (!collThread_.joinable()) collThread_ = std::thread([this] { collLoop(); });
+  queue_.push_back(t);
+  ++queued_;
+  queueCv_.notify_all();
+}
+
+void Communicator::collLoop() {
+  log::setThreadRank(rank_);
+  std::unique_lock<std::mutex> lock(queueMu_);
+  for (;;) {
+    queueCv_.wait(lock, [&] { return collStop_ || !queue_.empty(); });
+    if (queue_.empty()) return;
+    auto t = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    if (collStop_) {
+      t->finish(StatusCode::kAborted, fmt::format("rank {}: the communicator was destroyed", rank_));
+    } else {
+      std::lock_guard<std::mutex> run(collMu_);
+      if (!links_) links_ = std::make_unique<detail::CollLinks>(*this);
+      execute(*t);
+    }
+    lock.lock();
+    --queued_;
+    queueCv_.notify_all();
+  }
+}
+
+void Communicator::stopCollectives() {
+  bool busy;
+  {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    collStop_ = true;
+    busy = queued_ > 0;
+    queueCv_.notify_all();
+  }
+  if (busy) abort();  // what is still queued or running fails (kAborted)
+  if (collThread_.joinable()) collThread_.join();
+  links_.reset();
+}
+
+Request Communicator::collective(const Args& a, bool blocking) {
+  if (blocking && groupDepth() == 0) {  // the latency path: nothing allocated here
+    checkCollArgs(a);
+    CollTask t;
+    t.comm = this;
+    t.args = a;
+    runNow(t);
+    t.wait();
+    return Request();
+  }
+  auto t = makeCollTask(a);
+  if (groupDepth() > 0) {
+    detail::addToGroup(this, t);
+    return Request(t);
+  }
+  submit(t);
+  return Request(t);
+}
+
+namespace {
+Args args(Coll c, const void* s, void* r, size_t n, DataType t, RedOp op = RedOp::kSum, int root = 0) {
+  Args a;
+  a.coll = c;
+  a.send = s;
+  a.recv = r;
+  a.count = n;
+  a.type = t;
+  a.op = op;
+  a.root = root;
+  return a;
+}
+}  // namespace
+
+Request Communicator::iallReduce(const void* s, void* r, size_t n, DataType t, RedOp op) {
+  return collective(args(Coll::kAllReduce, s, r, n, t, op), false);
+}
+Request Communicator::ibroadcast(const void* s, void* r, size_t n, DataType t, int root) {
+  return collective(args(Coll::kBroadcast, s, r, n, t, RedOp::kSum, root), false);
+}
+Request Communicator::ireduce(const void* s, void* r, size_t n, DataType t, RedOp op, int root) {
+  return collective(args(Coll::kReduce, s, r, n, t, op, root), false);
+}
+Request Communicator::iallGather(const void* s, void* r, size_t n, DataType t) {
+  return collective(args(Coll::kAllGather, s, r, n, t), false);
+}
+Request Communicator::ireduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op) {
+  return collective(args(Coll::kReduceScatter, s, r, n, t, op), false);
+}
+void Communicator::allReduce(const void* s, void* r, size_t n, DataType t, RedOp op) {
+  collective(args(Coll::kAllReduce, s, r, n, t, op), true);
+}
+void Communicator::broadcast(const void* s, void* r, size_t n, DataType t, int root) {
+  collective(args(Coll::kBroadcast, s, r, n, t, RedOp::kSum, root), true);
+}
+void Communicator::reduce(const void* s, void* r, size_t n, DataType t, RedOp op, int root) {
+  collective(args(Coll::kReduce, s, r, n, t, op, root), true);
+}
+void Communicator::allGather(const void* s, void* r, size_t n, DataType t) {
+  collective(args(Coll::kAllGather, s, r, n, t), true);
+}
+void Communicator::reduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op) {
+  collective(args(Coll::kReduceScatter, s, r, n, t, op), true);
+}
+
+void Communicator::allToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type) {
+  if (!isValid(type))
+    fail(StatusCode::kInvalidArgument, "rank {}: AllToAll: unknown data type {}", rank_, static_cast<int>(type));
+  size_t bytes = count * sizeOf(type);
+  // In place (or overlapping): a block may arrive before it left, so the input is copied aside first. Inside a group
+  // the copy lives until the group ends (the operations use it then).
+  const char* src = static_cast<const char*>(sendbuff);
+  size_t total = bytes * static_cast<size_t>(nRanks_);
+  if (total && src < static_cast<const char*>(recvbuff) + total && static_cast<const char*>(recvbuff) < src + total) {
+    auto copy = std::make_shared<std::vector<char>>(src, src + total);
+    src = copy->data();
+    allToAllCopies_.push_back(std::move(copy));
+  }
+  groupStart();
+  try {
+    for (int i = 0; i < nRanks_; ++i) {
+      int to = (rank_ + i) % nRanks_, from = (rank_ - i + nRanks_) % nRanks_;
+      send(src + to * bytes, count, type, to);
+      recv(static_cast<char*>(recvbuff) + from * bytes, count, type, from);
+    }
+  } catch (...) {
+    groupEnd();
+    throw;
+  }
+  groupEnd();
+  if (groupDepth() == 0) allToAllCopies_.clear();  // inside an outer group: kept until it ended
+}
+
+void Communicator::barrier() {
+  if (groupDepth() > 0) fail(StatusCode::kInvalidUsage, "rank {}: barrier() inside a group", rank_);
+  uint8_t in = 0, out = 0;
+  allReduce(&in, &out, 1, DataType::kUint8, RedOp::kMax);
+}
+
+}  // namespace topocoll::runtime

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Collectives between processes (bench/coll_bench forks the ranks and checks every result): every collective at
+# 8 B, 4 KiB, 1 MiB and 4 MiB over P2P, SHM and NET (ranks as separate "hosts"); a rank killed with -9 in the middle
+# of a collective (the others fail naming it within TOPOCOLL_TIMEOUT); nothing left in /dev/shm, no process left.
+# COLL_RANKS overrides the rank counts (the slow label runs 8).
+set -u
+B=${COLL_BENCH:?}
+tmp=$(mktemp -d)
+fails=0
+shm_before=$(ls /dev/shm | wc -l)
+trap 'rm -rf "$tmp"' EXIT
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+colls=allreduce,allgather,reduce_scatter,broadcast,reduce
+
+for n in ${COLL_RANKS:-2 3 4}; do
+  for tr in P2P SHM NET; do
+    args=()
+    env=()
+    case $tr in
+      SHM) env=(NCCL_P2P_DISABLE=1) ;;
+      NET) args=(--hosts "$n") ;;
+    esac
+    sizes=8,4K,1M,4M
+    [ $tr = NET ] && sizes=8,1M
+    name=$tr-$n
+    if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" -np "$n" -c $colls -l $sizes -T 0.005 "${args[@]}" > "$tmp/$name" 2>&1; then
+      rows=$(grep -cE '^ +[0-9]' "$tmp/$name")
+      ok "$name ($rows rows, every result checked)"
+    else
+      bad "$name" "$(grep -vE '^ +[0-9]|^#' "$tmp/$name" | head -3)"
+    fi
+  done
+done
+
+# kill -9 one rank in the middle of 64 MiB all-reduces: the others fail naming it, nobody hangs.
+TOPOCOLL_TIMEOUT=30 "$B" -np 3 -c allreduce -l 64M -T 30 > "$tmp/kill" 2>&1 &
+parent=$!
+victim=""
+for _ in $(seq 100); do
+  sleep 0.1
+  victim=$(pgrep -P $parent | sed -n 2p)
+  [ -n "$victim" ] && grep -q "#wrong" "$tmp/kill" && break
+done
+sleep 1
+start=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $parent
+rc=$?
+took=$(($(date +%s) - start))
+if [ $rc -ne 0 ] && [ $took -le 40 ] && grep -q "rank 1" "$tmp/kill"; then
+  ok "kill -9 of rank 1 mid-collective: the others failed in ${took}s ($(grep -o "rank 1[^;]*" "$tmp/kill" | head -1))"
+else
+  bad "kill" "rc $rc after ${took}s: $(head -5 "$tmp/kill")"
+fi
+sleep 0.5
+if pgrep -P $parent > /dev/null 2>&1; then bad "processes" "ranks left behind"; fi
+shm_after=$(ls /dev/shm | wc -l)
+[ "$shm_after" -le "$shm_before" ] && ok "/dev/shm untouched" || bad "/dev/shm" "$shm_before -> $shm_after entries"
+exit $((fails > 0))

@@ -1,0 +1,327 @@
+// Collectives over threads of one process (in-memory bootstrap): every collective x type x op x size x in/out of
+// place, for 1-8 ranks and each algorithm/protocol forced, against a serial reference; asynchronous issue, groups,
+// mismatches, abort.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "collectives/coll_check.h"
+#include "runtime/ranks.h"
+#include "topocoll/runtime/communicator.h"
+#include "topocoll/status.h"
+
+namespace topocoll {
+namespace {
+
+using collectives::Coll;
+using runtime::Communicator;
+using testing::makeInput;
+using testing::reference;
+using testing::runRanks;
+
+constexpr DataType kTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,       DataType::kUint32,
+                               DataType::kInt64,   DataType::kUint64,   DataType::kFloat16,     DataType::kFloat32,
+                               DataType::kFloat64, DataType::kBfloat16, DataType::kFloat8e4m3, DataType::kFloat8e5m2};
+constexpr RedOp kOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg};
+
+// Runs `coll` once on every rank and checks the result; returns "" or what differs.
+std::string checkOne(Communicator& c, Coll coll, DataType t, RedOp op, size_t count, bool inPlace, int root) {
+  int n = c.nRanks(), r = c.rank();
+  size_t es = sizeOf(t), bytes = count * es;
+  std::vector<char> out(bytes * n + 1, 0x5a);
+  std::vector<char> in;
+  std::vector<char> want;
+  switch (coll) {
+    case Coll::kAllReduce: {
+      in = makeInput(t, op, r, count);
+      want = reference(t, op, n, count);
+      if (inPlace) std::memcpy(out.data(), in.data(), bytes);
+      c.allReduce(inPlace ? out.data() : in.data(), out.data(), count, t, op);
+      break;
+    }
+    case Coll::kReduce: {
+      in = makeInput(t, op, r, count);
+      want = reference(t, op, n, count);
+      if (inPlace) std::memcpy(out.data(), in.data(), bytes);
+      c.reduce(inPlace ? out.data() : in.data(), out.data(), count, t, op, root);
+      if (r != root) return "";
+      break;
+    }
+    case Coll::kBroadcast: {
+      in = makeInput(t, RedOp::kMax, root + 3, count);
+      want = in;
+      if (inPlace && r == root) std::memcpy(out.data(), in.data(), bytes);
+      c.broadcast(inPlace ? out.data() : in.data(), out.data(), count, t, root);
+      break;
+    }
+    case Coll::kAllGather: {
+      in = makeInput(t, RedOp::kMax, r + 1, count);
+      want.resize(bytes * n);
+      for (int q = 0; q < n; ++q) {
+        auto v = makeInput(t, RedOp::kMax, q + 1, count);
+        if (bytes) std::memcpy(want.data() + q * bytes, v.data(), bytes);
+      }
+      if (inPlace && bytes) std::memcpy(out.data() + r * bytes, in.data(), bytes);
+      c.allGather(inPlace ? out.data() + r * bytes : in.data(), out.data(), count, t);
+      count *= n;
+      break;
+    }
+    case Coll::kReduceScatter: {
+      in = makeInput(t, op, r, count * n);
+      auto all = reference(t, op, n, count * n);
+      want.assign(all.begin() + static_cast<long>(r * bytes), all.begin() + static_cast<long>((r + 1) * bytes));
+      if (inPlace) std::memcpy(out.data(), in.data(), bytes * n);
+      c.reduceScatter(inPlace ? out.data() : in.data(), inPlace ? out.data() + r * bytes : out.data(), count, t, op);
+      if (inPlace && bytes) std::memmove(out.data(), out.data() + r * bytes, bytes);
+      break;
+    }
+  }
+  long long d = testing::firstDiff(out.data(), want.data(), count, t);
+  if (d >= 0)
+    return fmt::format("{} {} {} count {} {} root {}: element {} differs", collectives::collName(coll), to_string(t),
+                       to_string(op), count, inPlace ? "in place" : "out of place", root, d);
+  return "";
+}
+
+struct Forced {
+  const char* algo;
+  const char* proto;
+};
+
+// Every collective, type and op at sizes {0, 1, 7, 1023}; 1 MiB + 3 elements for a sample of types.
+void checkAll(Communicator& c, int seed) {
+  const size_t small[] = {0, 1, 7, 1023};
+  for (Coll coll : {Coll::kAllReduce, Coll::kReduce, Coll::kBroadcast, Coll::kAllGather, Coll::kReduceScatter}) {
+    bool reduces = coll != Coll::kBroadcast && coll != Coll::kAllGather;
+    for (DataType t : kTypes)
+      for (RedOp op : kOps) {
+        if (!reduces && op != RedOp::kSum) continue;
+        for (size_t count : small)
+          for (bool inPlace : {false, true}) {
+            int root = (seed + static_cast<int>(count)) % c.nRanks();
+            std::string e = checkOne(c, coll, t, op, count, inPlace, root);
+            if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", c.rank(), e);
+          }
+      }
+    for (DataType t : {DataType::kFloat32, DataType::kInt8, DataType::kBfloat16}) {
+      size_t count = (size_t{1} << 20) / sizeOf(t) + 3;
+      std::string e = checkOne(c, coll, t, reduces ? RedOp::kSum : RedOp::kSum, count, seed % 2, seed % c.nRanks());
+      if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", c.rank(), e);
+    }
+  }
+}
+
+class Collectives : public ::testing::TestWithParam<std::tuple<int, Forced>> {};
+
+TEST_P(Collectives, MatchTheSerialReference) {
+  int n = std::get<0>(GetParam());
+  Forced forced = std::get<1>(GetParam());
+  auto errors = runRanks(
+      n,
+      [&](int, runtime::InitOptions& o) {
+        o.cfg.hostId = "one-host";
+        o.cfg.algo = forced.algo;
+        o.cfg.proto = forced.proto;
+      },
+      [&](Communicator& c, int) { checkAll(c, n); });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RanksAndAlgorithms, Collectives,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                       ::testing::Values(Forced{"", ""}, Forced{"ring", "simple"}, Forced{"ring", "ll"},
+                                         Forced{"tree", "simple"}, Forced{"tree", "ll"})),
+    [](const auto& info) {
+      auto f = std::get<1>(info.param);
+      std::string name = std::to_string(std::get<0>(info.param)) + "ranks_" + (*f.algo ? f.algo : "auto") + "_" +
+                         (*f.proto ? f.proto : "auto");
+      return name;
+    });
+
+TEST(Collectives8, EightRanksEveryAlgorithm) {
+  for (Forced f : {Forced{"", ""}, Forced{"ring", "simple"}, Forced{"tree", "simple"}}) {
+    auto errors = runRanks(
+        8,
+        [&](int, runtime::InitOptions& o) {
+          o.cfg.hostId = "one-host";
+          o.cfg.algo = f.algo;
+          o.cfg.proto = f.proto;
+        },
+        [&](Communicator& c, int r) {
+          for (Coll coll : {Coll::kAllReduce, Coll::kReduce, Coll::kBroadcast, Coll::kAllGather, Coll::kReduceScatter})
+            for (DataType t : {DataType::kFloat32, DataType::kInt64, DataType::kFloat16})
+              for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, (size_t{1} << 18) + 3})
+                for (bool inPlace : {false, true}) {
+                  std::string e = checkOne(c, coll, t, RedOp::kSum, count, inPlace, static_cast<int>(count % 8));
+                  if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+                }
+        });
+    for (int r = 0; r < 8; ++r) EXPECT_EQ(errors[r], "") << f.algo << " rank " << r;
+  }
+}
+
+TEST(Collectives, ShmAndNetTransports) {
+  for (auto tr : {testing::Transport::kShm, testing::Transport::kNet}) {
+    auto errors = runRanks(
+        3, [&](int r, runtime::InitOptions& o) { testing::force(tr, r, o.cfg); },
+        [&](Communicator& c, int r) {
+          for (Coll coll : {Coll::kAllReduce, Coll::kReduce, Coll::kBroadcast, Coll::kAllGather, Coll::kReduceScatter})
+            for (size_t count : {size_t{1}, size_t{1023}, (size_t{1} << 18) + 3}) {
+              std::string e = checkOne(c, coll, DataType::kFloat32, RedOp::kSum, count, false, 1);
+              if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+            }
+        });
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << testing::name(tr) << " rank " << r;
+  }
+}
+
+TEST(Collectives, AsynchronousIssueCompletesInOrder) {
+  auto errors = runRanks(
+      3, [](int, runtime::InitOptions& o) { o.cfg.hostId = "one-host"; },
+      [](Communicator& c, int r) {
+        std::vector<std::vector<int32_t>> in(6, std::vector<int32_t>(5000)), out(6, std::vector<int32_t>(5000));
+        std::vector<runtime::Request> reqs;
+        for (int k = 0; k < 6; ++k) {
+          std::fill(in[k].begin(), in[k].end(), r + k);
+          reqs.push_back(c.iallReduce(in[k].data(), out[k].data(), 5000, DataType::kInt32, RedOp::kSum));
+        }
+        for (int k = 5; k >= 0; --k) reqs[k].wait();
+        for (int k = 0; k < 6; ++k)
+          if (out[k][4999] != 3 + 3 * k) fail(StatusCode::kInternal, "op {} got {}", k, out[k][4999]);
+        c.barrier();
+        std::vector<int32_t> all(3 * 10);
+        std::vector<int32_t> mine(10, r);
+        c.allToAll(std::vector<int32_t>(30, r).data(), all.data(), 10, DataType::kInt32);
+        for (int q = 0; q < 3; ++q)
+          if (all[q * 10] != q) fail(StatusCode::kInternal, "alltoall from {} got {}", q, all[q * 10]);
+      });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(Collectives, GroupsOfCollectivesAndPointToPoint) {
+  auto errors = runRanks(
+      2, [](int, runtime::InitOptions& o) { o.cfg.hostId = "one-host"; },
+      [](Communicator& c, int r) {
+        std::vector<float> a(100, 1.0f + r), b(100), s(10, r), q(10);
+        runtime::groupStart();
+        c.allReduce(a.data(), b.data(), 100, DataType::kFloat32, RedOp::kSum);
+        c.send(s.data(), 10, DataType::kFloat32, 1 - r);
+        c.recv(q.data(), 10, DataType::kFloat32, 1 - r);
+        c.allGather(a.data(), a.data(), 50, DataType::kFloat32);  // in place: rank r's block is at r * 50
+        runtime::groupEnd();
+        if (b[99] != 3.0f || q[0] != static_cast<float>(1 - r)) fail(StatusCode::kInternal, "group results wrong");
+      });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(Collectives, SeveralCommunicatorsOfOneThreadInAGroup) {
+  // tcclCommInitAll's pattern: one thread drives every rank in one group.
+  bootstrap::Options bo;
+  bo.timeout = std::chrono::seconds(60);
+  auto group = bootstrap::makeInMemoryGroup(3, bo);
+  std::vector<std::unique_ptr<Communicator>> comms(3);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r)
+    ts.emplace_back([&, r] {
+      runtime::InitOptions o;
+      o.cfg.hostId = "one-host";
+      o.bootstrap = bo;
+      comms[r] = Communicator::initWithBootstrap(std::move(group[r]), o);
+    });
+  for (auto& t : ts) t.join();
+  std::vector<std::vector<double>> bufs(3, std::vector<double>(300000));
+  for (int r = 0; r < 3; ++r) std::fill(bufs[r].begin(), bufs[r].end(), r + 1.0);
+  runtime::groupStart();
+  for (int r = 0; r < 3; ++r) comms[r]->allReduce(bufs[r].data(), bufs[r].data(), 300000, DataType::kFloat64, RedOp::kSum);
+  runtime::groupEnd();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(bufs[r][299999], 6.0);
+}
+
+TEST(Collectives, MismatchedCallsNameBothRanks) {
+  auto errors = runRanks(
+      2,
+      [](int, runtime::InitOptions& o) {
+        o.cfg.hostId = "one-host";
+        o.cfg.checkCalls = 1;
+      },
+      [](Communicator& c, int r) {
+        std::vector<float> a(100), b(200);
+        if (r == 0) c.allReduce(a.data(), b.data(), 100, DataType::kFloat32, RedOp::kSum);
+        else c.allGather(a.data(), b.data(), 100, DataType::kFloat32);
+      });
+  EXPECT_NE(errors[0].find("rank 0 called AllReduce(count 100, float, sum) while rank 1 called AllGather"),
+            std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[1].find("while rank 0 called AllReduce"), std::string::npos) << errors[1];
+}
+
+TEST(Collectives, DifferentCountsFailWithoutChecks) {
+  auto errors = runRanks(
+      2,
+      [](int, runtime::InitOptions& o) {
+        o.cfg.hostId = "one-host";
+        o.cfg.timeoutSec = 5;
+      },
+      [](Communicator& c, int r) {
+        std::vector<float> a(200), b(200);
+        c.allReduce(a.data(), b.data(), r == 0 ? 100 : 200, DataType::kFloat32, RedOp::kSum);
+      });
+  for (int r = 0; r < 2; ++r) EXPECT_NE(errors[r], "") << "rank " << r;
+}
+
+TEST(Collectives, AbortFailsPendingAndLaterCalls) {
+  auto errors = runRanks(
+      2, [](int, runtime::InitOptions& o) { o.cfg.hostId = "one-host"; },
+      [](Communicator& c, int r) {
+        std::vector<float> a(1 << 20), b(1 << 20);
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // stays, never joins
+        if (r == 0) {
+          auto req = c.iallReduce(a.data(), b.data(), 1 << 20, DataType::kFloat32, RedOp::kSum);
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          c.abort();
+          try {
+            req.wait();
+            fail(StatusCode::kInternal, "the pending collective did not fail");
+          } catch (const Error& e) {
+            if (e.code() != StatusCode::kAborted) throw;
+          }
+          try {
+            c.allReduce(a.data(), b.data(), 1000, DataType::kFloat32, RedOp::kSum);
+            fail(StatusCode::kInternal, "a collective after abort did not fail");
+          } catch (const Error& e) {
+            if (e.code() != StatusCode::kAborted || std::string(e.what()).find("aborted") == std::string::npos) throw;
+          }
+        }
+      });
+  EXPECT_EQ(errors[0], "");
+}
+
+TEST(Collectives, BadArguments) {
+  auto errors = runRanks(
+      1, [](int, runtime::InitOptions&) {},
+      [](Communicator& c, int) {
+        float x = 0;
+        auto expect = [](auto f, const char* what) {
+          try {
+            f();
+          } catch (const Error& e) {
+            if (e.code() == StatusCode::kInvalidArgument && std::string(e.what()).find(what) != std::string::npos)
+              return;
+            throw;
+          }
+          fail(StatusCode::kInternal, "no error for {}", what);
+        };
+        expect([&] { c.allReduce(nullptr, &x, 1, DataType::kFloat32, RedOp::kSum); }, "sendbuff is null");
+        expect([&] { c.broadcast(&x, &x, 1, DataType::kFloat32, 3); }, "root 3");
+        expect([&] { c.allReduce(&x, &x, 1, static_cast<DataType>(99), RedOp::kSum); }, "unknown data type");
+        expect([&] { c.allReduce(&x, &x, 1, DataType::kFloat32, static_cast<RedOp>(9)); }, "unknown reduction op");
+        expect([&] { c.allGather(&x, &x, ~size_t{0} / 2, DataType::kFloat32); }, "overflows");
+      });
+  EXPECT_EQ(errors[0], "");
+}
+
+}  // namespace
+}  // namespace topocoll
