@@ -115,7 +115,10 @@ class NetConn : public ProxyConnection {
     state_.reset();
   }
 
-  bool progress(Proxy& proxy) override { return side_ == Side::kSend ? progressSend() : progressRecv(); }
+  bool progress(Proxy& proxy) override {
+    if (!data_) return false;  // freed (or not connected yet): nothing to move
+    return side_ == Side::kSend ? progressSend() : progressRecv();
+  }
 
   void pollFds(std::vector<pollfd>& fds) override {
     if (data_) net_->pollFds(*data_, fds);

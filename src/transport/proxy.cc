@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -299,14 +300,18 @@ bool Proxy::Impl::runCalls() {
       switch (c->msg) {
         case Msg::kSetup: c->conn->setup(*self, c->req, c->reqSize, c->resp, c->respSize); break;
         case Msg::kConnect: c->result = c->conn->connect(*self, c->req, c->reqSize, c->resp, c->respSize); break;
-        case Msg::kFree:
-          for (auto it = active.begin(); it != active.end(); ++it)
-            if (it->get() == c->conn) {
-              active.erase(it);
-              break;
-            }
+        case Msg::kFree: {
+          // Out of the active list and out of the queue of connections to activate: a connection activated just
+          // before it is freed must not be progressed after its network comms are gone.
+          auto same = [&](const std::shared_ptr<ProxyConnection>& a) { return a.get() == c->conn; };
+          active.erase(std::remove_if(active.begin(), active.end(), same), active.end());
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            toActivate.erase(std::remove_if(toActivate.begin(), toActivate.end(), same), toActivate.end());
+          }
           c->conn->free(*self);
           break;
+        }
       }
     } catch (...) {
       c->error = std::current_exception();
