@@ -28,7 +28,11 @@ Engine::~Engine() {
   std::vector<Op*> pending(selfSends_.begin(), selfSends_.end());
   pending.insert(pending.end(), selfRecvs_.begin(), selfRecvs_.end());
   for (auto& [conn, q] : queues_)
-    for (auto& [op, t] : q.parts) pending.push_back(op);
+    for (auto& [op, t] : q.parts) {
+      // A transfer that offered its user's buffer to the peer takes it back (and waits out a copy under way).
+      t->fail(StatusCode::kAborted, "the communicator was destroyed with this operation pending");
+      pending.push_back(op);
+    }
   std::sort(pending.begin(), pending.end());
   pending.erase(std::unique(pending.begin(), pending.end()), pending.end());
   for (Op* op : pending) {

@@ -2,12 +2,19 @@
 // inline flags, Simple slots published by tail and released by head; our own code for CPU threads).
 #include "topocoll/transport/primitives.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "fifo.h"
 #include "os.h"
+
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
 
 namespace topocoll::transport {
 
@@ -28,6 +35,27 @@ inline SlotHeader* simpleSlot(const ConnInfo& ci, uint64_t step) {
 }
 inline uint64_t llWord(uint64_t step, uint32_t data) { return (static_cast<uint64_t>(step + 1) << 32) | data; }
 inline bool llValid(uint64_t word, uint64_t step) { return (word >> 32) == static_cast<uint32_t>(step + 1); }
+
+// Single copies within a process hand a user buffer to the peer's thread through counters in a shared block that
+// each side maps at its own address (the owner's mapping and the importer's). The release/acquire pairs on those
+// counters order the copy for the hardware, but ThreadSanitizer keys synchronisation by virtual address and sees
+// two unrelated atomics. These tell it about the same hand-over, keyed by the user buffer's address (the one
+// address both sides know): release before publishing a buffer (or its copy) to the peer, acquire after seeing the
+// peer's counter. Only direct connections (the peer is a thread of this process); nothing outside a TSan build.
+inline void handOver(const ConnInfo& ci, const void* buf) {
+#if defined(__SANITIZE_THREAD__)
+  if ((ci.flags & kConnDirect) && buf) __tsan_release(const_cast<void*>(buf));
+#else
+  (void)ci, (void)buf;
+#endif
+}
+inline void takeOver(const ConnInfo& ci, const void* buf) {
+#if defined(__SANITIZE_THREAD__)
+  if ((ci.flags & kConnDirect) && buf) __tsan_acquire(const_cast<void*>(buf));
+#else
+  (void)ci, (void)buf;
+#endif
+}
 
 }  // namespace
 
@@ -91,6 +119,7 @@ void Transfer::publish(std::atomic<uint64_t>* counter, uint64_t v) {
 
 void Transfer::failWith(StatusCode code, std::string why, bool breaks) {
   if (finished()) return;
+  if (offered()) withdraw();  // the user may free the buffer once we return
   if (breaks && state_ != State::kGated && state_ != State::kStart) c_.markBroken(why);
   errorCode_ = code;
   error_ = std::move(why);
@@ -119,14 +148,46 @@ bool Transfer::progress() {
   return moved;
 }
 
+// A single copy reaches into the peer's user buffer, which the peer may give up on (timeout, abort, a failed part)
+// and return to its user: the active side (write-mode sender, read-mode receiver) announces each piece in `copying`
+// and copies only if the passive side's offer (rdv.step) still stands; the passive side withdraws the offer and
+// waits for `copying` to clear. Sequentially consistent on both sides (store, then load the other word): one of
+// them sees the other. Two atomics per piece of up to kCopyPiece bytes.
 bool Transfer::copySingle(char* local, const char* remote, size_t n, bool pull) {
+  Rendezvous& r = *ci_.rdv;
+  const uint64_t tag = firstStep_ + 1;
+  r.copying.store(tag, std::memory_order_seq_cst);
+  if (r.step.load(std::memory_order_seq_cst) != tag) {
+    r.copying.store(0, std::memory_order_release);
+    withdrawn_ = true;
+    return false;
+  }
   if (ci_.flags & kConnDirect) {
     if (pull) std::memcpy(local, remote, n);
     else std::memcpy(const_cast<char*>(remote), local, n);
-    return true;
+  } else {
+    copyErr_ = static_cast<uint32_t>(os::copyRemote(ci_.peerPid, pull, local, reinterpret_cast<uint64_t>(remote), n));
   }
-  copyErr_ = static_cast<uint32_t>(os::copyRemote(ci_.peerPid, pull, local, reinterpret_cast<uint64_t>(remote), n));
+  handOver(ci_, reinterpret_cast<const void*>(addr_));  // for a passive side that withdraws now
+  r.copying.store(0, std::memory_order_release);
   return copyErr_ == 0;
+}
+
+bool Transfer::offered() const {
+  if (finished() || stepsDone_ == 0) return false;
+  return (dir_ == Dir::kRecv && mode_ == kModeWriteAsk && stepsDone_ == 1) || (dir_ == Dir::kSend && mode_ == kModeRead);
+}
+
+void Transfer::withdraw() {
+  Rendezvous& r = *ci_.rdv;
+  const uint64_t tag = firstStep_ + 1;
+  r.step.store(0, std::memory_order_seq_cst);
+  // A piece under way ends soon (at most kCopyPiece bytes); a peer process that died copies nothing more.
+  while (r.copying.load(std::memory_order_seq_cst) == tag) {
+    if (!(ci_.flags & kConnDirect) && ci_.peerPid > 0 && ::kill(ci_.peerPid, 0) != 0 && errno == ESRCH) break;
+    std::this_thread::yield();
+  }
+  takeOver(ci_, buf_);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -171,6 +232,7 @@ bool Transfer::sendProgress() {
   }
   if (state_ == State::kAck && ci_.ack->load(std::memory_order_acquire) >= lastStep_) {
     ci_.step = lastStep_;
+    if (mode_ == kModeRead) takeOver(ci_, buf_);  // the receiver has copied out of our buffer
     const StatusLine& st = *ci_.status;
     if (copyErr_) {
       failWith(StatusCode::kSystemError,
@@ -309,6 +371,11 @@ bool Transfer::sendSingle() {
     h->mode = mode_;
     h->last = mode_ == kModeRead;
     stepsDone_ = 1;
+    if (mode_ == kModeRead) {  // the offer of our buffer, for withdraw()
+      ci_.rdv->addr = reinterpret_cast<uint64_t>(buf_);
+      ci_.rdv->step.store(firstStep_ + 1, std::memory_order_release);
+      handOver(ci_, buf_);
+    }
     publish(ci_.tail, firstStep_ + 1);
     if (mode_ == kModeRead) {
       lastStep_ = firstStep_ + 1;
@@ -328,11 +395,16 @@ bool Transfer::sendSingle() {
       return true;
     }
     addr_ = ci_.rdv->addr;
+    takeOver(ci_, reinterpret_cast<const void*>(addr_));  // the receiver's buffer is ours to write
     stepsDone_ = 2;
   }
   if (done_ < msg_.partBytes && copyErr_ == 0) {
     size_t n = std::min(kCopyPiece, msg_.partBytes - done_);
     if (copySingle(buf_ + done_, reinterpret_cast<const char*>(addr_ + done_), n, false)) done_ += n;
+    if (withdrawn_) {
+      failWith(StatusCode::kRemoteError, fmt::format("{}: the receiver gave up on this transfer", what()), true);
+      return true;
+    }
     if (done_ < msg_.partBytes && copyErr_ == 0) return true;  // the next piece on the next turn
   }
   SlotHeader* h = simpleSlot(ci_, firstStep_ + 1);
@@ -344,6 +416,7 @@ bool Transfer::sendSingle() {
   h->last = 1;
   h->error = copyErr_;
   lastStep_ = firstStep_ + 2;
+  handOver(ci_, reinterpret_cast<const void*>(addr_));  // what we copied into the receiver's buffer
   publish(ci_.tail, lastStep_);
   state_ = State::kAck;
   return true;
@@ -523,15 +596,21 @@ bool Transfer::recvSimple() {
 bool Transfer::recvSingle() {
   if (stepsDone_ == 0) {
     if (mode_ == kModeRead) {
+      if (addr_ == 0) takeOver(ci_, reinterpret_cast<const void*>(peerHdr_.addr));  // the sender's buffer, to read
       addr_ = peerHdr_.addr;
       if (!drain_) {
         while (done_ < msg_.partBytes && copyErr_ == 0) {
           size_t n = std::min(kCopyPiece, msg_.partBytes - done_);
           if (copySingle(buf_ + done_, reinterpret_cast<const char*>(addr_ + done_), n, true)) done_ += n;
+          if (withdrawn_) {
+            failWith(StatusCode::kRemoteError, fmt::format("{}: the sender gave up on this transfer", what()), true);
+            return true;
+          }
           if (done_ < msg_.partBytes && copyErr_ == 0) return true;  // the next piece on the next turn
         }
       }
       lastStep_ = firstStep_ + 1;
+      handOver(ci_, reinterpret_cast<const void*>(addr_));  // we are done reading the sender's buffer
       finish();
       return true;
     }
@@ -542,6 +621,7 @@ bool Transfer::recvSingle() {
       return true;
     }
     ci_.rdv->addr = reinterpret_cast<uint64_t>(buf_);
+    handOver(ci_, buf_);  // our buffer, for the sender to write
     ci_.rdv->step.store(firstStep_ + 1, std::memory_order_release);
     stepsDone_ = 1;
     publish(ci_.head, firstStep_ + 1);
@@ -555,6 +635,7 @@ bool Transfer::recvSingle() {
   }
   copyErr_ = h->error;
   done_ = h->chunkBytes;
+  takeOver(ci_, buf_);  // the sender's copy into our buffer
   lastStep_ = firstStep_ + 2;
   finish();
   return true;

@@ -302,6 +302,41 @@ TEST(Faults, AReceiveWithoutSenderTimesOutNamingThePeer) {
   expectNoErrors(errors);
 }
 
+TEST(Faults, ASendThatTimedOutTakesItsBufferBack) {
+  // Read mode: the sender offers its buffer for the receiver to copy from. After the send timed out, the buffer is
+  // the user's again (here overwritten): a receive posted late must fail, not copy from it.
+  std::atomic<bool> sent{false}, done{false};
+  auto errors = runRanks(
+      2,
+      [](int r, InitOptions& o) {
+        force(Transport::kP2p, r, o.cfg);
+        o.cfg.timeoutSec = 0.5;
+        o.cfg.p2pReadEnable = 1;
+        o.cfg.p2pSingleCopy = 4096;
+        o.cfg.p2pLlThreshold = 0;
+      },
+      [&](Communicator& c, int r) {
+        c.connectAll();
+        std::vector<int32_t> buf(4096, r == 0 ? 7 : 0);  // 16 KiB: one part, a single copy
+        if (r == 0) {
+          EXPECT_THROW(c.send(buf.data(), buf.size(), DataType::kInt32, 1), Error);
+          std::fill(buf.begin(), buf.end(), -1);
+          sent = true;
+          while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return;
+        }
+        while (!sent.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        try {
+          c.recv(buf.data(), buf.size(), DataType::kInt32, 0);
+          ADD_FAILURE() << "the receive copied from a buffer the sender had taken back: " << buf[0];
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("the sender gave up on this transfer"), std::string::npos) << e.what();
+        }
+        done = true;
+      });
+  expectNoErrors(errors);
+}
+
 TEST(BadInput, ClearErrors) {
   auto errors = runRanks(
       2, [](int r, InitOptions& o) { force(Transport::kP2p, r, o.cfg); },

@@ -14,6 +14,8 @@
 // The receiver acknowledges the whole part at the end (ack counter); a size or type mismatch is found by the
 // receiver from the header, which then consumes exactly the sender's steps without copying and reports the mismatch
 // in the status line: both sides fail and the connection stays usable.
+// A side that offered its buffer for a single copy and fails (timeout, abort, a failed part) withdraws the offer and
+// waits out a piece the peer is copying: a failed transfer never leaves the peer copying into or out of its buffer.
 //
 //   transport::Transfer t(connector, transport::Transfer::Dir::kSend, buf, desc, opts);
 //   while (!t.finished()) if (!t.progress()) backoff.idle(...);
@@ -127,6 +129,10 @@ class Transfer {
   bool recvSingle();
   /// memcpy (same process) or process_vm_readv/writev (`pull`: from the peer into `local`).
   bool copySingle(char* local, const char* remote, size_t n, bool pull);
+  /// Single copy, passive side (our buffer is offered to the peer): whether the offer stands; withdraw() takes it
+  /// back and returns once no piece of the peer's copy is under way.
+  bool offered() const;
+  void withdraw();
   void finish();
   void failWith(StatusCode code, std::string why, bool breaks);
   void publish(std::atomic<uint64_t>* counter, uint64_t v);
@@ -148,6 +154,7 @@ class Transfer {
   size_t llWords_ = 0;                     // LL: data words of the part
   uint64_t addr_ = 0;                      // single copy: the peer's buffer
   uint32_t copyErr_ = 0;
+  bool withdrawn_ = false;                 // single copy, active side: the peer withdrew its buffer
   SlotHeader peerHdr_;
   StatusCode errorCode_ = StatusCode::kOk;
   std::string error_;

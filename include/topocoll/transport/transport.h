@@ -102,15 +102,15 @@ struct alignas(64) Counter {
   char pad[56];
 };
 
-/// The rendezvous slot of single-copy transfers: the passive side's buffer address.
 /// The rendezvous slot of single-copy transfers: the passive side's buffer address. Over NET, the receiver's
 /// buffer for its proxy, with what the receiver expects (data lands there only when the sender's header matches).
 struct alignas(64) Rendezvous {
-  std::atomic<uint64_t> step{0};  // step+1 of the op the address is for
+  std::atomic<uint64_t> step{0};  // step+1 of the op the address is for (single copy: 0 once withdrawn)
   uint64_t addr = 0;
   uint64_t opBytes = 0, partBytes = 0;
   uint32_t dtype = 0, nParts = 0;
-  char pad[16];
+  std::atomic<uint64_t> copying{0};  // single copy: step+1 of the op the active side is copying a piece for
+  char pad[8];
 };
 
 /// NCCL's ncclConnInfo: what the data movers see of one connector.

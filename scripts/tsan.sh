@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# ThreadSanitizer run of the executables whose tests start threads (bootstrap, transports, proxy, engine, ranks as
+# threads): builds them with -DTOPOCOLL_TSAN=ON in build-tsan (or $1) and runs each; any TSan report fails the run
+# (halt_on_error). Suppressions: tests/tsan.supp (see there). docs/reliability.md, "Sanitizers", says what is covered.
+#   scripts/tsan.sh [build-dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build-tsan}
+TESTS=(bootstrap_test bootstrap_wire_test collectives_reduce_test runtime_c_api_test runtime_communicator_test
+       runtime_p2p_test runtime_p2p_big_test transport_test)
+# runtime_collectives_test (branch coll) passes under TSan with no report but takes 450 s alone: left out until its
+# slow cases get a filter here. Cases too slow under TSan on CI's 2 cores: none at the moment.
+declare -A FILTER=()
+
+CC=${TSAN_CC:-gcc} CXX=${TSAN_CXX:-g++} cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOPOCOLL_TSAN=ON -DTOPOCOLL_BUILD_BENCH=OFF >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target "${TESTS[@]}"
+export TSAN_OPTIONS="halt_on_error=1 exitcode=66 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}"
+failed=()
+for t in "${TESTS[@]}"; do
+  start=$SECONDS
+  if "$BUILD/tests/$t" --gtest_brief=1 ${FILTER[$t]:+--gtest_filter=${FILTER[$t]}} >"$BUILD/$t.tsan.log" 2>&1 &&
+    ! grep -q "ThreadSanitizer" "$BUILD/$t.tsan.log"; then
+    echo "tsan: $t passed ($((SECONDS - start)) s)"
+  else
+    echo "tsan: $t FAILED ($((SECONDS - start)) s), log: $BUILD/$t.tsan.log"
+    tail -n 60 "$BUILD/$t.tsan.log"
+    failed+=("$t")
+  fi
+done
+if ((${#failed[@]})); then
+  echo "tsan: failed: ${failed[*]}"
+  exit 1
+fi
