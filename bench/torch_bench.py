@@ -26,7 +26,7 @@ FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 
           "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 
 
-def _op(coll, n, size):
+def _op(coll, n, size, backend):
     count = max(size // 4, n)
     per = max(count // n, 1)
     if coll == "all_reduce":
@@ -36,7 +36,11 @@ def _op(coll, n, size):
         t = torch.ones(count)
         return lambda: dist.broadcast(t, 0), count * 4
     if coll == "all_gather":
-        inp, out = torch.ones(per), torch.empty(per * n)
+        inp = torch.ones(per)
+        if backend == "gloo":  # Gloo 1.13 has no _allgather_base: the list form
+            outs = [torch.empty(per) for _ in range(n)]
+            return lambda: dist.all_gather(outs, inp), per * n * 4
+        out = torch.empty(per * n)
         return lambda: dist._all_gather_base(out, inp), per * n * 4
     inp, out = torch.ones(per * n), torch.empty(per)
     return lambda: dist._reduce_scatter_base(out, inp), per * n * 4
@@ -50,7 +54,7 @@ def _worker(rank, n, path, backend, coll, sizes, seconds, q):
     for size in sizes:
         if backend == "gloo" and coll == "reduce_scatter":
             break
-        fn, real = _op(coll, n, size)
+        fn, real = _op(coll, n, size, backend)
         fn()
         dist.barrier()
         t0 = time.perf_counter()
