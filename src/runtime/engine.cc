@@ -106,6 +106,7 @@ void Engine::takeIncoming() {
   for (auto& op : in) {
     op->keep = op;
     if (op->peer == opts_.rank) {
+      op->waitingSince = Clock::now();
       (op->send ? selfSends_ : selfRecvs_).push_back(op.get());
       continue;
     }
@@ -384,13 +385,21 @@ void Engine::checkStalls() {
     }
     for (auto& [op, t] : q->parts) t->fail(code, why);
   }
-  if (aborted) {
-    for (auto* list : {&selfSends_, &selfRecvs_}) {
-      for (Op* op : *list) {
+  // Operations with this rank itself wait for their match (a send to itself for a receive from itself): one that
+  // waits longer than TOPOCOLL_TIMEOUT never had one posted.
+  for (auto* list : {&selfSends_, &selfRecvs_}) {
+    while (!list->empty() && (aborted || now - list->front()->waitingSince > opts_.timeout)) {
+      Op* op = list->front();
+      list->pop_front();
+      if (aborted)
         failOp(*op, StatusCode::kAborted, "the communicator was aborted");
-        complete(*op);
-      }
-      list->clear();
+      else
+        failOp(*op, StatusCode::kTimeout,
+               fmt::format("no {} itself was posted within {:g} s (TOPOCOLL_TIMEOUT): a send to oneself needs a "
+                           "receive from oneself, in the same group when blocking",
+                           op->send ? "receive from" : "send to",
+                           std::chrono::duration<double>(opts_.timeout).count()));
+      complete(*op);
     }
   }
 }

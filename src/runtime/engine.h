@@ -42,6 +42,7 @@ struct Op {
   int unfinished = 0;     // driver only
   bool validated = false; // receive side: the first part checked the sender's header
   std::shared_ptr<Op> keep;  // itself, while the engine holds it (the caller may drop its handle)
+  std::chrono::steady_clock::time_point waitingSince{};  // self ops: when it started waiting for its match
   std::atomic<int> state{kPending};
   StatusCode code = StatusCode::kOk;
   std::string error;      // written before state turns kFailed

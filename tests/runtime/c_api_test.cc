@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -161,5 +162,21 @@ TEST_P(CApi, MismatchedCallsAreNamedOnEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CApi, ::testing::Values(1, 2, 3, 4));
+
+// A send to itself whose receive was refused (fuzz_c_api found it waiting forever): it fails within TOPOCOLL_TIMEOUT.
+TEST(CApiSelf, UnmatchedSendToItselfTimesOut) {
+  setenv("TOPOCOLL_TIMEOUT", "1", 1);
+  tcclComm_t c = nullptr;
+  ASSERT_EQ(tcclCommInitAll(&c, 1, nullptr), tcclSuccess) << tcclGetLastError(nullptr);
+  unsetenv("TOPOCOLL_TIMEOUT");
+  std::vector<char> buf(76);
+  ASSERT_EQ(tcclGroupStart(), tcclSuccess);
+  EXPECT_EQ(tcclSend(buf.data(), buf.size(), tcclInt8, 0, c, nullptr), tcclSuccess);
+  EXPECT_EQ(tcclRecv(nullptr, buf.size(), tcclInt8, 0, c, nullptr), tcclInvalidArgument);
+  EXPECT_NE(tcclGroupEnd(), tcclSuccess);
+  // tcclGroupEnd has no communicator: its error is the thread's.
+  EXPECT_NE(std::string(tcclGetLastError(nullptr)).find("TOPOCOLL_TIMEOUT"), std::string::npos) << tcclGetLastError(nullptr);
+  EXPECT_EQ(tcclCommDestroy(c), tcclSuccess);
+}
 
 }  // namespace
