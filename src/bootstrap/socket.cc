@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "topocoll/status.h"
 
@@ -96,67 +97,21 @@ bool fromWire(const WireAddr& w, Address* out) {
   return true;
 }
 
-bool matchInterface(const std::string& name, const std::string& specIn) {
-  std::string spec = specIn;
-  bool exclude = false, exact = false;
-  if (!spec.empty() && spec[0] == '^') {
-    exclude = true;
-    spec.erase(0, 1);
-  }
-  if (!spec.empty() && spec[0] == '=') {
-    exact = true;
-    spec.erase(0, 1);
-  }
-  bool found = false;
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t comma = spec.find(',', pos);
-    std::string tok = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
-    if (tok.empty()) continue;
-    auto colon = tok.find(':');  // "eth0:1" style port suffixes are ignored for sockets
-    if (colon != std::string::npos) tok.resize(colon);
-    if (exact ? name == tok : name.rfind(tok, 0) == 0) found = true;
-  }
-  return exclude ? !found : found;
-}
-
 Address chooseAddress(const std::string& ifname, const std::string& family) {
-  int fam = family.empty() ? AF_UNSPEC : family == "AF_INET" ? AF_INET : family == "AF_INET6" ? AF_INET6 : -1;
-  if (fam < 0) fail(StatusCode::kInvalidArgument, "NCCL_SOCKET_FAMILY={}: expected AF_INET or AF_INET6", family);
-  ifaddrs* raw = nullptr;
-  if (getifaddrs(&raw) != 0) fail(StatusCode::kSystemError, "getifaddrs: {}", std::strerror(errno));
-  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> list(raw, freeifaddrs);
-  auto pick = [&](const std::string& spec) -> Address {
-    Address out;
-    for (ifaddrs* i = list.get(); i; i = i->ifa_next) {
-      if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
-      int f = i->ifa_addr->sa_family;
-      if (f != AF_INET && f != AF_INET6) continue;
-      if (fam != AF_UNSPEC && f != fam) continue;
-      if (f == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr)) continue;
-      if (!matchInterface(i->ifa_name, spec)) continue;
-      out.len = f == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-      std::memcpy(&out.storage, i->ifa_addr, out.len);
-      break;
-    }
-    return out;
-  };
+  // The same list the socket transport and topology discovery use (NCCL's bootstrap also takes the first of
+  // ncclFindInterfaces); with nothing up but an unset NCCL_SOCKET_IFNAME, 127.0.0.1.
+  std::vector<netif::Interface> ifs = netif::findInterfaces(ifname, family, "", 1);
   Address out;
-  if (!ifname.empty()) {
-    out = pick(ifname);
-    if (out.len == 0) fail(StatusCode::kInvalidArgument, "NCCL_SOCKET_IFNAME={}: no up interface matches", ifname);
-    return out;
-  }
-  out = pick("ib");
-  if (out.len == 0) out = pick("^docker,lo,virbr");
-  if (out.len == 0) out = pick("lo");
-  if (out.len == 0) {
+  if (ifs.empty()) {
+    if (ifname.size() > 1) fail(StatusCode::kInvalidArgument, "NCCL_SOCKET_IFNAME={}: no up interface matches", ifname);
     auto* a = reinterpret_cast<sockaddr_in*>(&out.storage);
     a->sin_family = AF_INET;
     a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     out.len = sizeof(sockaddr_in);
+    return out;
   }
+  out.len = ifs[0].len;
+  std::memcpy(&out.storage, &ifs[0].addr, out.len);
   return out;
 }
 

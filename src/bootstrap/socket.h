@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "topocoll/netif.h"
 #include "wire.h"
 
 namespace topocoll::bootstrap {
@@ -26,13 +27,13 @@ WireAddr toWire(const Address& a);
 bool fromWire(const WireAddr& w, Address* out);
 
 /// NCCL's interface choice. `ifname` follows NCCL_SOCKET_IFNAME: comma-separated name prefixes, `^` to exclude
-/// them, `=` for exact names; empty means: InfiniBand IP interfaces (`ib*`) first, then any but docker*/lo, then
-/// loopback. `family` is NCCL_SOCKET_FAMILY ("AF_INET", "AF_INET6" or empty for either). Throws when nothing
-/// matches an explicit `ifname`.
+/// them, `=` for exact names; empty means netif::findInterfaces's order (ib*, then any but docker*/lo*/virbr*,
+/// then docker*, lo*, virbr*), and 127.0.0.1 when nothing is up. `family` is NCCL_SOCKET_FAMILY ("AF_INET",
+/// "AF_INET6" or empty for either). Throws when nothing matches an explicit `ifname`.
 Address chooseAddress(const std::string& ifname = "", const std::string& family = "");
 Address defaultAddress();
-/// Whether interface `name` matches an NCCL_SOCKET_IFNAME value.
-bool matchInterface(const std::string& name, const std::string& spec);
+/// Whether interface `name` matches an NCCL_SOCKET_IFNAME value (netif's rule, shared with the transports).
+using netif::matchInterface;
 /// "host:port" or "[v6]:port" (NCCL_COMM_ID syntax); throws naming the value on error.
 Address parseHostPort(const std::string& hostPort);
 
