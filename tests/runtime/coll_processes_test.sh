@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Collectives between processes (bench/coll_bench forks the ranks and checks every result): every collective at
+# Collectives between processes (topocoll-perf -np forks the ranks and checks every result): every collective at
 # 8 B, 4 KiB, 1 MiB and 4 MiB over P2P, SHM and NET (ranks as separate "hosts"); a rank killed with -9 in the middle
 # of a collective (the others fail naming it within TOPOCOLL_TIMEOUT); nothing left in /dev/shm, no process left.
 # COLL_RANKS overrides the rank counts (the slow label runs 8).
 set -u
-B=${COLL_BENCH:?}
+B=${TOPOCOLL_PERF:?}
 tmp=$(mktemp -d)
 fails=0
 ls /dev/shm | sort > "$tmp/shm.before"
 trap 'rm -rf "$tmp"' EXIT
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
-colls=allreduce,allgather,reduce_scatter,broadcast,reduce
+colls="all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf"
 
 for n in ${COLL_RANKS:-2 3 4}; do
   for tr in P2P SHM NET; do
@@ -24,17 +24,21 @@ for n in ${COLL_RANKS:-2 3 4}; do
     sizes=8,4K,1M,4M
     [ $tr = NET ] && sizes=8,1M
     name=$tr-$n
-    if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" -np "$n" -c $colls -l $sizes -T 0.005 "${args[@]}" > "$tmp/$name" 2>&1; then
-      rows=$(grep -cE '^ +[0-9]' "$tmp/$name")
-      ok "$name ($rows rows, every result checked)"
-    else
-      bad "$name" "$(grep -vE '^ +[0-9]|^#' "$tmp/$name" | head -3)"
-    fi
+    rows=0 failed=""
+    for c in $colls; do
+      if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" $c -np "$n" -l $sizes -T 0.005 "${args[@]}" > "$tmp/$name" 2>&1; then
+        rows=$((rows + $(grep -cE '^ +[0-9]' "$tmp/$name")))
+      else
+        failed="$c: $(grep -vE '^ +[0-9]|^#' "$tmp/$name" | head -3)"
+        break
+      fi
+    done
+    if [ -z "$failed" ]; then ok "$name ($rows rows, every result checked)"; else bad "$name" "$failed"; fi
   done
 done
 
 # kill -9 one rank in the middle of 64 MiB all-reduces: the others fail naming it, nobody hangs.
-TOPOCOLL_TIMEOUT=30 "$B" -np 3 -c allreduce -l 64M -T 30 > "$tmp/kill" 2>&1 &
+TOPOCOLL_TIMEOUT=30 "$B" all_reduce_perf -np 3 -l 64M -T 30 > "$tmp/kill" 2>&1 &
 parent=$!
 victim=""
 for _ in $(seq 100); do
