@@ -3,6 +3,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -63,12 +64,70 @@ void checkSameLayout(const at::Tensor& ref, const at::Tensor& t, const char* wha
               " elements but the input has ", ref.numel());
 }
 
+size_t bytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+// Whether equally sized tensors are consecutive pieces of one buffer (torch.empty(n * k).chunk(n), ...): a list form
+// then runs as its _base form on them, with no staging copy.
+bool consecutive(const std::vector<at::Tensor>& ts) {
+  size_t bytes = bytesOf(ts[0]);
+  if (bytes == 0) return true;
+  auto* base = static_cast<const char*>(ts[0].data_ptr());
+  for (size_t i = 1; i < ts.size(); ++i)
+    if (static_cast<const char*>(ts[i].data_ptr()) != base + i * bytes) return false;
+  return true;
+}
+
 }  // namespace
 
-// A thread running queued operations in order.
+// A Work run by the group's Worker (or by the thread that waits for it); its future carries the output tensors.
+class ProcessGroupTopocoll::Task : public c10d::Work {
+ public:
+  Task(Worker* worker, int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> fn)
+      : Work(rank, type), worker_(worker), fn_(std::move(fn)), outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  // Runs the operation once, on whichever thread claimed it, and completes the Work with its outcome.
+  void run() {
+    std::exception_ptr error;
+    try {
+      fn_();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    fn_ = nullptr;  // drops the tensors it held
+    finish(error);
+    if (error) future_->setError(error);
+    else future_->markCompleted(c10::IValue(outputs_));
+  }
+  // A waiting caller runs the operation itself when the worker has not started it (and nothing is ahead of it): a
+  // blocking dist.all_reduce then costs no thread hand-off. Once complete the Work never touches the worker again
+  // (it may outlive the group).
+  bool wait(std::chrono::milliseconds timeout) override;
+  // Polling a Work (or taking its future) starts it at once if it still waits for its caller.
+  bool isCompleted() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+ private:
+  Worker* worker_;
+  std::function<void()> fn_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<at::ivalue::Future> future_;
+};
+
+// Runs queued Tasks in issue order, one at a time: on the thread that waits for one of them (help: a blocking
+// dist.all_reduce then costs no thread hand-off, no wake-up, no context switch) or on its own thread. A lazy worker
+// (collectives and receives) leaves a new Task to its waiter for kStartDelay and starts it itself after that, or at
+// once when somebody polls it (is_completed, get_future) or a later Task is queued behind it: an async_op=True call
+// nobody waits for still runs (another group's operations may depend on it). While Tasks come in, its thread wakes on
+// a timer (kStartDelay) instead of being woken for each one; kArm after the last one it sleeps until the next.
+// An eager worker (sends: an isend must progress while its rank waits for the matching irecv) starts each at once.
 class ProcessGroupTopocoll::Worker {
  public:
-  Worker() : thread_([this] { loop(); }) {}
+  static constexpr std::chrono::microseconds kStartDelay{1000};
+  static constexpr std::chrono::milliseconds kArm{100};
+
+  explicit Worker(bool lazy) : lazy_(lazy), thread_([this] { loop(); }) {}
   ~Worker() {
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -77,34 +136,111 @@ class ProcessGroupTopocoll::Worker {
     cv_.notify_all();
     thread_.join();
   }
-  void push(std::function<void()> fn) {
+  void push(c10::intrusive_ptr<Task> task) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      queue_.push_back(std::move(fn));
+      queue_.push_back({std::move(task), Clock::now()});
+      wake = !lazy_ || sleeping_ || queue_.size() > 1;
+    }
+    if (wake) cv_.notify_one();
+  }
+  // Starts the queued Tasks now (somebody polls one).
+  void kick() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (queue_.empty() || kicked_) return;
+      kicked_ = true;
     }
     cv_.notify_one();
   }
-
- private:
-  void loop() {
+  // Runs the queued Tasks up to and including `task` on the calling thread while the worker thread is not running
+  // one; returns when `task` ran here, or as soon as the worker thread holds the queue (the caller then waits).
+  void help(const Task* task) {
     while (true) {
-      std::function<void()> fn;
+      c10::intrusive_ptr<Task> next;
       {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        fn = std::move(queue_.front());
+        std::lock_guard<std::mutex> lk(mu_);
+        if (busy_ || std::none_of(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.task.get() == task; }))
+          return;
+        next = std::move(queue_.front().task);
         queue_.pop_front();
+        busy_ = true;
+        kicked_ = false;
       }
-      fn();
+      next->run();
+      bool more;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        busy_ = false;
+        more = !queue_.empty();
+      }
+      if (more) cv_.notify_one();  // what was queued behind it is asynchronous: start it
+      if (next.get() == task) return;
     }
   }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Queued {
+    c10::intrusive_ptr<Task> task;
+    Clock::time_point since;
+  };
+  void loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    auto armedUntil = Clock::now() + kArm;
+    while (true) {
+      auto now = Clock::now();
+      if (!busy_ && !queue_.empty() &&
+          (!lazy_ || stop_ || kicked_ || queue_.size() > 1 || now - queue_.front().since >= kStartDelay)) {
+        c10::intrusive_ptr<Task> next = std::move(queue_.front().task);
+        queue_.pop_front();
+        busy_ = true;
+        kicked_ = false;
+        lk.unlock();
+        next->run();
+        lk.lock();
+        busy_ = false;
+        armedUntil = Clock::now() + kArm;
+        continue;
+      }
+      if (stop_ && !busy_) return;  // the queue is empty
+      if (!busy_ && queue_.empty() && (!lazy_ || now >= armedUntil)) {
+        sleeping_ = true;
+        cv_.wait(lk);
+        sleeping_ = false;
+        armedUntil = Clock::now() + kArm;
+      } else {
+        cv_.wait_until(lk, (busy_ || queue_.empty() ? now : queue_.front().since) + kStartDelay);
+      }
+    }
+  }
+  const bool lazy_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<Queued> queue_;
+  bool busy_ = false;      // a Task is running (on the worker thread or a helping caller)
+  bool sleeping_ = false;  // the thread waits without a timer: a push must wake it
+  bool kicked_ = false;
   bool stop_ = false;
   std::thread thread_;
 };
+
+bool ProcessGroupTopocoll::Task::wait(std::chrono::milliseconds timeout) {
+  if (!Work::isCompleted()) worker_->help(this);
+  return Work::wait(timeout);
+}
+
+bool ProcessGroupTopocoll::Task::isCompleted() {
+  if (Work::isCompleted()) return true;
+  worker_->kick();
+  return false;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> ProcessGroupTopocoll::Task::getFuture() {
+  if (!Work::isCompleted()) worker_->kick();
+  return future_;
+}
 
 // Messages that arrived for a tag nobody asked for yet (PyTorch matches send/recv by (peer, tag)).
 struct ProcessGroupTopocoll::Mailbox {
@@ -112,26 +248,6 @@ struct ProcessGroupTopocoll::Mailbox {
 };
 
 namespace {
-
-// A Work completed by a worker thread; its future carries the output tensors.
-class TopocollWork : public c10d::Work {
- public:
-  TopocollWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-      : Work(rank, type), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
-
-  void complete(std::exception_ptr error) {
-    finish(error);
-    if (error) future_->setError(error);
-    else future_->markCompleted(c10::IValue(outputs_));
-  }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
- private:
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<at::ivalue::Future> future_;
-};
 
 struct Header {
   int64_t tag;
@@ -155,8 +271,8 @@ ProcessGroupTopocoll::ProcessGroupTopocoll(const c10::intrusive_ptr<c10d::Store>
     std::memcpy(id.internal, bytes.data(), TCCL_UNIQUE_ID_BYTES);
   }
   check(tcclCommInitRank(&comm_, size, id, rank), "tcclCommInitRank");
-  collWorker_ = std::make_unique<Worker>();
-  sendWorker_ = std::make_unique<Worker>();
+  collWorker_ = std::make_unique<Worker>(/*lazy=*/true);
+  sendWorker_ = std::make_unique<Worker>(/*lazy=*/false);
 }
 
 ProcessGroupTopocoll::~ProcessGroupTopocoll() {
@@ -179,20 +295,26 @@ void ProcessGroupTopocoll::check(tcclResult_t rc, const char* what) const {
               detail && detail[0] ? detail : tcclGetLastError(nullptr));
 }
 
+char* ProcessGroupTopocoll::staging(size_t bytes) {
+  if (staging_.size() < bytes) staging_.resize(bytes);
+  return staging_.data();
+}
+
+const void* ProcessGroupTopocoll::gatherInputs(const std::vector<at::Tensor>& ins) {
+  if (ins.empty()) return nullptr;
+  if (consecutive(ins)) return ins[0].data_ptr();
+  size_t bytes = bytesOf(ins[0]);
+  char* flat = staging(bytes * ins.size());
+  for (size_t r = 0; r < ins.size(); ++r) std::memcpy(flat + r * bytes, ins[r].data_ptr(), bytes);
+  return flat;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::enqueue(Worker& worker, c10d::OpType type,
                                                             std::vector<at::Tensor> outputs,
                                                             std::function<void()> fn) {
-  auto work = c10::make_intrusive<TopocollWork>(getRank(), type, std::move(outputs));
-  worker.push([work, fn = std::move(fn)] {
-    std::exception_ptr error;
-    try {
-      fn();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    work->complete(error);
-  });
-  return work;
+  auto task = c10::make_intrusive<Task>(&worker, getRank(), type, std::move(outputs), std::move(fn));
+  worker.push(task);
+  return task;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::broadcast(std::vector<at::Tensor>& tensors,
@@ -255,9 +377,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::allgather(std::vector<std::
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = outputs[0];
   return enqueue(*collWorker_, c10d::OpType::ALLGATHER, outs, [this, in, outs]() {
-    at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
-    check(tcclAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), toTccl(in), comm_, nullptr), "tcclAllGather");
-    for (size_t r = 0; r < outs.size(); ++r) outs[r].view(-1).copy_(flat.narrow(0, r * in.numel(), in.numel()));
+    if (consecutive(outs)) {
+      check(tcclAllGather(in.data_ptr(), outs[0].data_ptr(), in.numel(), toTccl(in), comm_, nullptr), "tcclAllGather");
+      return;
+    }
+    size_t bytes = bytesOf(in);
+    char* flat = staging(bytes * outs.size());
+    check(tcclAllGather(in.data_ptr(), flat, in.numel(), toTccl(in), comm_, nullptr), "tcclAllGather");
+    for (size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data_ptr(), flat + r * bytes, bytes);
   });
 }
 
@@ -292,9 +419,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::gather(std::vector<std::vec
   }
   at::Tensor in = inputs[0];
   return enqueue(*collWorker_, c10d::OpType::GATHER, outs, [this, in, outs, root]() {
-    at::Tensor flat = at::empty({getRank() == root ? getSize() * in.numel() : 0}, in.options());
-    check(tcclGather(in.data_ptr(), flat.data_ptr(), in.numel(), toTccl(in), root, comm_, nullptr), "tcclGather");
-    for (size_t r = 0; r < outs.size(); ++r) outs[r].view(-1).copy_(flat.narrow(0, r * in.numel(), in.numel()));
+    size_t bytes = bytesOf(in);
+    bool direct = outs.empty() || consecutive(outs);
+    char* flat = outs.empty() ? nullptr : direct ? static_cast<char*>(outs[0].data_ptr()) : staging(bytes * outs.size());
+    check(tcclGather(in.data_ptr(), flat, in.numel(), toTccl(in), root, comm_, nullptr), "tcclGather");
+    if (!direct)
+      for (size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data_ptr(), flat + r * bytes, bytes);
   });
 }
 
@@ -304,21 +434,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::scatter(std::vector<at::Ten
   checkSingle(outputs, "scatter");
   int root = opts.rootRank;
   TORCH_CHECK(root >= 0 && root < getSize(), "ProcessGroupTopocoll::scatter: root ", root, " out of range");
-  at::Tensor flat;
+  std::vector<at::Tensor> ins;
   if (getRank() == root) {
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                 "ProcessGroupTopocoll::scatter: the root expects one list of ", getSize(), " input tensors");
     for (auto& i : inputs[0]) checkSameLayout(outputs[0], i, "an input tensor");
-    std::vector<at::Tensor> flats;
-    for (auto& i : inputs[0]) flats.push_back(i.reshape(-1));
-    flat = at::cat(flats);
+    ins = inputs[0];
   } else {
     TORCH_CHECK(inputs.empty() || inputs[0].empty(), "ProcessGroupTopocoll::scatter: only the root takes inputs");
-    flat = at::empty({0}, outputs[0].options());
   }
   at::Tensor out = outputs[0];
-  return enqueue(*collWorker_, c10d::OpType::SCATTER, outputs, [this, flat, out, root]() {
-    check(tcclScatter(flat.data_ptr(), out.data_ptr(), out.numel(), toTccl(out), root, comm_, nullptr), "tcclScatter");
+  return enqueue(*collWorker_, c10d::OpType::SCATTER, outputs, [this, ins, out, root]() {
+    check(tcclScatter(gatherInputs(ins), out.data_ptr(), out.numel(), toTccl(out), root, comm_, nullptr),
+          "tcclScatter");
   });
 }
 
@@ -329,12 +457,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::reduce_scatter(std::vector<
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
               "ProcessGroupTopocoll::reduce_scatter: expects one list of ", getSize(), " input tensors");
   for (auto& i : inputs[0]) checkSameLayout(outputs[0], i, "an input tensor");
-  std::vector<at::Tensor> flats;
-  for (auto& i : inputs[0]) flats.push_back(i.reshape(-1));
-  at::Tensor flat = at::cat(flats), out = outputs[0];
+  std::vector<at::Tensor> ins = inputs[0];
+  at::Tensor out = outputs[0];
   tcclRedOp_t op = toTccl(opts.reduceOp, out);
-  return enqueue(*collWorker_, c10d::OpType::REDUCE_SCATTER, outputs, [this, flat, out, op]() {
-    check(tcclReduceScatter(flat.data_ptr(), out.data_ptr(), out.numel(), toTccl(out), op, comm_, nullptr),
+  return enqueue(*collWorker_, c10d::OpType::REDUCE_SCATTER, outputs, [this, ins, out, op]() {
+    check(tcclReduceScatter(gatherInputs(ins), out.data_ptr(), out.numel(), toTccl(out), op, comm_, nullptr),
           "tcclReduceScatter");
   });
 }

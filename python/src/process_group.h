@@ -1,6 +1,7 @@
 // topocoll as a torch.distributed backend (PyTorch 1.13's c10d::ProcessGroup) for CPU tensors, on top of topocoll's
-// C API. Operations run on a worker thread per direction (collectives in issue order; sends and receives on threads
-// of their own, so that an isend/irecv exchange never deadlocks); each returns an asynchronous Work.
+// C API. Every call returns an asynchronous Work; operations run in issue order, one at a time per Worker: on the
+// thread that waits for them (a blocking call costs no thread hand-off) or on the Worker's thread (collectives and
+// receives on one, sends on another, so that an isend/irecv exchange never deadlocks).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -68,6 +69,7 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
 
  private:
   class Worker;
+  class Task;
   struct Mailbox;
 
   // Queues `fn` on `worker` and returns the Work that completes when it has run (fn's outputs become the Work's
@@ -76,11 +78,17 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
                                          std::function<void()> fn);
   void check(tcclResult_t rc, const char* what) const;
   void recvTagged(at::Tensor& tensor, int src, int tag);
+  // The list forms' staging buffer (tensors that are not consecutive pieces of one buffer), kept between calls: only
+  // the collectives' Worker touches it, one operation at a time.
+  char* staging(size_t bytes);
+  // The inputs of a list form as one buffer: the tensors themselves when consecutive, else copied into staging().
+  const void* gatherInputs(const std::vector<at::Tensor>& ins);
 
   tcclComm_t comm_ = nullptr;
   std::chrono::milliseconds timeout_;
-  std::unique_ptr<Worker> collWorker_, sendWorker_, recvWorker_;
+  std::unique_ptr<Worker> collWorker_, sendWorker_;
   std::unique_ptr<Mailbox> mailbox_;
+  std::vector<char> staging_;
 };
 
 }  // namespace topocoll::torch_backend

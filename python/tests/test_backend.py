@@ -131,6 +131,45 @@ def _ops(rank, n, path):
     assert w.is_completed()
     fut = dist.all_reduce(torch.ones(3), async_op=True).get_future()
     _check("future", fut.wait()[0], torch.full((3,), float(n)))
+    # An async operation nobody waits for still runs (the worker starts it): rank 0 waits for it only after a Gloo
+    # barrier that the other ranks reach only once it completed.
+    a = torch.ones(5)
+    w = dist.all_reduce(a, async_op=True)
+    if rank != 0:
+        w.wait()
+    dist.barrier(group=gloo)
+    assert w.wait()
+    _check("async, waited late", a, torch.full((5,), float(n)))
+    # Polling is_completed() alone completes it.
+    w = dist.all_reduce(a, async_op=True)
+    while not w.is_completed():
+        pass
+    _check("async, polled", a, torch.full((5,), float(n * n)))
+    # List forms over tensors that are not consecutive pieces of one buffer (staged) and over ones that are (direct).
+    for outs in ([torch.empty(7) for _ in range(n)], list(torch.empty(7 * n).chunk(n))):
+        dist.all_gather(outs, torch.full((7,), float(rank)))
+        for r in range(n):
+            _check(f"all_gather list [{r}]", outs[r], torch.full((7,), float(r)))
+    staged = [torch.full((7,), float(r + rank)) for r in range(n)]  # rank k gets sum_q (k + q)
+    direct = list(torch.arange(7.0 * n).chunk(n))                     # the same on every rank: n x its chunk
+    for ins, want in ((staged, torch.full((7,), float(n * rank + n * (n - 1) // 2))), (direct, n * direct[rank])):
+        out = torch.empty(7)
+        dist.reduce_scatter(out, ins)
+        _check("reduce_scatter list", out, want)
+    # gather and scatter from the last rank, staged and direct lists, compared with Gloo's
+    root = n - 1
+    for make in (lambda: [torch.empty(5) for _ in range(n)], lambda: list(torch.empty(5 * n).chunk(n))):
+        x = torch.arange(5.0) + 10 * rank
+        a, b = (make() if rank == root else None), (make() if rank == root else None)
+        dist.gather(x, a, dst=root)
+        dist.gather(x, b, dst=root, group=gloo)
+        if rank == root:
+            _check("gather", torch.cat(a), torch.cat(b))
+        ins = [torch.arange(5.0) + 10 * r for r in range(n)] if rank == root else None
+        a, b = torch.empty(5), torch.empty(5)
+        dist.scatter(a, ins, src=root)
+        dist.scatter(b, ins, src=root, group=gloo)
+        _check("scatter", a, b)
     dist.barrier()
     dist.destroy_process_group()
 
