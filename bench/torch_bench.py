@@ -3,15 +3,20 @@
 broadcast from 8 B to 64 MiB (float32), N processes on this host, nccl-tests columns, ratios per size, and an SVG of
 busbw against size. Each backend runs in its own set of processes, one after the other, per collective.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py -n 2 4 --out docs/img/torch-busbw.svg
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py -n 2 4 --capi build --out docs/img/torch-busbw.svg
 
 Definitions (as shared/peers and nccl-tests): size is the buffer of all_reduce/broadcast, the gathered output of
 all_gather, the full input of reduce_scatter; time is the maximum over ranks of the mean of a timed loop of
 back-to-back calls after a warm-up; busbw = size/time x (2(n-1)/n all_reduce, (n-1)/n all_gather and reduce_scatter,
-1 broadcast). Gloo 1.13 has no reduce_scatter: its column is "-".
+1 broadcast). Gloo 1.13 has no reduce_scatter: its column is "-". Rank r is bound to CPU r (--bind 1, the default, as
+topocoll-perf -np and mpirun bind): unbound, two ranks that share a core on a loaded host pay a scheduler round trip
+per small operation, whatever the backend. --capi DIR also runs DIR/topocoll-perf (the C API, same sizes, same
+timing protocol: -T) and prints the backend's time over the C API's (in place for all_reduce and broadcast, out of
+place for the _base forms of all_gather and reduce_scatter, as torch calls them).
 """
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +51,9 @@ def _op(coll, n, size, backend):
     return lambda: dist._reduce_scatter_base(out, inp), per * n * 4
 
 
-def _worker(rank, n, path, backend, coll, sizes, seconds, q):
+def _worker(rank, n, path, backend, coll, sizes, seconds, bind, q):
+    if bind:
+        os.sched_setaffinity(0, {rank % os.cpu_count()})
     if backend == "topocoll":
         import topocoll.torch  # noqa: F401
     dist.init_process_group(backend, init_method="file://" + path, rank=rank, world_size=n)
@@ -76,13 +83,23 @@ def _worker(rank, n, path, backend, coll, sizes, seconds, q):
     dist.destroy_process_group()
 
 
-def run(backend, coll, n, sizes, seconds):
+def run(backend, coll, n, sizes, seconds, bind):
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
     with tempfile.TemporaryDirectory() as d:
-        mp.start_processes(_worker, args=(n, os.path.join(d, "init"), backend, coll, sizes, seconds, q), nprocs=n,
-                           join=True, start_method="spawn")
+        mp.start_processes(_worker, args=(n, os.path.join(d, "init"), backend, coll, sizes, seconds, bind, q),
+                           nprocs=n, join=True, start_method="spawn")
     return q.get() if not q.empty() else []
+
+
+def run_capi(build, coll, n, sizes, seconds, bind):
+    """Times per size (s) of the same collective through the C API (topocoll-perf), in the order of `sizes`."""
+    cmd = [os.path.join(build, "topocoll-perf"), f"{coll}_perf", "-np", str(n), "-l", ",".join(map(str, sizes)),
+           "-T", str(seconds), "-c", "0", "--bind", "1" if bind else "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    col = 9 if coll in ("all_reduce", "broadcast") else 5  # in place (torch's) or out of place (the _base forms)
+    rows = [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
+    return [float(r[col]) * 1e-6 for r in rows if r[0].isdigit()]
 
 
 def svg(results, path):
@@ -134,24 +151,30 @@ def main():
     ap.add_argument("-c", nargs="+", default=COLLS, choices=COLLS, help="collectives")
     ap.add_argument("--max", type=int, default=64 << 20, help="largest size in bytes (default 64 MiB)")
     ap.add_argument("-T", type=float, default=0.2, help="seconds per timed loop (default 0.2)")
+    ap.add_argument("--bind", type=int, default=1, choices=[0, 1], help="bind rank r to CPU r (default 1)")
+    ap.add_argument("--capi", metavar="BUILD", help="also time the C API: BUILD/topocoll-perf")
     ap.add_argument("--out", help="write the busbw plot (SVG) here")
     args = ap.parse_args()
     sizes = [s for s in SIZES if s <= args.max]
     results = {}
-    print(f"# torch {torch.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+    print(f"# torch {torch.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, bind {args.bind}")
     for n in args.n:
         for coll in args.c:
             for backend in ("topocoll", "gloo"):
-                rows = run(backend, coll, n, sizes, args.T)
+                rows = run(backend, coll, n, sizes, args.T, args.bind)
                 results[(backend, n, coll)] = [(s, t, s / t / 1e9 * FACTOR[coll](n)) for s, t in rows]
-            print(f"\n# {coll}, {n} processes")
+            capi = run_capi(args.capi, coll, n, sizes, args.T, args.bind) if args.capi else []
+            print(f"\n# {coll}, {n} processes (load {os.getloadavg()[0]:.2f})")
             print(f"{'size':>12} {'topocoll us':>12} {'busbw GB/s':>10} {'gloo us':>12} {'busbw GB/s':>10} "
-                  f"{'speedup':>8}")
+                  f"{'speedup':>8}" + (f" {'C API us':>10} {'torch/C':>8}" if capi else ""))
             gl = {s: (t, bw) for s, t, bw in results[("gloo", n, coll)]}
-            for s, t, bw in results[("topocoll", n, coll)]:
+            for i, (s, t, bw) in enumerate(results[("topocoll", n, coll)]):
                 g = gl.get(s)
-                print(f"{s:>12} {t * 1e6:>12.2f} {bw:>10.3f} "
-                      + (f"{g[0] * 1e6:>12.2f} {g[1]:>10.3f} {g[0] / t:>8.1f}x" if g else f"{'-':>12} {'-':>10} {'-':>8}"))
+                line = (f"{s:>12} {t * 1e6:>12.2f} {bw:>10.3f} "
+                        + (f"{g[0] * 1e6:>12.2f} {g[1]:>10.3f} {g[0] / t:>8.1f}x" if g else f"{'-':>12} {'-':>10} {'-':>8}"))
+                if i < len(capi):
+                    line += f" {capi[i] * 1e6:>10.2f} {t / capi[i]:>8.2f}"
+                print(line)
             sys.stdout.flush()
     if args.out:
         svg(results, args.out)

@@ -83,8 +83,7 @@ bool consecutive(const std::vector<at::Tensor>& ts) {
 class ProcessGroupTopocoll::Task : public c10d::Work {
  public:
   Task(Worker* worker, int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> fn)
-      : Work(rank, type), worker_(worker), fn_(std::move(fn)), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      : Work(rank, type), worker_(worker), fn_(std::move(fn)), outputs_(std::move(outputs)) {}
 
   // Runs the operation once, on whichever thread claimed it, and completes the Work with its outcome.
   void run() {
@@ -95,9 +94,15 @@ class ProcessGroupTopocoll::Task : public c10d::Work {
       error = std::current_exception();
     }
     fn_ = nullptr;  // drops the tensors it held
+    c10::intrusive_ptr<at::ivalue::Future> future;
+    {
+      std::lock_guard<std::mutex> lk(futureMu_);
+      error_ = error;
+      ran_ = true;
+      future = future_;
+    }
     finish(error);
-    if (error) future_->setError(error);
-    else future_->markCompleted(c10::IValue(outputs_));
+    if (future) complete(*future);
   }
   // A waiting caller runs the operation itself when the worker has not started it (and nothing is ahead of it): a
   // blocking dist.all_reduce then costs no thread hand-off. Once complete the Work never touches the worker again
@@ -112,7 +117,15 @@ class ProcessGroupTopocoll::Task : public c10d::Work {
   Worker* worker_;
   std::function<void()> fn_;
   std::vector<at::Tensor> outputs_;
+  // The future exists once somebody asks for it (most calls never do: it costs allocations per operation).
+  void complete(at::ivalue::Future& future) {
+    if (error_) future.setError(error_);
+    else future.markCompleted(c10::IValue(outputs_));
+  }
+  std::mutex futureMu_;
   c10::intrusive_ptr<at::ivalue::Future> future_;
+  std::exception_ptr error_;
+  bool ran_ = false;
 };
 
 // Runs queued Tasks in issue order, one at a time: on the thread that waits for one of them (help: a blocking
@@ -238,8 +251,19 @@ bool ProcessGroupTopocoll::Task::isCompleted() {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> ProcessGroupTopocoll::Task::getFuture() {
-  if (!Work::isCompleted()) worker_->kick();
-  return future_;
+  c10::intrusive_ptr<at::ivalue::Future> future;
+  bool ran;
+  {
+    std::lock_guard<std::mutex> lk(futureMu_);
+    if (!future_) {
+      future_ = c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+      if (ran_) complete(*future_);  // it has no callbacks yet; run() completes it otherwise
+    }
+    future = future_;
+    ran = ran_;
+  }
+  if (!ran) worker_->kick();
+  return future;
 }
 
 // Messages that arrived for a tag nobody asked for yet (PyTorch matches send/recv by (peer, tag)).

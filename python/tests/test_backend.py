@@ -131,6 +131,9 @@ def _ops(rank, n, path):
     assert w.is_completed()
     fut = dist.all_reduce(torch.ones(3), async_op=True).get_future()
     _check("future", fut.wait()[0], torch.full((3,), float(n)))
+    w = dist.all_reduce(torch.ones(3), async_op=True)
+    w.wait()
+    _check("future after wait", w.get_future().wait()[0], torch.full((3,), float(n)))
     # An async operation nobody waits for still runs (the worker starts it): rank 0 waits for it only after a Gloo
     # barrier that the other ranks reach only once it completed.
     a = torch.ones(5)
