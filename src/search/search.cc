@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <span>
 #include <unordered_map>
 
 #include "topocoll/paths/paths.h"
@@ -299,6 +301,10 @@ class Searcher {
     float revMul;   // 1/8 for pre-Ampere DEV targets (not from a GPU), 1 for POWER NVLink to the CPU
     int id, revId;  // the links' dense indices (linkData_)
     bool pci;       // a PCI link (charged with Intel's overhead on PHB paths)
+    // The links' LinkData, copied in once the cache is built: a charge reads them without another indirection.
+    Key128 z, revZ;
+    Key128* own = nullptr;
+    Key128* revOwn = nullptr;
   };
   // What the search keeps per link: its weight in the state key and the part of privState_ its state goes to.
   struct LinkData {
@@ -310,8 +316,9 @@ class Searcher {
   int linkId(NodeRef node, const Link* l) const {
     return linkBase_[static_cast<int>(node.type)][node.index] + static_cast<int>(l - sys_.at(node).links.data());
   }
+  // A path's hops are hops_[first, first + count): one array for every path (no allocation per path).
   struct HopPath {
-    std::vector<Hop> hops;
+    int first = 0, count = 0;
     int type = static_cast<int>(PathType::DIS);
     bool intelPciOverhead = false;
     bool distinctLinks = true;  // no link is charged twice, so checking every hop before charging is NCCL's test
@@ -319,12 +326,17 @@ class Searcher {
   static int slot(NodeType t) { return t == NodeType::GPU ? 0 : t == NodeType::NVS ? 1 : t == NodeType::NET ? 2 : -1; }
   int maxN_ = 0;
   std::vector<HopPath> hopCache_;
+  std::vector<Hop> hops_;
+  // Every link the search charges starts with a bandwidth >= 0 (and keeps one: a charge needs the amount).
+  bool nonNegative_ = true;
+  const Hop* hopsOf(const HopPath& hp) const { return hops_.data() + hp.first; }
   HopPath& hopPath(NodeType t1, int i1, NodeType t2, int i2) {
     return hopCache_[((static_cast<size_t>(slot(t1)) * maxN_ + i1) * 3 + slot(t2)) * maxN_ + i2];
   }
   void buildHopCache() {
     maxN_ = std::max({sys_.count(NodeType::GPU), sys_.count(NodeType::NVS), sys_.count(NodeType::NET), 1});
     hopCache_.assign(static_cast<size_t>(3) * maxN_ * 3 * maxN_, HopPath{});
+    hops_.clear();
     privState_.assign(ngpus_ + 1, Key128{});  // the last one collects the other links' parts (unused)
     int links = 0;
     for (int t = 0; t < topology::kNodeTypes; ++t) {
@@ -348,6 +360,8 @@ class Searcher {
             const Path& path = paths[i2];
             HopPath& hp = hopPath(t1, i1, t2, i2);
             hp.type = P(path.type);
+            hp.first = static_cast<int>(hops_.size());
+            hp.count = path.count();
             ((t1 == NodeType::NET || t2 == NodeType::NET) ? interTypes_ : intraTypes_) |= 1u << hp.type;
             for (int step = 0; step < path.count(); ++step) {
               const Node& n = sys_.at(sys_.link(path.list[step]).rem);
@@ -358,7 +372,7 @@ class Searcher {
             NodeRef node = start;
             for (int step = 0; step < path.count(); ++step) {
               Link& link = sys_.link(path.list[step]);
-              Hop h{&link, nullptr, 0.0f, linkId(node, &link), -1, link.type == LinkType::PCI};
+              Hop h{&link, nullptr, 0.0f, linkId(node, &link), -1, link.type == LinkType::PCI, {}, {}};
               const Node& rem = sys_.at(link.rem);
               if (link.rem.type == NodeType::DEV && rem.cudaCompCap < 80 && t1 != NodeType::GPU) {
                 h.rev = findRev(node, link.rem, link.type);
@@ -369,18 +383,18 @@ class Searcher {
                 h.revMul = 1.0f;
               }
               if (h.rev) h.revId = linkId(link.rem, h.rev);
-              hp.hops.push_back(h);
+              hops_.push_back(h);
               node = link.rem;
             }
             std::vector<const Link*> charged;
-            for (const Hop& h : hp.hops) {
+            for (const Hop& h : pathHops(hp)) {
               charged.push_back(h.link);
               if (h.rev) charged.push_back(h.rev);
             }
             std::sort(charged.begin(), charged.end());
             hp.distinctLinks = std::adjacent_find(charged.begin(), charged.end()) == charged.end();
             const int e1 = t1 == NodeType::GPU ? i1 : -1, e2 = t2 == NodeType::GPU ? i2 : -1;
-            for (const Hop& h : hp.hops) {
+            for (const Hop& h : pathHops(hp)) {
               noteEndpoints(h.id, e1, e2);
               if (h.rev) noteEndpoints(h.revId, e1, e2);
             }
@@ -392,7 +406,14 @@ class Searcher {
       const Endpoints& ep = endpoints_[id];
       linkData_[id].own = ep.a >= 0 && ep.b < 0 ? &privState_[ep.a] : &privState_[ngpus_];
     }
+    for (Hop& h : hops_) {
+      nonNegative_ &= h.link->bw >= 0 && (!h.rev || h.rev->bw >= 0);
+      h.z = linkData_[h.id].z;
+      h.own = linkData_[h.id].own;
+      if (h.rev) h.revZ = linkData_[h.revId].z, h.revOwn = linkData_[h.revId].own;
+    }
   }
+  std::span<const Hop> pathHops(const HopPath& hp) const { return {hopsOf(hp), static_cast<size_t>(hp.count)}; }
 
   // A link is private to a GPU when every path the search may follow through it starts or ends at that GPU: once
   // the GPU sits inside the channel being built (neither its first GPU nor the current one), no sub-search below
@@ -415,22 +436,24 @@ class Searcher {
     ep = kept;
   }
   // NCCL's rounded subtraction on one link; the state key holds sum(weight x bits of the bandwidth) over all links.
+  // `sum` collects the change of linkState_ (the caller adds it once per path).
   template <bool kKeyed>
-  void charge(float& bw, float amount, int id) {
-    LinkData& d = linkData_[id];
+  static void charge(float& bw, float amount, const Key128& z, Key128* own, Key128& sum) {
     const int64_t before = floatBits(bw);
     subRound(bw, amount);
     if (!kKeyed) return;
-    const uint64_t delta = static_cast<uint64_t>(static_cast<int64_t>(floatBits(bw)) - before);
-    uint64_t da = d.z.a * delta, db = d.z.b * delta;
+    keyDelta(static_cast<uint64_t>(static_cast<int64_t>(floatBits(bw)) - before), z, own, sum);
+  }
+  static void keyDelta(uint64_t delta, const Key128& z, Key128* own, Key128& sum) {
+    uint64_t da = z.a * delta, db = z.b * delta;
 #if defined(__GNUC__)
     // Two scalar multiplies: compilers otherwise pair the lanes in SSE2 registers at several times the cost.
     asm("" : "+r"(da), "+r"(db));
 #endif
-    linkState_.a += da;
-    linkState_.b += db;
-    d.own->a += da;
-    d.own->b += db;
+    sum.a += da;
+    sum.b += db;
+    own->a += da;
+    own->b += db;
   }
 
   // The GPUs closest to each NET (ncclTopoGetLocal): paths do not change during a search.
@@ -476,7 +499,7 @@ class Searcher {
   void noteFull(const HopPath& hp, int step, float bw) {
     if (!rec_) return;
     rec_->refused[SearchTrace::kLinkFull]++;
-    const Hop& h = hp.hops[step];
+    const Hop& h = hopsOf(hp)[step];
     const float fw = h.pci && hp.intelPciOverhead ? bw * 6 / 5 : bw;
     full_[h.link->bw < fw || !h.rev ? h.link : h.rev]++;
   }
@@ -495,39 +518,83 @@ class Searcher {
     rec_ = nullptr;
   }
 
+  // NCCL's followPath: each hop checked, then charged, until one lacks the bandwidth (its index returned).
   template <bool kKeyed>
   int followHops(const HopPath& hp, int maxSteps, float bw) {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
-    for (int step = 0; step < maxSteps; ++step) {
-      const Hop& h = hp.hops[step];
+    const Hop* hops = hopsOf(hp);
+    Key128 sum;
+    int step = 0;
+    for (; step < maxSteps; ++step) {
+      const Hop& h = hops[step];
       float fwBw = h.pci ? pciBw : bw;
       float revBw = h.rev ? fwBw * h.revMul : 0.0f;
-      if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return step;
-      charge<kKeyed>(h.link->bw, fwBw, h.id);
-      if (revBw != 0) charge<kKeyed>(h.rev->bw, revBw, h.revId);
+      if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) break;
+      charge<kKeyed>(h.link->bw, fwBw, h.z, h.own, sum);
+      if (revBw != 0) charge<kKeyed>(h.rev->bw, revBw, h.revZ, h.revOwn, sum);
     }
-    return maxSteps;
+    if (kKeyed) linkState_.a += sum.a, linkState_.b += sum.b;
+    return step;
   }
-  // The same test without charging: with distinct links, no hop's check depends on another hop's charge.
-  // The first hop lacking the bandwidth (hops.size() when none does).
-  static int shortHop(const HopPath& hp, float bw) {
+  // A path whose links are distinct in one pass: no hop's check depends on another hop's charge, so NCCL's test
+  // is every hop checked before any is charged. Hops charged before a short one get their exact bandwidth back
+  // (as if never charged); false, with nothing charged and the short hop in `failed`.
+  static constexpr int kMaxUndo = 32;
+  // The first hop lacking the bandwidth (count when none does), charging nothing.
+  int shortHop(const HopPath& hp, float bw) const {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
-    const int count = static_cast<int>(hp.hops.size());
-    for (int step = 0; step < count; ++step) {
-      const Hop& h = hp.hops[step];
+    const Hop* hops = hopsOf(hp);
+    for (int step = 0; step < hp.count; ++step) {
+      const Hop& h = hops[step];
       const float fwBw = h.pci ? pciBw : bw;
       const float revBw = h.rev ? fwBw * h.revMul : 0.0f;
       if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return step;
     }
-    return count;
+    return hp.count;
+  }
+  template <bool kKeyed>
+  bool chargeDistinct(const HopPath& hp, float bw, int* failed) {
+    const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
+    const Hop* hops = hopsOf(hp);
+    float saved[kMaxUndo][2];
+    Key128 sum;
+    for (int step = 0; step < hp.count; ++step) {
+      const Hop& h = hops[step];
+      const float fwBw = h.pci ? pciBw : bw;
+      const float revBw = h.rev ? fwBw * h.revMul : 0.0f;
+      if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) {
+        for (int k = 0; k < step; ++k) {
+          const Hop& u = hops[k];
+          restore<kKeyed>(u.link->bw, saved[k][0], u.z, u.own, sum);
+          if (!std::isnan(saved[k][1])) restore<kKeyed>(u.rev->bw, saved[k][1], u.revZ, u.revOwn, sum);
+        }
+        if (kKeyed) linkState_.a += sum.a, linkState_.b += sum.b;
+        return *failed = step, false;
+      }
+      saved[step][0] = h.link->bw;
+      charge<kKeyed>(h.link->bw, fwBw, h.z, h.own, sum);
+      saved[step][1] = std::numeric_limits<float>::quiet_NaN();
+      if (revBw != 0) saved[step][1] = h.rev->bw, charge<kKeyed>(h.rev->bw, revBw, h.revZ, h.revOwn, sum);
+    }
+    if (kKeyed) linkState_.a += sum.a, linkState_.b += sum.b;
+    return true;
+  }
+  template <bool kKeyed>
+  static void restore(float& bw, float old, const Key128& z, Key128* own, Key128& sum) {
+    const int64_t before = floatBits(bw);
+    bw = old;
+    if (kKeyed) keyDelta(static_cast<uint64_t>(static_cast<int64_t>(floatBits(bw)) - before), z, own, sum);
   }
   // Charges the path (bw < 0 gives it back); false, with nothing charged and the short hop in `failed`, where a hop
   // lacks the bandwidth.
   template <bool kKeyed>
   bool chargePath(const HopPath& hp, float bw, int* failed) {
-    const int count = static_cast<int>(hp.hops.size());
+    const int count = hp.count;
+    // Giving back: no link has less than nothing, so no hop lacks a negative amount (nonNegative_).
+    if (bw < 0 && nonNegative_) return followHops<kKeyed>(hp, count, bw), true;
     if (hp.distinctLinks) {
-      const int step = shortHop(hp, bw);
+      if (count <= kMaxUndo) return chargeDistinct<kKeyed>(hp, bw, failed);
+      const int step = shortHop(hp, bw);  // a long path: every hop checked first
       if (step < count) return *failed = step, false;
       followHops<kKeyed>(hp, count, bw);
       return true;
@@ -567,7 +634,7 @@ class Searcher {
       if (mult > 0 && failed >= 0) noteFull(hp, failed, bw);
       return false;
     }
-    g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(hp.hops.size()));
+    g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(hp.count));
     return true;
   }
 
