@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <span>
 #include <unordered_map>
 
@@ -124,7 +123,6 @@ struct Key128 {
   uint64_t a = 0, b = 0;
   void add(uint64_t x) { a += mixA(x), b += mixB(x); }
   void sub(uint64_t x) { a -= mixA(x), b -= mixB(x); }
-  void toggle(uint64_t x) { a ^= mixA(x), b ^= mixB(x); }
   void fold(uint64_t x) { a = mixA(a ^ x), b = mixB(b + x); }
 };
 
@@ -322,6 +320,7 @@ class Searcher {
     int type = static_cast<int>(PathType::DIS);
     bool intelPciOverhead = false;
     bool distinctLinks = true;  // no link is charged twice, so checking every hop before charging is NCCL's test
+    bool anyRev = false;        // some hop charges a reverse link too
   };
   static int slot(NodeType t) { return t == NodeType::GPU ? 0 : t == NodeType::NVS ? 1 : t == NodeType::NET ? 2 : -1; }
   int maxN_ = 0;
@@ -338,6 +337,8 @@ class Searcher {
     hopCache_.assign(static_cast<size_t>(3) * maxN_ * 3 * maxN_, HopPath{});
     hops_.clear();
     privState_.assign(ngpus_ + 1, Key128{});  // the last one collects the other links' parts (unused)
+    gpuMix_.resize(ngpus_);
+    for (int g = 0; g < ngpus_; ++g) gpuMix_[g] = Key128{mixA(static_cast<uint64_t>(g)), mixB(static_cast<uint64_t>(g))};
     int links = 0;
     for (int t = 0; t < topology::kNodeTypes; ++t) {
       for (const Node& node : sys_.nodes[t]) {
@@ -382,7 +383,7 @@ class Searcher {
                 h.rev = findRev(node, link.rem, link.type);
                 h.revMul = 1.0f;
               }
-              if (h.rev) h.revId = linkId(link.rem, h.rev);
+              if (h.rev) h.revId = linkId(link.rem, h.rev), hp.anyRev = true;
               hops_.push_back(h);
               node = link.rem;
             }
@@ -442,9 +443,7 @@ class Searcher {
     const int64_t before = floatBits(bw);
     subRound(bw, amount);
     if (!kKeyed) return;
-    keyDelta(static_cast<uint64_t>(static_cast<int64_t>(floatBits(bw)) - before), z, own, sum);
-  }
-  static void keyDelta(uint64_t delta, const Key128& z, Key128* own, Key128& sum) {
+    const uint64_t delta = static_cast<uint64_t>(static_cast<int64_t>(floatBits(bw)) - before);
     uint64_t da = z.a * delta, db = z.b * delta;
 #if defined(__GNUC__)
     // Two scalar multiplies: compilers otherwise pair the lanes in SSE2 registers at several times the cost.
@@ -521,25 +520,30 @@ class Searcher {
   // NCCL's followPath: each hop checked, then charged, until one lacks the bandwidth (its index returned).
   template <bool kKeyed>
   int followHops(const HopPath& hp, int maxSteps, float bw) {
+    return hp.anyRev ? walkHops<kKeyed, true, true>(hp, maxSteps, bw) : walkHops<kKeyed, true, false>(hp, maxSteps, bw);
+  }
+  // The same walk where no hop can lack the bandwidth (checked before, or given back): no test.
+  template <bool kKeyed>
+  void chargeHops(const HopPath& hp, float bw) {
+    hp.anyRev ? walkHops<kKeyed, false, true>(hp, hp.count, bw) : walkHops<kKeyed, false, false>(hp, hp.count, bw);
+  }
+  template <bool kKeyed, bool kCheck, bool kRev>
+  int walkHops(const HopPath& hp, int maxSteps, float bw) {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
     const Hop* hops = hopsOf(hp);
     Key128 sum;
     int step = 0;
     for (; step < maxSteps; ++step) {
       const Hop& h = hops[step];
-      float fwBw = h.pci ? pciBw : bw;
-      float revBw = h.rev ? fwBw * h.revMul : 0.0f;
-      if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) break;
+      const float fwBw = h.pci ? pciBw : bw;
+      const float revBw = kRev && h.rev ? fwBw * h.revMul : 0.0f;
+      if (kCheck && (h.link->bw < fwBw || (kRev && revBw != 0 && h.rev->bw < revBw))) break;
       charge<kKeyed>(h.link->bw, fwBw, h.z, h.own, sum);
-      if (revBw != 0) charge<kKeyed>(h.rev->bw, revBw, h.revZ, h.revOwn, sum);
+      if (kRev && revBw != 0) charge<kKeyed>(h.rev->bw, revBw, h.revZ, h.revOwn, sum);
     }
     if (kKeyed) linkState_.a += sum.a, linkState_.b += sum.b;
     return step;
   }
-  // A path whose links are distinct in one pass: no hop's check depends on another hop's charge, so NCCL's test
-  // is every hop checked before any is charged. Hops charged before a short one get their exact bandwidth back
-  // (as if never charged); false, with nothing charged and the short hop in `failed`.
-  static constexpr int kMaxUndo = 32;
   // The first hop lacking the bandwidth (count when none does), charging nothing.
   int shortHop(const HopPath& hp, float bw) const {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
@@ -552,51 +556,18 @@ class Searcher {
     }
     return hp.count;
   }
-  template <bool kKeyed>
-  bool chargeDistinct(const HopPath& hp, float bw, int* failed) {
-    const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
-    const Hop* hops = hopsOf(hp);
-    float saved[kMaxUndo][2];
-    Key128 sum;
-    for (int step = 0; step < hp.count; ++step) {
-      const Hop& h = hops[step];
-      const float fwBw = h.pci ? pciBw : bw;
-      const float revBw = h.rev ? fwBw * h.revMul : 0.0f;
-      if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) {
-        for (int k = 0; k < step; ++k) {
-          const Hop& u = hops[k];
-          restore<kKeyed>(u.link->bw, saved[k][0], u.z, u.own, sum);
-          if (!std::isnan(saved[k][1])) restore<kKeyed>(u.rev->bw, saved[k][1], u.revZ, u.revOwn, sum);
-        }
-        if (kKeyed) linkState_.a += sum.a, linkState_.b += sum.b;
-        return *failed = step, false;
-      }
-      saved[step][0] = h.link->bw;
-      charge<kKeyed>(h.link->bw, fwBw, h.z, h.own, sum);
-      saved[step][1] = std::numeric_limits<float>::quiet_NaN();
-      if (revBw != 0) saved[step][1] = h.rev->bw, charge<kKeyed>(h.rev->bw, revBw, h.revZ, h.revOwn, sum);
-    }
-    if (kKeyed) linkState_.a += sum.a, linkState_.b += sum.b;
-    return true;
-  }
-  template <bool kKeyed>
-  static void restore(float& bw, float old, const Key128& z, Key128* own, Key128& sum) {
-    const int64_t before = floatBits(bw);
-    bw = old;
-    if (kKeyed) keyDelta(static_cast<uint64_t>(static_cast<int64_t>(floatBits(bw)) - before), z, own, sum);
-  }
   // Charges the path (bw < 0 gives it back); false, with nothing charged and the short hop in `failed`, where a hop
   // lacks the bandwidth.
   template <bool kKeyed>
   bool chargePath(const HopPath& hp, float bw, int* failed) {
     const int count = hp.count;
     // Giving back: no link has less than nothing, so no hop lacks a negative amount (nonNegative_).
-    if (bw < 0 && nonNegative_) return followHops<kKeyed>(hp, count, bw), true;
+    if (bw < 0 && nonNegative_) return chargeHops<kKeyed>(hp, bw), true;
     if (hp.distinctLinks) {
-      if (count <= kMaxUndo) return chargeDistinct<kKeyed>(hp, bw, failed);
-      const int step = shortHop(hp, bw);  // a long path: every hop checked first
+      // Every hop checked before any is charged: most tries fail at an early hop, where reading beats undoing.
+      const int step = shortHop(hp, bw);
       if (step < count) return *failed = step, false;
-      followHops<kKeyed>(hp, count, bw);
+      chargeHops<kKeyed>(hp, bw);
       return true;
     }
     const int step = followHops<kKeyed>(hp, count, bw);
@@ -704,22 +675,51 @@ class Searcher {
     // order is sorted once and filtered by the `used` flags afterwards: filtering a sorted list gives the sorted
     // filtered list. Sorting by NET uses the GPUs' remaining PCI bandwidth, which the search changes: sort anew.
     int netIdx = sortNet ? netIndex(g.inter[g.nChannels * 2]) : -1;
-    SmallVec<Score, 32> fresh;
-    SmallVec<const Score*, 32> scores;
-    if (netIdx >= 0) {
-      scoreCandidates(gpu, netIdx, fresh);
-      for (Score& sc : fresh)
-        if (!(sys_.of(NodeType::GPU)[sc.g].used & flag)) scores.push_back(&sc);
-    } else {
-      for (const Score& sc : sortedCandidates(gpu))
-        if (!(sys_.of(NodeType::GPU)[sc.g].used & flag)) scores.push_back(&sc);
+    if (netIdx < 0) {
+      // The static order, filtered in place: two passes over the cached list, nothing copied.
+      const std::vector<Score>& sorted = sortedCandidates(gpu);
+      const auto& gpus = sys_.of(NodeType::GPU);
+      int count = 0;
+      const Score* first = nullptr;
+      bool sameIntra = true;
+      for (const Score& sc : sorted) {
+        if (gpus[sc.g].used & flag) continue;
+        if (!first) first = &sc;
+        else if (sc.intraBw != first->intraBw || sc.intraNhops != first->intraNhops) sameIntra = false;
+        ++count;
+      }
+      next.resize(count);
+      const bool reverse = sortNet == -1 && sameIntra;
+      int i = 0;
+      for (const Score& sc : sorted) {
+        if (gpus[sc.g].used & flag) continue;
+        next[reverse ? count - 1 - i : i] = sc.g;
+        ++i;
+      }
+      return;
     }
-    int count = static_cast<int>(scores.size());
-    next.resize(count);
+    // Sorting by NET: only the GPUs' PCI bandwidth changes. The static order (by interBw, then the static
+    // fields) is computed once; each sort orders packed keys (interBw's rank, PCI bandwidth, static position).
+    const StaticOrder& so = staticOrder(gpu, netIdx);
+    const auto& gpus = sys_.of(NodeType::GPU);
+    SmallVec<uint64_t, 32> keys;
+    const Score* first = nullptr;
     bool sameIntra = true;
-    for (int i = 1; i < count; ++i)
-      if (scores[i]->intraBw != scores[0]->intraBw || scores[i]->intraNhops != scores[0]->intraNhops) sameIntra = false;
-    for (int i = 0; i < count; ++i) next[i] = (sortNet == -1 && sameIntra) ? scores[count - 1 - i]->g : scores[i]->g;
+    for (int pos = 0; pos < static_cast<int>(so.scores.size()); ++pos) {
+      const Score& sc = so.scores[pos];
+      if (gpus[sc.g].used & flag) continue;
+      if (!first) first = &sc;
+      else if (sc.intraBw != first->intraBw || sc.intraNhops != first->intraNhops) sameIntra = false;
+      const uint32_t pci = static_cast<uint32_t>(0x7fffffff - static_cast<int64_t>(std::max(gpuPciBw(sc.g), -1)));
+      keys.push_back(static_cast<uint64_t>(so.group[pos]) << 48 | static_cast<uint64_t>(pci) << 16 |
+                     static_cast<uint64_t>(pos));
+    }
+    const int count = static_cast<int>(keys.size());
+    for (int i = 1; i < count; ++i)  // insertion sort: a handful of keys
+      for (int j = i; j > 0 && keys[j] < keys[j - 1]; --j) std::swap(keys[j], keys[j - 1]);
+    next.resize(count);
+    const bool reverse = sortNet == -1 && sameIntra;
+    for (int i = 0; i < count; ++i) next[reverse ? count - 1 - i : i] = so.scores[keys[i] & 0xffff].g;
   }
 
   std::vector<std::vector<Score>> sortCache_;
@@ -738,17 +738,43 @@ class Searcher {
     return sortCache_[gpu];
   }
 
-  void scoreCandidates(int gpu, int netIdx, SmallVec<Score, 32>& scores) {
+  // The candidates of a GPU sorted by NCCL's order with every PCI bandwidth equal (their static order), and
+  // the rank of each one's interBw among them: NCCL's order is (interBw rank, PCI bandwidth down, static order).
+  struct StaticOrder {
+    std::vector<Score> scores;
+    std::vector<uint16_t> group;
+    bool done = false;
+  };
+  std::vector<StaticOrder> staticOrders_;
+  const StaticOrder& staticOrder(int gpu, int netIdx) {
+    const int nets = sys_.count(NodeType::NET);
+    if (staticOrders_.empty()) staticOrders_.resize(static_cast<size_t>(ngpus()) * nets);
+    StaticOrder& so = staticOrders_[static_cast<size_t>(gpu) * nets + netIdx];
+    if (so.done) return so;
+    so.done = true;
+    SmallVec<Score, 32> tmp;
+    scoreCandidates(gpu, netIdx, tmp, 0, false);
+    so.scores.assign(tmp.begin(), tmp.end());
+    for (size_t i = 0; i < so.scores.size(); ++i)
+      so.group.push_back(static_cast<uint16_t>(
+          i == 0 ? 0 : so.group[i - 1] + (so.scores[i].interBw != so.scores[i - 1].interBw ? 1 : 0)));
+    return so;
+  }
+
+  // The candidates not used by the channel (`flag`), in NCCL's order (all PCI bandwidths 0 without `pci`).
+  void scoreCandidates(int gpu, int netIdx, SmallVec<Score, 32>& scores, uint64_t flag = 0, bool pci = true) {
     int n = ngpus();
+    const auto& gpus = sys_.of(NodeType::GPU);
     const auto& paths = sys_.of(NodeType::GPU)[gpu].paths[T(NodeType::GPU)];
     const std::vector<Path>* netPaths = netIdx >= 0 ? &sys_.of(NodeType::NET)[netIdx].paths[T(NodeType::GPU)] : nullptr;
     for (int i = 1; i < n; ++i) {
       int p = (gpu + i) % n;
       if (paths[p].count() == 0) continue;
+      if (gpus[p].used & flag) continue;
       Score sc{p, i, paths[p].count(), static_cast<int>(paths[p].bw), 0, 0, 0};
       if (netPaths) {
         sc.interNhops = (*netPaths)[p].count();
-        sc.interPciBw = gpuPciBw(p);
+        if (pci) sc.interPciBw = gpuPciBw(p);
         sc.interBw = static_cast<int>((*netPaths)[p].bw);
       }
       scores.push_back(sc);
@@ -776,13 +802,14 @@ class Searcher {
     if (!follow(g, type, index, NodeType::GPU, gi, 1)) return;
     Node& gpu = sys_.of(NodeType::GPU)[gi];
     gpu.used ^= flag;
-    usedState_[g.nChannels].toggle(static_cast<uint64_t>(gi));
+    const Key128& gm = gpuMix_[gi];
+    usedState_[g.nChannels].a ^= gm.a, usedState_[g.nChannels].b ^= gm.b;
     // The previous GPU is inside the channel from now on (unless it is the first): its private links leave the key.
     const Key128 inside = type == T(NodeType::GPU) && step >= 2 ? privState_[index] : Key128{};
     interior_.a += inside.a, interior_.b += inside.b;
     recGpu(g, save, gi, step, backToNet, backToFirstRank, forcedOrder, time);
     interior_.a -= inside.a, interior_.b -= inside.b;
-    usedState_[g.nChannels].toggle(static_cast<uint64_t>(gi));
+    usedState_[g.nChannels].a ^= gm.a, usedState_[g.nChannels].b ^= gm.b;
     sys_.of(NodeType::GPU)[gi].used ^= flag;
     follow(g, type, index, NodeType::GPU, gi, -1);
   }
@@ -980,6 +1007,7 @@ class Searcher {
   std::vector<Key128> privState_;                     // the part of linkState_ from each GPU's private links
   Key128 interior_;                                   // the private parts of the GPUs inside the channel being built
   std::array<Key128, kMaxChannels + 1> usedState_{};  // the GPUs each channel uses so far
+  std::vector<Key128> gpuMix_;                        // each GPU's part of usedState_ (xor-ed in while it is used)
   StepMemo memo_;
   long completions_ = 0;
   long leaks_ = 0;  // NICs whose bandwidth the search kept (recNet)
