@@ -310,13 +310,15 @@ class Searcher {
     Key128* own = nullptr;
   };
   std::vector<LinkData> linkData_;
+  std::vector<Link*> linkPtr_;  // each link by its dense index
   std::array<std::vector<int>, topology::kNodeTypes> linkBase_;  // dense index of each node's first link
   int linkId(NodeRef node, const Link* l) const {
     return linkBase_[static_cast<int>(node.type)][node.index] + static_cast<int>(l - sys_.at(node).links.data());
   }
   // A path's hops are hops_[first, first + count): one array for every path (no allocation per path).
   struct HopPath {
-    int first = 0, count = 0;
+    int first = 0, count = 0;  // the hops charged (links no check can refuse left out)
+    int length = 0;            // the path's hop count (NCCL's nHops)
     int type = static_cast<int>(PathType::DIS);
     bool intelPciOverhead = false;
     bool distinctLinks = true;  // no link is charged twice, so checking every hop before charging is NCCL's test
@@ -347,6 +349,10 @@ class Searcher {
       }
     }
     linkData_.assign(links, LinkData{});
+    linkPtr_.assign(links, nullptr);
+    for (int t = 0, id = 0; t < topology::kNodeTypes; ++t)
+      for (Node& node : sys_.nodes[t])
+        for (Link& l : node.links) linkPtr_[id++] = &l;
     endpoints_.assign(links, Endpoints{});
     for (int id = 0; id < links; ++id) {
       const uint64_t w = static_cast<uint64_t>(id) + 1;  // a random odd weight per link
@@ -387,13 +393,7 @@ class Searcher {
               hops_.push_back(h);
               node = link.rem;
             }
-            std::vector<const Link*> charged;
-            for (const Hop& h : pathHops(hp)) {
-              charged.push_back(h.link);
-              if (h.rev) charged.push_back(h.rev);
-            }
-            std::sort(charged.begin(), charged.end());
-            hp.distinctLinks = std::adjacent_find(charged.begin(), charged.end()) == charged.end();
+            hp.length = hp.count;
             const int e1 = t1 == NodeType::GPU ? i1 : -1, e2 = t2 == NodeType::GPU ? i2 : -1;
             for (const Hop& h : pathHops(hp)) {
               noteEndpoints(h.id, e1, e2);
@@ -407,6 +407,16 @@ class Searcher {
       const Endpoints& ep = endpoints_[id];
       linkData_[id].own = ep.a >= 0 && ep.b < 0 ? &privState_[ep.a] : &privState_[ngpus_];
     }
+    dropSlackHops(links);
+    for (HopPath& hp : hopCache_) {
+      std::vector<const Link*> charged;
+      for (const Hop& h : pathHops(hp)) {
+        charged.push_back(h.link);
+        if (h.rev) charged.push_back(h.rev);
+      }
+      std::sort(charged.begin(), charged.end());
+      hp.distinctLinks = std::adjacent_find(charged.begin(), charged.end()) == charged.end();
+    }
     for (Hop& h : hops_) {
       nonNegative_ &= h.link->bw >= 0 && (!h.rev || h.rev->bw >= 0);
       h.z = linkData_[h.id].z;
@@ -415,6 +425,60 @@ class Searcher {
     }
   }
   std::span<const Hop> pathHops(const HopPath& hp) const { return {hopsOf(hp), static_cast<size_t>(hp.count)}; }
+
+  // Links no check can refuse, left out of every walk. A link L qualifies when every path through it also
+  // charges, right next to it, one of a set K of other links at least L's amount (the same path and multiplier;
+  // a PCI link's amount carries Intel's overhead, so L PCI needs K PCI), no reverse charge touches it, and
+  // bw(L) >= 2 x sum of K's bandwidths + 2 x the largest amount any search charges (NVLS's x2 of the fastest
+  // speed with the PCI overhead). What is charged on L at any moment is then at most what is charged on K, which
+  // never exceeds K's bandwidth (a charge needs the amount available), so L always keeps more than any amount:
+  // NCCL's checks on L all pass and its value decides nothing. (The margin of 2 covers SUB_ROUND's rounding:
+  // each operation moves a value by under 0.00125, and round trips restore it exactly in practice, as the memo
+  // already relies on.) Typically the GPU <-> DEV local links (LOC_BW, 5000 GB/s): 2 of the 4 to 7 hops of a
+  // PCIe machine's GPU paths. The charges left out leave L at its first value (NCCL's drifts by at most a few
+  // thousandths, which nothing reads).
+  static constexpr float kMaxAmount = 2.0f * 1.2f * 96.0f;  // NVLS x2, Intel PCI overhead x1.2, the fastest speed
+  std::vector<char> slack_;  // by link id: left out
+  void dropSlackHops(int links) {
+    std::vector<char> candidate(links, 1), seen(links, 0);
+    std::vector<std::vector<int>> guards(links);
+    for (const HopPath& hp : hopCache_) {
+      const Hop* hops = hopsOf(hp);
+      for (int j = 0; j < hp.count; ++j) {
+        const Hop& h = hops[j];
+        seen[h.id] = 1;
+        if (h.rev) candidate[h.id] = candidate[h.revId] = 0;
+        const int nb = j + 1 < hp.count ? j + 1 : j - 1;
+        if (nb < 0 || hops[nb].id == h.id || (h.pci && !hops[nb].pci)) {
+          candidate[h.id] = 0;
+          continue;
+        }
+        guards[h.id].push_back(hops[nb].id);
+      }
+    }
+    slack_.assign(links, 0);
+    bool any = false;
+    for (int id = 0; id < links; ++id) {
+      if (!seen[id] || !candidate[id]) continue;
+      std::sort(guards[id].begin(), guards[id].end());
+      guards[id].erase(std::unique(guards[id].begin(), guards[id].end()), guards[id].end());
+      double sum = 0;
+      for (int k : guards[id]) sum += std::max(0.0f, linkPtr_[k]->bw);
+      if (static_cast<double>(linkPtr_[id]->bw) >= 2 * sum + 2 * static_cast<double>(kMaxAmount))
+        slack_[id] = 1, any = true;
+    }
+    if (!any) return;
+    std::vector<Hop> kept;
+    kept.reserve(hops_.size());
+    for (HopPath& hp : hopCache_) {
+      const int first = static_cast<int>(kept.size());
+      for (const Hop& h : pathHops(hp))
+        if (!slack_[h.id]) kept.push_back(h);
+      hp.first = first;
+      hp.count = static_cast<int>(kept.size()) - first;
+    }
+    hops_ = std::move(kept);
+  }
 
   // A link is private to a GPU when every path the search may follow through it starts or ends at that GPU: once
   // the GPU sits inside the channel being built (neither its first GPU nor the current one), no sub-search below
@@ -605,7 +669,7 @@ class Searcher {
       if (mult > 0 && failed >= 0) noteFull(hp, failed, bw);
       return false;
     }
-    g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(hp.count));
+    g.nHops = static_cast<int>(static_cast<float>(g.nHops) + mult * static_cast<float>(hp.length));
     return true;
   }
 
