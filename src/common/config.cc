@@ -263,8 +263,8 @@ std::vector<Knob> buildRegistry() {
       "each host as its own node"));
   r.push_back(intKnob<&Config::searchMemo>(
       "TOPOCOLL_SEARCH_MEMO", "search", 0, 1,
-      "1: the search charges a failed sub-search it has walked before instead of walking it again (same result, "
-      "less work); 0 walks every step as NCCL does"));
+      "1: the search charges a failed sub-search it has walked before instead of walking it again, and leaves out "
+      "links no check can refuse (same result, less work); 0 walks every step and charges every link as NCCL does"));
   // --- tuning
   r.push_back(stringKnob<&Config::algo>("NCCL_ALGO", "tuning",
                                         "Algorithms allowed: 'ring,tree', '^nvls', 'allreduce:tree;allgather:ring'",

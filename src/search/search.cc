@@ -407,7 +407,7 @@ class Searcher {
       const Endpoints& ep = endpoints_[id];
       linkData_[id].own = ep.a >= 0 && ep.b < 0 ? &privState_[ep.a] : &privState_[ngpus_];
     }
-    dropSlackHops(links);
+    if (cfg_.searchMemo && !amd_) dropSlackHops(links);  // TOPOCOLL_SEARCH_MEMO=0 (and RCCL): every link charged
     for (HopPath& hp : hopCache_) {
       std::vector<const Link*> charged;
       for (const Hop& h : pathHops(hp)) {

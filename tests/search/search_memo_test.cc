@@ -1,5 +1,6 @@
-// The search's memo of failed sub-searches (TOPOCOLL_SEARCH_MEMO) changes how much work the search does, never
-// its result: every graph, and the number of steps NCCL's budgets count, is the same with and without it.
+// The search's memo of failed sub-searches and its links left out because no check can refuse them (both
+// TOPOCOLL_SEARCH_MEMO) change how much work the search does, never its result: every graph, and the number of
+// steps NCCL's budgets count, is the same with and without them.
 #include <dirent.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
