@@ -408,8 +408,9 @@ class Searcher {
       linkData_[id].own = ep.a >= 0 && ep.b < 0 ? &privState_[ep.a] : &privState_[ngpus_];
     }
     if (cfg_.searchMemo && !amd_) dropSlackHops(links);  // TOPOCOLL_SEARCH_MEMO=0 (and RCCL): every link charged
+    SmallVec<const Link*, 64> charged;
     for (HopPath& hp : hopCache_) {
-      std::vector<const Link*> charged;
+      charged.resize(0);
       for (const Hop& h : pathHops(hp)) {
         charged.push_back(h.link);
         if (h.rev) charged.push_back(h.rev);
@@ -441,7 +442,7 @@ class Searcher {
   std::vector<char> slack_;  // by link id: left out
   void dropSlackHops(int links) {
     std::vector<char> candidate(links, 1), seen(links, 0);
-    std::vector<std::vector<int>> guards(links);
+    std::vector<std::pair<int, int>> guards;  // (link, a link next to it on some path)
     for (const HopPath& hp : hopCache_) {
       const Hop* hops = hopsOf(hp);
       for (int j = 0; j < hp.count; ++j) {
@@ -453,18 +454,18 @@ class Searcher {
           candidate[h.id] = 0;
           continue;
         }
-        guards[h.id].push_back(hops[nb].id);
+        guards.emplace_back(h.id, hops[nb].id);
       }
     }
+    std::sort(guards.begin(), guards.end());
+    guards.erase(std::unique(guards.begin(), guards.end()), guards.end());
+    std::vector<double> guardBw(links, 0.0);
+    for (auto [id, k] : guards) guardBw[id] += std::max(0.0f, linkPtr_[k]->bw);
     slack_.assign(links, 0);
     bool any = false;
     for (int id = 0; id < links; ++id) {
       if (!seen[id] || !candidate[id]) continue;
-      std::sort(guards[id].begin(), guards[id].end());
-      guards[id].erase(std::unique(guards[id].begin(), guards[id].end()), guards[id].end());
-      double sum = 0;
-      for (int k : guards[id]) sum += std::max(0.0f, linkPtr_[k]->bw);
-      if (static_cast<double>(linkPtr_[id]->bw) >= 2 * sum + 2 * static_cast<double>(kMaxAmount))
+      if (static_cast<double>(linkPtr_[id]->bw) >= 2 * guardBw[id] + 2 * static_cast<double>(kMaxAmount))
         slack_[id] = 1, any = true;
     }
     if (!any) return;
