@@ -1022,8 +1022,17 @@ class Searcher {
     return netCache_.emplace(key, selectNetsUncached(typeInter, gpu)).first->second;
   }
 
+  // The preferred NETs of a GPU (or all, -1) do not depend on the path type: computed once per GPU.
+  std::unordered_map<int, std::vector<int>> prefCache_;
+  const std::vector<int>& prefNets(int gpu) {
+    auto it = prefCache_.find(gpu);
+    if (it != prefCache_.end()) return it->second;
+    return prefCache_
+        .emplace(gpu, sys_.hostHashes.size() > 1 ? prefNetsGpuFirst(gpu) : prefNetsChannelFirst(gpu))
+        .first->second;
+  }
   std::vector<int> selectNetsUncached(int typeInter, int gpu) {
-    std::vector<int> nets = sys_.hostHashes.size() > 1 ? prefNetsGpuFirst(gpu) : prefNetsChannelFirst(gpu);
+    std::vector<int> nets = prefNets(gpu);
     int maxDevCount = kTopoMaxNodes;  // NETDEVS_POLICY other than MAX: no limit
     if (cfg_.netDevsPolicy == 2) {
       maxDevCount = cfg_.netDevsPolicyMax * (gpu == -1 ? ngpus() : 1);
