@@ -40,7 +40,11 @@ class CollLinks final : public collectives::Links {
   bool flush(bool all);
 
   Communicator& c_;
+  // Hands the ops of the call back to the pool (those nobody else holds).
+  void recycle();
+
   std::vector<std::shared_ptr<Op>> ops_, fresh_;
+  OpPool pool_;
   std::vector<Op*> raw_;
   size_t posted_ = 0;
   bool allConnected_ = false;

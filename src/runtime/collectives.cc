@@ -35,12 +35,12 @@ int CollLinks::treeUp(int c) const { return c_.channels_[c].treeUp; }
 int CollLinks::treeDown(int c, int i) const { return c_.channels_[c].treeDown[i]; }
 
 int CollLinks::send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged) {
-  ops_.push_back(c_.makeLinkOp(true, c, peer, const_cast<void*>(buf), bytes, proto, staged));
+  ops_.push_back(c_.makeLinkOp(true, c, peer, const_cast<void*>(buf), bytes, proto, staged, pool_));
   return static_cast<int>(ops_.size()) - 1;
 }
 
 int CollLinks::recv(int c, int peer, void* buf, size_t bytes, Proto proto, bool staged) {
-  ops_.push_back(c_.makeLinkOp(false, c, peer, buf, bytes, proto, staged));
+  ops_.push_back(c_.makeLinkOp(false, c, peer, buf, bytes, proto, staged, pool_));
   return static_cast<int>(ops_.size()) - 1;
 }
 
@@ -53,7 +53,17 @@ void CollLinks::waitAll() {
   flush(true);
   raw_.clear();
   for (auto& op : ops_) raw_.push_back(op.get());
-  c_.engine_->waitAll(raw_);  // after an inline run: only throws what failed
+  try {
+    c_.engine_->waitAll(raw_);  // after an inline run: only throws what failed
+  } catch (const Error&) {
+    recycle();
+    throw;
+  }
+  recycle();
+}
+
+void CollLinks::recycle() {
+  for (auto& op : ops_) pool_.give(std::move(op));
   ops_.clear();
   posted_ = 0;
 }
@@ -87,8 +97,7 @@ void CollLinks::drain() {
     } catch (const Error&) {
     }
   }
-  ops_.clear();
-  posted_ = 0;
+  recycle();
 }
 
 bool CollLinks::flush(bool all) {
@@ -111,7 +120,7 @@ bool CollLinks::flush(bool all) {
 }  // namespace detail
 
 std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes, Proto proto,
-                                             bool staged) {
+                                             bool staged, detail::OpPool& pool) {
   Side side = send ? Side::kSend : Side::kRecv;
   transport::Connector* conn = nullptr;
   if (channel < static_cast<int>(channels_.size())) {
@@ -126,13 +135,15 @@ std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, v
     const auto& conns = p2pConnectors(peer, side);
     conn = conns[static_cast<size_t>(channel) % conns.size()];
   }
-  auto op = std::make_shared<Op>();
+  std::shared_ptr<Op> op = pool.take();
   op->send = send;
   op->peer = peer;
   op->buf = buf;
   op->count = op->bytes = bytes;
   op->dtype = DataType::kUint8;
   const Config& cfg = ctx_->cfg;
+  // The ranks of a collective run the same steps: a send completes once its data is in the peer's FIFO.
+  op->opts.eager = true;
   op->opts.llThreshold = proto == Proto::kLL ? std::numeric_limits<size_t>::max() : 0;
   op->opts.chunkBytes = p2pChunk_;
   op->opts.netChunkBytes = static_cast<size_t>(cfg.netChunkSize);
@@ -145,10 +156,10 @@ std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, v
   d.dtype = DataType::kUint8;
   if (!send) {
     op->partDescs.push_back(d);
-    op->partConns = {conn};
+    op->partConns.push_back(conn);
   }
-  op->parts.push_back(std::make_unique<transport::Transfer>(
-      *conn, send ? transport::Transfer::Dir::kSend : transport::Transfer::Dir::kRecv, buf, d, op->opts, !send));
+  detail::OpPool::setPart(*op, *conn, send ? transport::Transfer::Dir::kSend : transport::Transfer::Dir::kRecv, buf, d,
+                          op->opts, !send);
   return op;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "topocoll/log.h"
 
@@ -9,6 +10,58 @@ namespace topocoll::runtime::detail {
 
 using Clock = std::chrono::steady_clock;
 using transport::Transfer;
+
+void Op::recycle() {
+  engine = nullptr;
+  seq = 0;
+  send = false;
+  peer = -1;
+  buf = nullptr;
+  count = bytes = 0;
+  dtype = DataType::kUint8;
+  if (parts.size() > 1) parts.resize(1);  // drains a mismatch added; the first transfer is rebuilt in place
+  partConns.clear();
+  partDescs.clear();
+  opts = transport::TransferOptions();
+  unfinished = 0;
+  validated = false;
+  keep.reset();
+  waitingSince = {};
+  state.store(kPending, std::memory_order_relaxed);
+  code = StatusCode::kOk;
+  error.clear();
+}
+
+std::shared_ptr<Op> OpPool::take() {
+  while (!free_.empty()) {
+    std::shared_ptr<Op> op = std::move(free_.back());
+    free_.pop_back();
+    // Nobody else may still look at it: an engine that completed it drops its reference just after.
+    if (op.use_count() == 1) {
+      op->recycle();
+      return op;
+    }
+  }
+  ++created_;
+  return std::make_shared<Op>();
+}
+
+void OpPool::give(std::shared_ptr<Op>&& op) {
+  if (op && op->finished() && op.use_count() == 1 && free_.size() < capacity_) free_.push_back(std::move(op));
+  op.reset();
+}
+
+Transfer& OpPool::setPart(Op& op, transport::Connector& c, Transfer::Dir dir, void* buf,
+                          const transport::MessageDesc& msg, const transport::TransferOptions& opts, bool gated) {
+  if (op.parts.empty()) {
+    op.parts.push_back(std::make_unique<Transfer>(c, dir, buf, msg, opts, gated));
+  } else {
+    Transfer* t = op.parts[0].get();  // a finished transfer: rebuilt where it lies
+    std::destroy_at(t);
+    std::construct_at(t, c, dir, buf, msg, opts, gated);
+  }
+  return *op.parts[0];
+}
 
 Engine::Engine(const Options& opts) : opts_(opts), recvChain_(std::max(1, opts.nRanks)) {
   worker_ = std::thread([this] { runWorker(); });
@@ -182,18 +235,19 @@ bool Engine::runInline(const std::vector<transport::Connector*>& conns, bool sen
 }
 
 bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||
+      hasIncoming_.load(std::memory_order_acquire))
+    return false;
   // Single-part operations on distinct connectors only: no order to keep between them, no drains to place.
-  std::vector<Transfer*> ts;
+  std::vector<Transfer*>& ts = groupParts_;  // keeps its capacity: nothing allocated per call
+  ts.clear();
   for (Op* op : ops) {
     if (op->peer == opts_.rank || op->parts.size() != 1) return false;
     for (Transfer* t : ts)
       if (&t->connector() == &op->parts[0]->connector()) return false;
     ts.push_back(op->parts[0].get());
   }
-  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
-  if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||
-      hasIncoming_.load(std::memory_order_acquire))
-    return false;
   for (Op* op : ops) {
     op->engine = this;
     op->parts[0]->open(false);

@@ -48,6 +48,36 @@ struct Op {
   std::string error;      // written before state turns kFailed
 
   bool finished() const { return state.load(std::memory_order_acquire) != kPending; }
+  /// Back to a fresh op, keeping what its vectors and strings allocated (OpPool).
+  void recycle();
+};
+
+/// Ops of finished calls kept for the next calls (the collectives' links): the blocking small-message path
+/// allocates neither ops nor transfers per call. An op is taken again only once nobody else holds it (a Request, or
+/// the engine just letting go of it after completion); the others are left to their holders.
+///
+///   OpPool pool;
+///   std::shared_ptr<Op> op = pool.take();          // recycled, or new
+///   Transfer& t = OpPool::setPart(*op, conn, Transfer::Dir::kSend, buf, desc, opts, false);
+///   ... post, wait ...
+///   pool.give(std::move(op));                      // when the call finished with it
+class OpPool {
+ public:
+  explicit OpPool(size_t capacity = 64) : capacity_(capacity) {}
+  std::shared_ptr<Op> take();
+  void give(std::shared_ptr<Op>&& op);
+  /// The op's single part, built in place of the one it had (no allocation when it had one).
+  static transport::Transfer& setPart(Op& op, transport::Connector& c, transport::Transfer::Dir dir, void* buf,
+                                      const transport::MessageDesc& msg, const transport::TransferOptions& opts,
+                                      bool gated);
+  size_t size() const { return free_.size(); }
+  /// Ops created because none was free (for tests and counters).
+  uint64_t created() const { return created_; }
+
+ private:
+  size_t capacity_;
+  std::vector<std::shared_ptr<Op>> free_;
+  uint64_t created_ = 0;
 };
 
 class Engine {
@@ -131,6 +161,7 @@ class Engine {
   // inline driver can also move what other threads of the process posted meanwhile (a send thread and a receive
   // thread on one communicator would otherwise wait for each other's lock).
   std::vector<const transport::Connector*> inlineConns_;
+  std::vector<transport::Transfer*> groupParts_;  // runInlineGroup's transfers (driver only)
 
   std::atomic<int> callers_{0};        // threads in wait(): the worker leaves the driving to them
   std::mutex workerMu_;

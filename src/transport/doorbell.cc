@@ -14,6 +14,11 @@ namespace topocoll::transport {
 
 namespace {
 
+// How long a wait yields (after its spin, if any) before it sleeps on the doorbell: long enough for a small
+// message's round trip between ranks that share cores (4 ranks on 2 cores: a peer's time slice between two yields),
+// short enough that an idle rank soon stops taking turns. Measured in docs/performance.md.
+constexpr int kYieldUs = 100;
+
 // Threads of this process spinning right now (Backoff), and how many may.
 std::atomic<int> gSpinners{0};
 std::atomic<int> gSpinLimit{0};  // 0: allowedCpus()
@@ -79,7 +84,7 @@ void Doorbell::ring() {
   os::futexWakeAll(&page_->seq);
 }
 
-void Doorbell::sleep(const std::function<bool()>& ready, std::chrono::microseconds timeout) {
+void Doorbell::sleep(ReadyRef ready, std::chrono::microseconds timeout) {
   page_->waiters.fetch_add(1, std::memory_order_seq_cst);
   uint32_t seq = page_->seq.load(std::memory_order_seq_cst);
   if (!ready()) os::futexWait(&page_->seq, seq, timeout);
@@ -99,10 +104,11 @@ void Backoff::reset() {
   spinStart_ = {};
 }
 
-void Backoff::idle(Doorbell& bell, const std::function<bool()>& ready) {
+void Backoff::idle(Doorbell& bell, ReadyRef ready) {
   using Clock = std::chrono::steady_clock;
   // Short waits (most of them) cost a pause per poll and nothing else: no clock, no shared counter.
-  if (spinUs_ > 0 && ++polls_ <= 64) {
+  // (polls_ counts every idle call, also without a spin: reset() starts the next wait from the top.)
+  if (++polls_ <= 64 && spinUs_ > 0) {
     cpuRelax();
     return;
   }
@@ -121,7 +127,9 @@ void Backoff::idle(Doorbell& bell, const std::function<bool()>& ready) {
     gSpinners.fetch_sub(1, std::memory_order_relaxed);
     spinning_ = false;
   }
-  if (yields_ < 4) {
+  // Then yield: a peer that shares our core runs at once (ranks outnumber cores: Open MPI's vader waits this way),
+  // and an answer that comes within kYieldUs costs no futex wake-up on either side.
+  if (yields_ < 4 || Clock::now() - spinStart_ < std::chrono::microseconds(kYieldUs)) {
     ++yields_;
     std::this_thread::yield();
     return;

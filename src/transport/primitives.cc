@@ -197,6 +197,7 @@ bool Transfer::sendProgress() {
   bool did = false;
   if (state_ == State::kStart) {
     firstStep_ = ci_.step;
+    if (refusedEarlier()) return true;
     size_t n = msg_.partBytes;
     bool ll = ci_.buffs[kProtoLL] != nullptr && n <= opts_.llThreshold;
     const bool direct = ci_.flags & kConnDirect;
@@ -230,6 +231,11 @@ bool Transfer::sendProgress() {
       default: did |= sendSingle(); break;
     }
   }
+  if (state_ == State::kAck && opts_.eager && (mode_ == kModeLL || mode_ == kModeSimple) && !(ci_.flags & kConnNet)) {
+    ci_.step = lastStep_;  // the data is in the receiver's FIFO: the head counter alone keeps the slots safe
+    state_ = State::kDone;
+    return true;
+  }
   if (state_ == State::kAck && ci_.ack->load(std::memory_order_acquire) >= lastStep_) {
     ci_.step = lastStep_;
     if (mode_ == kModeRead) takeOver(ci_, buf_);  // the receiver has copied out of our buffer
@@ -240,6 +246,7 @@ bool Transfer::sendProgress() {
                            std::strerror(static_cast<int>(copyErr_))),
                false);
     } else if (st.step.load(std::memory_order_acquire) == firstStep_ + 1) {
+      ci_.statusSeen = firstStep_ + 1;
       if (st.code == kMismatch) {
         mismatch_ = true;
         failWith(StatusCode::kInvalidUsage,
@@ -260,6 +267,24 @@ bool Transfer::sendProgress() {
     did = true;
   }
   return did;
+}
+
+// An eager send completed before its receiver looked at it; a receiver that refused it (size or type mismatch, a
+// failed copy) left its verdict in the status line: the next send over the connector reports it, without starting
+// (the connection stays in step).
+bool Transfer::refusedEarlier() {
+  if (!ci_.status) return false;
+  const StatusLine& st = *ci_.status;
+  uint64_t s = st.step.load(std::memory_order_acquire);
+  if (s <= ci_.statusSeen || s > firstStep_) return false;
+  ci_.statusSeen = s;
+  auto dtype = static_cast<DataType>(st.dtype);
+  failWith(StatusCode::kInvalidUsage,
+           fmt::format("{}: rank {} refused an earlier message over this connection: size or type mismatch (it "
+                       "expected {} x {}, {} bytes)",
+                       what(), c_.peer, st.count, isValid(dtype) ? to_string(dtype) : "?", st.bytes),
+           false);
+  return true;
 }
 
 // Lines are built in a local block and copied into the slot in one go: word-by-word stores into lines the

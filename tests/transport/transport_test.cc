@@ -1,5 +1,5 @@
 // The transport layer's pieces on their own: connect-record checks, NCCL's p2p split, the doorbell, the socket
-// network plugin, and the proxy refusing strangers.
+// network plugin, the proxy refusing strangers, and eager sends over a FIFO in local memory.
 #include <gtest/gtest.h>
 
 #include <sys/socket.h>
@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "topocoll/status.h"
 #include "topocoll/transport/doorbell.h"
@@ -16,6 +18,7 @@
 #include "topocoll/transport/primitives.h"
 #include "topocoll/transport/proxy.h"
 #include "topocoll/transport/transport.h"
+#include "transport/fifo.h"
 
 namespace topocoll::transport {
 namespace {
@@ -61,6 +64,139 @@ TEST(ConnectRecord, IsRefusedUnlessItIsForThisConnector) {
   r.transport = 9;
   EXPECT_NE(check(r).find("unknown transport"), std::string::npos);
   static_assert(sizeof(ConnectRecord) == 128);
+}
+
+// Both sides of one connection in this thread's memory (as P2P lays it out): a sender and a receiver connector
+// over the same FIFO and counters.
+struct LocalPair {
+  struct Bell : Waker {
+    void ring() override {}
+  } bell;
+  std::unique_ptr<SendMem> sm = std::make_unique<SendMem>();
+  std::unique_ptr<RecvMem> rm = std::make_unique<RecvMem>();
+  std::vector<uint64_t> ll = std::vector<uint64_t>(kSteps * 512, 0);
+  std::vector<uint64_t> simple = std::vector<uint64_t>(kSteps * (8192 + 64) / 8, 0);
+  Connector send, recv;
+  LocalPair() {
+    for (Connector* c : {&send, &recv}) {
+      c->side = c == &send ? Side::kSend : Side::kRecv;
+      c->peer = c == &send ? 1 : 0;
+      c->channel = 0;
+      c->connected = true;
+      ConnInfo& ci = c->conn;
+      ci.buffs[kProtoLL] = reinterpret_cast<char*>(ll.data());
+      ci.slotBytes[kProtoLL] = 512 * 8;
+      ci.buffs[kProtoSimple] = reinterpret_cast<char*>(simple.data());
+      ci.slotBytes[kProtoSimple] = 8192 + 64;
+      ci.tail = &rm->tail.value;
+      ci.head = &sm->head.value;
+      ci.ack = &sm->head.value;
+      ci.status = &sm->status;
+      ci.rdv = &sm->rdv;
+      ci.wake = &bell;
+    }
+  }
+};
+
+MessageDesc message(size_t bytes) {
+  MessageDesc d;
+  d.bytes = d.partBytes = d.count = bytes;
+  return d;
+}
+
+// Drives `t` alone for a bounded number of turns (nothing here waits for another thread).
+void drive(Transfer& t) {
+  for (int i = 0; i < 1000 && !t.finished(); ++i) t.progress();
+}
+
+TEST(EagerSend, CompletesBeforeTheReceiverAndReportsARefusalOnTheNextSend) {
+  LocalPair p;
+  for (size_t llThreshold : {size_t{1} << 20, size_t{0}}) {  // LL lines, then Simple slots
+    SCOPED_TRACE(llThreshold ? "LL" : "Simple");
+    TransferOptions eager;
+    eager.llThreshold = llThreshold;
+    eager.singleCopyMin = -1;
+    eager.eager = true;
+    TransferOptions acked = eager;
+    acked.eager = false;
+    std::vector<uint8_t> a(1000), b(1000, 0), c(1000, 0);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i * 7 + 1);
+
+    // An eager send finishes with its data in the FIFO; an acknowledged one waits for the receiver.
+    Transfer s1(p.send, Transfer::Dir::kSend, a.data(), message(1000), eager);
+    drive(s1);
+    ASSERT_TRUE(s1.finished());
+    EXPECT_FALSE(s1.failed()) << s1.error();
+    Transfer s2(p.send, Transfer::Dir::kSend, a.data(), message(100), acked);
+    drive(s2);
+    EXPECT_FALSE(s2.finished());
+    Transfer r1(p.recv, Transfer::Dir::kRecv, b.data(), message(1000), acked);
+    drive(r1);
+    ASSERT_TRUE(r1.finished());
+    EXPECT_FALSE(r1.failed()) << r1.error();
+    EXPECT_EQ(a, b);
+    Transfer r2(p.recv, Transfer::Dir::kRecv, c.data(), message(100), acked);
+    drive(r2);
+    drive(s2);
+    EXPECT_TRUE(s2.finished() && !s2.failed()) << s2.error();
+    EXPECT_TRUE(std::equal(a.begin(), a.begin() + 100, c.begin()));
+
+    // The receiver refuses an eager message of the wrong size: it fails, the sender has finished already and hears
+    // of it at its next send (which does not start); the connection then carries the next message intact.
+    Transfer s3(p.send, Transfer::Dir::kSend, a.data(), message(600), eager);
+    drive(s3);
+    EXPECT_TRUE(s3.finished() && !s3.failed()) << s3.error();
+    Transfer r3(p.recv, Transfer::Dir::kRecv, b.data(), message(500), acked);
+    drive(r3);
+    ASSERT_TRUE(r3.failed());
+    EXPECT_TRUE(r3.mismatch());
+    Transfer s4(p.send, Transfer::Dir::kSend, a.data(), message(10), eager);
+    drive(s4);
+    ASSERT_TRUE(s4.failed());
+    EXPECT_EQ(s4.errorCode(), StatusCode::kInvalidUsage);
+    EXPECT_NE(s4.error().find("refused an earlier message"), std::string::npos) << s4.error();
+    EXPECT_NE(s4.error().find("500 x"), std::string::npos) << s4.error();
+    EXPECT_FALSE(p.send.broken());
+    std::fill(c.begin(), c.end(), 0);
+    Transfer s5(p.send, Transfer::Dir::kSend, a.data(), message(300), eager);
+    Transfer r5(p.recv, Transfer::Dir::kRecv, c.data(), message(300), acked);
+    drive(s5);
+    drive(r5);
+    EXPECT_TRUE(s5.finished() && !s5.failed()) << s5.error();
+    EXPECT_TRUE(r5.finished() && !r5.failed()) << r5.error();
+    EXPECT_TRUE(std::equal(a.begin(), a.begin() + 300, c.begin()));
+  }
+}
+
+TEST(EagerSend, NeverOutrunsTheFifo) {
+  // More eager messages than slots: the sender stops at a full FIFO until the receiver frees slots.
+  LocalPair p;
+  TransferOptions o;
+  o.singleCopyMin = -1;
+  o.eager = true;
+  std::vector<std::vector<uint8_t>> in(kSteps + 3), out(kSteps + 3);
+  std::vector<std::unique_ptr<Transfer>> sends, recvs;
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i].assign(64, static_cast<uint8_t>(i + 1));
+    out[i].assign(64, 0);
+    sends.push_back(std::make_unique<Transfer>(p.send, Transfer::Dir::kSend, in[i].data(), message(64), o));
+    recvs.push_back(std::make_unique<Transfer>(p.recv, Transfer::Dir::kRecv, out[i].data(), message(64), o));
+  }
+  size_t sent = 0;
+  while (sent < in.size()) {
+    drive(*sends[sent]);
+    if (!sends[sent]->finished()) break;
+    ++sent;
+  }
+  EXPECT_EQ(sent, static_cast<size_t>(kSteps));  // one step per small message
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (i >= sent) drive(*sends[i]);
+    drive(*recvs[i]);
+    ASSERT_TRUE(recvs[i]->finished() && !recvs[i]->failed()) << i;
+    if (i + kSteps < in.size()) drive(*sends[i + kSteps]);
+    EXPECT_EQ(in[i], out[i]);
+  }
+  for (auto& s : sends) EXPECT_TRUE(s->finished() && !s->failed());
 }
 
 TEST(Registry, IsNcclsOrder) {

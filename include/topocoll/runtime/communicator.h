@@ -71,6 +71,7 @@ struct InitOptions {
 
 namespace detail {
 struct Op;
+class OpPool;
 class Engine;
 struct CollTask;
 class CollLinks;
@@ -195,7 +196,7 @@ class Communicator {
   /// Runs `t` now in this thread (waiting for the collective thread's queue first).
   void runNow(detail::CollTask& t);
   std::shared_ptr<detail::Op> makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes,
-                                         collectives::Proto proto, bool staged);
+                                         collectives::Proto proto, bool staged, detail::OpPool& pool);
 
  private:
   Communicator();

@@ -14,10 +14,26 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
 
 #include "topocoll/transport/transport.h"
 
 namespace topocoll::transport {
+
+/// A non-owning reference to a `bool()` callable, for the conditions waits re-check: unlike std::function it never
+/// allocates (a wait builds one per idle poll). The callable must outlive the call it is passed to.
+class ReadyRef {
+ public:
+  template <typename F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, ReadyRef>)
+  ReadyRef(const F& f)  // NOLINT: implicit, like std::function
+      : obj_(&f), call_([](const void* o) { return static_cast<bool>((*static_cast<const F*>(o))()); }) {}
+  bool operator()() const { return call_(obj_); }
+
+ private:
+  const void* obj_;
+  bool (*call_)(const void*);
+};
 
 /// The shared page.
 struct DoorbellPage {
@@ -40,7 +56,7 @@ class Doorbell : public Waker {
   void ring() override;
   /// Sleeps until a ring or `timeout`, unless `ready()` is true after this thread announced itself (so a ring
   /// between the caller's last check and the sleep is never lost).
-  void sleep(const std::function<bool()>& ready, std::chrono::microseconds timeout);
+  void sleep(ReadyRef ready, std::chrono::microseconds timeout);
   /// The memfd of this process's doorbell (for the proxy to export); -1 for an imported one.
   int fd() const { return fd_; }
 
@@ -59,7 +75,7 @@ class Backoff {
   explicit Backoff(int spinUs = 20);
   ~Backoff();
   /// Call when nothing advanced; `ready` re-checks the awaited condition before sleeping.
-  void idle(Doorbell& bell, const std::function<bool()>& ready);
+  void idle(Doorbell& bell, ReadyRef ready);
   /// Call when something advanced.
   void reset();
 

@@ -11,9 +11,9 @@
 //   single copy (same process: P2P/direct pointer; other process: process_vm_readv/writev where the kernel allows)
 //           read mode: the sender publishes its buffer's address and the receiver copies from it; write mode: the
 //           sender asks, the receiver publishes its address, the sender copies into it and says so.
-// The receiver acknowledges the whole part at the end (ack counter); a size or type mismatch is found by the
-// receiver from the header, which then consumes exactly the sender's steps without copying and reports the mismatch
-// in the status line: both sides fail and the connection stays usable.
+// The receiver acknowledges the whole part at the end (ack counter; an eager send does not wait for it); a size or
+// type mismatch is found by the receiver from the header, which then consumes exactly the sender's steps without
+// copying and reports the mismatch in the status line: both sides fail and the connection stays usable.
 // A side that offered its buffer for a single copy and fails (timeout, abort, a failed part) withdraws the offer and
 // waits out a piece the peer is copying: a failed transfer never leaves the peer copying into or out of its buffer.
 //
@@ -76,6 +76,11 @@ struct TransferOptions {
   size_t chunkBytes = 128 << 10;     // NCCL_P2P_PCI_CHUNKSIZE / NCCL_P2P_NET_CHUNKSIZE
   size_t netChunkBytes = 4 << 20;    // TOPOCOLL_NET_CHUNKSIZE: NET chunks go between the users' buffers
   long long singleCopyMin = 65536;   // TOPOCOLL_P2P_SINGLE_COPY: bytes from which single copies are used, -1 never
+  /// A send whose data went into the peer's FIFO (LL lines, Simple slots; not NET, not single copies) completes
+  /// without waiting for the receiver's ack, as NCCL's steps do: flow control by the FIFO counters only. For the
+  /// collectives, whose ranks run the same steps: a receiver that finds a size or type mismatch still fails, and the
+  /// sender learns it from the status line at its next send over that connector.
+  bool eager = false;
 };
 
 class Transfer {
@@ -119,6 +124,7 @@ class Transfer {
  private:
   enum class State { kGated, kStart, kRun, kAck, kDone, kFailed };
   bool sendProgress();
+  bool refusedEarlier();
   bool recvProgress();
   bool recvStart();
   bool sendLL();

@@ -126,6 +126,7 @@ struct ConnInfo {
   std::atomic<uint32_t>* canPull = nullptr;  // 1 once the receiver proved it can copy from the sender's memory
   std::atomic<uint32_t>* canPush = nullptr;  // 1 once the sender proved it can copy into the receiver's memory
   uint64_t step = 0;                       // this side's next step
+  uint64_t statusSeen = 0;                 // sender: the last status line step it reported (eager sends)
   uint32_t flags = 0;
   int peerPid = 0;
   Waker* wake = nullptr;                   // ring after publishing tail/head/ack
