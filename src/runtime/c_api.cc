@@ -107,9 +107,10 @@ void checkBuf(const void* p, size_t bytes, const char* name) {
   if (bytes > 0 && p == nullptr) topocoll::fail(StatusCode::kInvalidArgument, "{} is NULL", name);
 }
 
-// Checks the arguments then runs the operation (inside a group the runtime records it for tcclGroupEnd).
-tcclResult_t issue(tcclComm* comm, const char* what, const std::function<void()>& check,
-                   const std::function<void()>& run) {
+// Checks the arguments then runs the operation (inside a group the runtime records it for tcclGroupEnd). Templates,
+// not std::function: the lambdas' captures would be allocated on every call.
+template <typename Check, typename Run>
+tcclResult_t issue(tcclComm* comm, const char* what, const Check& check, const Run& run) {
   return guarded(comm, what, [&] {
     checkComm(comm);
     check();

@@ -84,14 +84,22 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
          to_string(type));
   if (!buf && count > 0)
     fail(StatusCode::kInvalidArgument, "rank {}: {} of {} x {}: null buffer", rank_, what, count, to_string(type));
-  auto op = std::make_shared<Op>();
+  std::shared_ptr<Op> op;
+  {
+    std::lock_guard<std::mutex> lock(opPoolMu_);
+    if (!opPool_) opPool_ = std::make_unique<detail::OpPool>();
+    op = opPool_->take();
+  }
   op->send = send;
   op->peer = peer;
   op->buf = buf;
   op->count = count;
   op->dtype = type;
   op->bytes = count * elem;
-  if (peer == rank_) return op;
+  if (peer == rank_) {
+    op->parts.clear();
+    return op;
+  }
   const Config& cfg = ctx_->cfg;
   op->opts.llThreshold = static_cast<size_t>(cfg.p2pLlThreshold);
   op->opts.chunkBytes = p2pChunk_;
@@ -112,11 +120,22 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
     d.partOffset = b;
     d.partBytes = e - b;
     if (!send) op->partDescs.push_back(d);
-    op->parts.push_back(std::make_unique<Transfer>(*conns[i], send ? Transfer::Dir::kSend : Transfer::Dir::kRecv,
-                                                   static_cast<char*>(buf) + b, d, op->opts, !send));
+    Transfer::Dir dir = send ? Transfer::Dir::kSend : Transfer::Dir::kRecv;
+    if (nParts == 1) {
+      detail::OpPool::setPart(*op, *conns[i], dir, static_cast<char*>(buf) + b, d, op->opts, !send);
+    } else {
+      if (i == 0) op->parts.clear();
+      op->parts.push_back(std::make_unique<Transfer>(*conns[i], dir, static_cast<char*>(buf) + b, d, op->opts, !send));
+    }
   }
   if (!send) op->partConns = conns;
   return op;
+}
+
+void Communicator::recycleOp(std::shared_ptr<Op>&& op) {
+  std::lock_guard<std::mutex> lock(opPoolMu_);
+  if (opPool_) opPool_->give(std::move(op));
+  op.reset();
 }
 
 Request Communicator::issue(std::shared_ptr<Op> op, bool blocking) {
@@ -211,8 +230,19 @@ void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops
 void groupEnd() {
   if (tGroup.depth == 0) fail(StatusCode::kInvalidUsage, "groupEnd() without groupStart()");
   if (--tGroup.depth > 0) return;
-  auto ops = std::move(tGroup.ops);
-  tGroup.ops.clear();
+  std::vector<std::pair<Communicator*, std::shared_ptr<Op>>> ops;
+  ops.swap(tGroup.ops);
+  // However the group ends: its finished operations go back to their communicators' pools and the list's storage
+  // back to this thread (a group of small messages allocates nothing once warm).
+  struct Recycle {
+    std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops;
+    ~Recycle() {
+      for (auto& [c, op] : ops)
+        if (op && op->finished()) c->recycleOp(std::move(op));
+      ops.clear();
+      if (tGroup.ops.empty()) tGroup.ops.swap(ops);
+    }
+  } recycle{ops};
   auto colls = std::move(tGroup.colls);
   tGroup.colls.clear();
   if (colls.empty()) return groupEndP2p(ops);
@@ -249,7 +279,15 @@ void groupEnd() {
 namespace {
 void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops) {
   if (ops.empty()) return;
-  std::vector<Communicator*> comms;
+  // This thread's scratch lists (kept between groups: nothing allocated per group once warm).
+  // (Local references: the connecting threads below must see this thread's lists, not their own.)
+  thread_local std::vector<Communicator*> tComms;
+  thread_local std::vector<int> tPeers;
+  thread_local std::vector<Op*> tAll;
+  std::vector<Communicator*>& comms = tComms;
+  std::vector<int>& peers = tPeers;
+  std::vector<Op*>& all = tAll;
+  comms.clear();
   for (auto& [c, op] : ops)
     if (std::find(comms.begin(), comms.end(), c) == comms.end()) comms.push_back(c);
   auto peersOf = [&](Communicator* c) {
@@ -261,7 +299,9 @@ void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops
   // Connections first. Several communicators of this thread connect in parallel threads (their exchanges wait for
   // each other), as NCCL's preconnect jobs do.
   if (comms.size() == 1) {
-    comms[0]->ensureConnected(peersOf(comms[0]));
+    peers.clear();
+    for (auto& [c, op] : ops) peers.push_back(op->peer);
+    comms[0]->ensureConnected(peers);
   } else {
     std::vector<std::exception_ptr> errors(comms.size());
     std::vector<std::thread> threads;
@@ -280,7 +320,7 @@ void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops
       if (e) std::rethrow_exception(e);
   }
   if (comms.size() == 1) {
-    std::vector<Op*> all;
+    all.clear();
     for (auto& [c, op] : ops) all.push_back(op.get());
     if (comms[0]->runGroupInline(all)) {
       comms[0]->waitOps(all);  // all finished: throws what failed

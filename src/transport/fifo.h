@@ -26,6 +26,7 @@ struct alignas(4096) SendMem {
   StatusLine status;
   Rendezvous rdv;
   Probe probe;
+  RecvPost post;      // written by the receiver
 };
 
 /// Owned by the receiver; the sender writes tail.

@@ -131,6 +131,7 @@ void Transfer::fail(StatusCode code, const std::string& why) {
   // A receiver still waiting for its first step, or a gated part, leaves the connector in step; anything later
   // does not (the peer may have published or consumed part of it).
   bool started = !(state_ == State::kGated || (state_ == State::kStart));
+  if (dir_ == Dir::kRecv && state_ == State::kStart) withdrawPost();
   failWith(code, why, started);
 }
 
@@ -231,7 +232,8 @@ bool Transfer::sendProgress() {
       default: did |= sendSingle(); break;
     }
   }
-  if (state_ == State::kAck && opts_.eager && (mode_ == kModeLL || mode_ == kModeSimple) && !(ci_.flags & kConnNet)) {
+  if (state_ == State::kAck && (mode_ == kModeLL || mode_ == kModeSimple) && !(ci_.flags & kConnNet) &&
+      (opts_.eager || receiverTakesIt())) {
     ci_.step = lastStep_;  // the data is in the receiver's FIFO: the head counter alone keeps the slots safe
     state_ = State::kDone;
     return true;
@@ -285,6 +287,46 @@ bool Transfer::refusedEarlier() {
                        what(), c_.peer, st.count, isValid(dtype) ? to_string(dtype) : "?", st.bytes),
            false);
   return true;
+}
+
+namespace {
+uint64_t postShape(const MessageDesc& m, bool drain) {
+  return static_cast<uint64_t>(m.dtype) | static_cast<uint64_t>(m.nParts) << 8 | static_cast<uint64_t>(drain) << 40;
+}
+}  // namespace
+
+// Whether the receiver posted a receive for this message's first step that takes it as it is (seqlock read).
+bool Transfer::receiverTakesIt() const {
+  if (!ci_.post) return false;
+  const RecvPost& p = *ci_.post;
+  const uint64_t s = p.step.load(std::memory_order_acquire);
+  if (s != firstStep_ + 1) return false;
+  const uint64_t bytes = p.bytes.load(std::memory_order_relaxed);
+  const uint64_t partBytes = p.partBytes.load(std::memory_order_relaxed);
+  const uint64_t shape = p.shape.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (p.step.load(std::memory_order_relaxed) != s) return false;
+  return bytes == msg_.bytes && partBytes == msg_.partBytes && shape == postShape(msg_, false);
+}
+
+void Transfer::postReceive() {
+  postedRecv_ = true;
+  if (!ci_.post) return;
+  RecvPost& p = *ci_.post;
+  p.step.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  p.bytes.store(msg_.bytes, std::memory_order_relaxed);
+  p.partBytes.store(msg_.partBytes, std::memory_order_relaxed);
+  p.shape.store(postShape(msg_, drain_), std::memory_order_relaxed);
+  p.step.store(firstStep_ + 1, std::memory_order_release);
+}
+
+// A receive that gives up before the sender's header arrived takes its post back: the next receive on this
+// connector (same first step) may expect another message.
+void Transfer::withdrawPost() {
+  if (!postedRecv_ || !ci_.post) return;
+  uint64_t mine = firstStep_ + 1;
+  ci_.post->step.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
 }
 
 // Lines are built in a local block and copied into the slot in one go: word-by-word stores into lines the
@@ -466,6 +508,7 @@ bool Transfer::recvProgress() {
 
 bool Transfer::recvStart() {
   firstStep_ = ci_.step;
+  if (!postedRecv_) postReceive();
   if ((ci_.flags & kConnNet) && ci_.rdv && !posted_) {
     // Our buffer for the proxy: chunks whose header matches what we expect land there directly.
     Rendezvous& r = *ci_.rdv;

@@ -172,6 +172,7 @@ class SharedMemoryTransport : public Transport {
     ci.head = &sm->head.value;
     ci.ack = &sm->head.value;
     ci.status = &sm->status;
+    ci.post = &sm->post;
     ci.rdv = &sm->rdv;
     ci.canPull = &sm->probe.pull;
     ci.canPush = &sm->probe.push;

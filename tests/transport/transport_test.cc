@@ -92,6 +92,7 @@ struct LocalPair {
       ci.head = &sm->head.value;
       ci.ack = &sm->head.value;
       ci.status = &sm->status;
+      ci.post = &sm->post;
       ci.rdv = &sm->rdv;
       ci.wake = &bell;
     }
@@ -166,6 +167,49 @@ TEST(EagerSend, CompletesBeforeTheReceiverAndReportsARefusalOnTheNextSend) {
     EXPECT_TRUE(r5.finished() && !r5.failed()) << r5.error();
     EXPECT_TRUE(std::equal(a.begin(), a.begin() + 300, c.begin()));
   }
+}
+
+TEST(PostedReceive, LetsAMatchingSendCompleteWithoutTheAck) {
+  LocalPair p;
+  TransferOptions o;  // acknowledged sends
+  o.singleCopyMin = -1;
+  std::vector<uint8_t> a(256, 7), b(256, 0);
+  // The receiver is waiting (posted) before the message comes: the sender is done when its lines are written.
+  Transfer r1(p.recv, Transfer::Dir::kRecv, b.data(), message(256), o);
+  r1.progress();
+  EXPECT_FALSE(r1.finished());
+  Transfer s1(p.send, Transfer::Dir::kSend, a.data(), message(256), o);
+  drive(s1);
+  EXPECT_TRUE(s1.finished() && !s1.failed()) << s1.error();
+  drive(r1);
+  EXPECT_TRUE(r1.finished() && !r1.failed()) << r1.error();
+  EXPECT_EQ(a, b);
+
+  // A posted receive that expects another size: the sender waits for the ack and fails with the receiver's verdict.
+  Transfer r2(p.recv, Transfer::Dir::kRecv, b.data(), message(100), o);
+  r2.progress();
+  Transfer s2(p.send, Transfer::Dir::kSend, a.data(), message(256), o);
+  drive(s2);
+  EXPECT_FALSE(s2.finished());
+  drive(r2);
+  EXPECT_TRUE(r2.failed() && r2.mismatch());
+  drive(s2);
+  ASSERT_TRUE(s2.failed());
+  EXPECT_NE(s2.error().find("mismatch"), std::string::npos) << s2.error();
+
+  // A receive that gave up before its message came takes its post back: the next one (another size, same step)
+  // is not mistaken for it.
+  Transfer r3(p.recv, Transfer::Dir::kRecv, b.data(), message(256), o);
+  r3.progress();
+  r3.fail(StatusCode::kTimeout, "gave up");
+  Transfer s3(p.send, Transfer::Dir::kSend, a.data(), message(256), o);
+  drive(s3);
+  EXPECT_FALSE(s3.finished());
+  Transfer r4(p.recv, Transfer::Dir::kRecv, b.data(), message(256), o);
+  drive(r4);
+  drive(s3);
+  EXPECT_TRUE(r4.finished() && !r4.failed()) << r4.error();
+  EXPECT_TRUE(s3.finished() && !s3.failed()) << s3.error();
 }
 
 TEST(EagerSend, NeverOutrunsTheFifo) {

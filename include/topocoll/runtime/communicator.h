@@ -189,6 +189,8 @@ class Communicator {
   void waitOp(detail::Op& op);
   void waitOps(const std::vector<detail::Op*>& ops);
   bool runGroupInline(const std::vector<detail::Op*>& ops);
+  /// A finished operation of a group back to this communicator's pool (kept only if nobody else holds it).
+  void recycleOp(std::shared_ptr<detail::Op>&& op);
   void checkCollArgs(const collectives::Args& a) const;
   std::shared_ptr<detail::CollTask> makeCollTask(const collectives::Args& a);
   /// Runs `t` on the collective thread, after those before it.
@@ -236,6 +238,8 @@ class Communicator {
   std::unique_ptr<transport::Context> ctx_;
   std::vector<transport::Channel> channels_;
   std::unique_ptr<detail::Engine> engine_;
+  std::mutex opPoolMu_;                // the point-to-point ops of finished groups, for the next ones
+  std::unique_ptr<detail::OpPool> opPool_;
   std::mutex setupMu_;                 // bootstrap exchanges and connector setup, one at a time
   std::vector<std::atomic<bool>> p2pConnected_;  // [peer]
   std::vector<std::vector<transport::Connector*>> p2pConns_[2];  // [recv, send][peer]: the peer's p2p connectors

@@ -11,9 +11,12 @@
 //   single copy (same process: P2P/direct pointer; other process: process_vm_readv/writev where the kernel allows)
 //           read mode: the sender publishes its buffer's address and the receiver copies from it; write mode: the
 //           sender asks, the receiver publishes its address, the sender copies into it and says so.
-// The receiver acknowledges the whole part at the end (ack counter; an eager send does not wait for it); a size or
-// type mismatch is found by the receiver from the header, which then consumes exactly the sender's steps without
-// copying and reports the mismatch in the status line: both sides fail and the connection stays usable.
+// The receiver acknowledges the whole part at the end (ack counter). Over shared memory it also posts what it expects
+// (RecvPost) when it starts: a sender whose data is in the FIFO and matches that post completes without the ack (one
+// one-way trip per message, as NCCL's unacknowledged steps; an eager send, the collectives', does not even look). A
+// size or type mismatch is found by the receiver from the header, which then consumes exactly the sender's steps
+// without copying and reports the mismatch in the status line (the sender, seeing a post that differs, waits for
+// the ack and reads it): both sides fail and the connection stays usable.
 // A side that offered its buffer for a single copy and fails (timeout, abort, a failed part) withdraws the offer and
 // waits out a piece the peer is copying: a failed transfer never leaves the peer copying into or out of its buffer.
 //
@@ -61,6 +64,19 @@ struct alignas(64) StatusLine {
   char pad[32];
 };
 static_assert(sizeof(StatusLine) == 64, "one cache line");
+
+/// Shared memory: the receive a receiver has started (its first step and what it expects), written before it looks
+/// for the sender's header. A sender whose LL or Simple message (the data is in the FIFO) matches it completes
+/// without waiting for the ack: the receiver will take the message as it is. Written and read as a seqlock (step 0
+/// while it changes), every field an atomic.
+struct alignas(64) RecvPost {
+  std::atomic<uint64_t> step{0};       // firstStep + 1 of the receive, 0 while being written
+  std::atomic<uint64_t> bytes{0};      // the whole message it expects
+  std::atomic<uint64_t> partBytes{0};  // this part
+  std::atomic<uint64_t> shape{0};      // dtype | nParts << 8 | drain << 40
+  char pad[32];
+};
+static_assert(sizeof(RecvPost) == 64, "one cache line");
 
 /// What both sides know about the message a part belongs to.
 struct MessageDesc {
@@ -125,6 +141,9 @@ class Transfer {
   enum class State { kGated, kStart, kRun, kAck, kDone, kFailed };
   bool sendProgress();
   bool refusedEarlier();
+  bool receiverTakesIt() const;
+  void postReceive();
+  void withdrawPost();
   bool recvProgress();
   bool recvStart();
   bool sendLL();
@@ -154,6 +173,7 @@ class Transfer {
   uint8_t mode_ = 0;
   bool drain_ = false, mismatch_ = false;
   bool posted_ = false;                    // NET receiver: our buffer is posted for the proxy
+  bool postedRecv_ = false;                // shared-memory receiver: RecvPost written
   uint64_t firstStep_ = 0, lastStep_ = 0;  // lastStep_: one past the part's last step
   size_t done_ = 0;                        // bytes moved (LL: words)
   uint64_t stepsDone_ = 0;

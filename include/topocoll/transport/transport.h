@@ -86,6 +86,7 @@ std::string checkRecord(const ConnectRecord& r, uint64_t commId, int nRanks, int
 class Transport;
 class Proxy;
 struct StatusLine;
+struct RecvPost;
 class Doorbell;
 class Net;
 
@@ -121,6 +122,7 @@ struct ConnInfo {
   std::atomic<uint64_t>* head = nullptr;   // steps the receiver has consumed
   std::atomic<uint64_t>* ack = nullptr;    // completion counter (== head, except over NET)
   StatusLine* status = nullptr;            // the receiver's verdict on each op (primitives.h)
+  RecvPost* post = nullptr;                // shared memory: what the receiver waits for (primitives.h)
   std::atomic<uint64_t>* forwarded = nullptr;  // NET receiver: the last ack its proxy sent back
   Rendezvous* rdv = nullptr;               // write mode: the receiver's buffer address
   std::atomic<uint32_t>* canPull = nullptr;  // 1 once the receiver proved it can copy from the sender's memory
