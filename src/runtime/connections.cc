@@ -23,6 +23,11 @@ using transport::Side;
 
 namespace {
 
+// Waits of a rank on a host with more local ranks than cores yield for this long before they sleep on the doorbell:
+// about a small collective's time at 4 ranks on 2 cores (docs/performance.md), so that most waits end without a
+// futex wake-up, and short enough that an idle rank soon stops taking turns.
+constexpr int kOversubscribedYieldUs = 100;
+
 int log2Up(int x) {
   int n = 0;
   while ((1 << n) < x) ++n;
@@ -179,9 +184,12 @@ void Communicator::setupTransports(const InitOptions& opts, const search::NodeGr
   eo.peerGone = ctx.peerGone;
   eo.doorbell = ctx.doorbell;
   eo.nRanks = nRanks_;
-  // More ranks than cores on this host: never spin, sleep at once (the peers need the cores).
+  // More ranks than cores on this host: never spin (the peers need the cores), yield a while before sleeping (a
+  // peer's answer that comes within that time costs no futex wake-up on either side; Open MPI's vader waits with
+  // sched_yield only).
   const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   eo.spinUs = localRanks_ > cpus ? 0 : 20;
+  eo.yieldUs = localRanks_ > cpus ? kOversubscribedYieldUs : 0;
   // This host's cores shared by its local ranks (processes); ranks of this process count once per process.
   int localProcs = std::max(1, localRanks_ / std::max(1, intraProcRanks_));
   transport::limitSpinners(std::max(1, std::min(transport::allowedCpus(), cpus / localProcs)));

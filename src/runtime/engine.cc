@@ -274,7 +274,8 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
 
 void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
   transport::Connector& c = t.connector();
-  transport::Backoff backoff((c.conn.flags & transport::kConnNet) ? 0 : opts_.spinUs);
+  const bool net = c.conn.flags & transport::kConnNet;
+  transport::Backoff backoff(net ? 0 : opts_.spinUs, net ? 0 : opts_.yieldUs);
   Clock::time_point since{};  // read lazily: most transfers finish before any check
   unsigned polls = 0;
   // The other transfers of the group move too: any order of sends and receives completes.
@@ -465,8 +466,8 @@ bool Engine::tryProgress() {
 }
 
 template <typename Done>
-void Engine::waitUntil(const Done& done, int spinUs) {
-  transport::Backoff backoff(spinUs);
+void Engine::waitUntil(const Done& done, int spinUs, int yieldUs) {
+  transport::Backoff backoff(spinUs, yieldUs);
   while (!done()) {
     if (tryProgress()) {
       backoff.reset();
@@ -482,7 +483,7 @@ void Engine::waitAsCaller(const Done& done, bool netOnly) {
   if (done()) return;
   callers_.fetch_add(1);
   // Operations that only the proxy moves (NET) leave the spinning to it.
-  waitUntil(done, netOnly ? 0 : opts_.spinUs);
+  waitUntil(done, netOnly ? 0 : opts_.spinUs, netOnly ? 0 : opts_.yieldUs);
   if (callers_.fetch_sub(1) == 1 && !idle()) {
     {
       std::lock_guard<std::mutex> lock(workerMu_);
@@ -560,7 +561,7 @@ void Engine::runWorker() {
       workerCv_.wait(lock, [&] { return stop_.load() || (workerWanted_ && !idle()); });
       if (stop_.load()) return;
     }
-    waitUntil([&] { return stop_.load() || idle() || callers_.load(std::memory_order_relaxed) > 0; }, opts_.spinUs);
+    waitUntil([&] { return stop_.load() || idle() || callers_.load(std::memory_order_relaxed) > 0; }, opts_.spinUs, 0);
     std::lock_guard<std::mutex> lock(workerMu_);
     if (idle()) workerWanted_ = false;
     else if (callers_.load() > 0) workerWanted_ = false;  // a caller drives; it hands back when it leaves

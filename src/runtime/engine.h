@@ -89,6 +89,7 @@ class Engine {
     std::shared_ptr<std::vector<std::atomic<bool>>> peerGone;
     std::shared_ptr<transport::Doorbell> doorbell;
     int spinUs = 20;  // how long waits spin before sleeping (0 on an oversubscribed host)
+    int yieldUs = 0;  // how long waits then yield before sleeping (at least 4 yields)
     int nRanks = 1;
   };
   explicit Engine(const Options& opts);
@@ -138,7 +139,7 @@ class Engine {
   void enqueue(Op* op, transport::Transfer* t);
   void runWorker();
   template <typename Done>
-  void waitUntil(const Done& done, int spinUs);
+  void waitUntil(const Done& done, int spinUs, int yieldUs);
   template <typename Done>
   void waitAsCaller(const Done& done, bool netOnly);
 

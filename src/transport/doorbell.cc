@@ -14,11 +14,6 @@ namespace topocoll::transport {
 
 namespace {
 
-// How long a wait yields (after its spin, if any) before it sleeps on the doorbell: long enough for a small
-// message's round trip between ranks that share cores (4 ranks on 2 cores: a peer's time slice between two yields),
-// short enough that an idle rank soon stops taking turns. Measured in docs/performance.md.
-constexpr int kYieldUs = 100;
-
 // Threads of this process spinning right now (Backoff), and how many may.
 std::atomic<int> gSpinners{0};
 std::atomic<int> gSpinLimit{0};  // 0: allowedCpus()
@@ -91,7 +86,7 @@ void Doorbell::sleep(ReadyRef ready, std::chrono::microseconds timeout) {
   page_->waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-Backoff::Backoff(int spinUs) : spinUs_(spinUs) {}
+Backoff::Backoff(int spinUs, int yieldUs) : spinUs_(spinUs), yieldUs_(yieldUs) {}
 
 Backoff::~Backoff() { reset(); }
 
@@ -128,8 +123,8 @@ void Backoff::idle(Doorbell& bell, ReadyRef ready) {
     spinning_ = false;
   }
   // Then yield: a peer that shares our core runs at once (ranks outnumber cores: Open MPI's vader waits this way),
-  // and an answer that comes within kYieldUs costs no futex wake-up on either side.
-  if (yields_ < 4 || Clock::now() - spinStart_ < std::chrono::microseconds(kYieldUs)) {
+  // and an answer that comes within yieldUs costs no futex wake-up on either side.
+  if (yields_ < 4 || (yieldUs_ > 0 && Clock::now() - spinStart_ < std::chrono::microseconds(yieldUs_))) {
     ++yields_;
     std::this_thread::yield();
     return;

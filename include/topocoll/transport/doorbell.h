@@ -71,8 +71,9 @@ class Doorbell : public Waker {
 /// deadlines and abort flags are checked.
 class Backoff {
  public:
-  /// `spinUs`: how long to spin when allowed (0 on an oversubscribed host).
-  explicit Backoff(int spinUs = 20);
+  /// `spinUs`: how long to spin when allowed (0 on an oversubscribed host); `yieldUs`: how long (from the end of the
+  /// first 64 polls) to keep yielding before sleeping, at least 4 yields.
+  explicit Backoff(int spinUs = 20, int yieldUs = 0);
   ~Backoff();
   /// Call when nothing advanced; `ready` re-checks the awaited condition before sleeping.
   void idle(Doorbell& bell, ReadyRef ready);
@@ -80,7 +81,7 @@ class Backoff {
   void reset();
 
  private:
-  int spinUs_;
+  int spinUs_, yieldUs_;
   bool spinning_ = false;
   int yields_ = 0;
   unsigned polls_ = 0;
