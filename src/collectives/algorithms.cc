@@ -29,6 +29,7 @@ const char* algoName(Algo a) {
     case Algo::kTree: return "Tree";
     case Algo::kRing: return "Ring";
     case Algo::kDirect: return "Direct";
+    case Algo::kDirectSplit: return "DirectSplit";
   }
   return "?";
 }
@@ -52,6 +53,10 @@ Range split(size_t count, int n, int i) {
           count * static_cast<size_t>(i + 1) / static_cast<size_t>(n)};
 }
 
+// Broadcast's pipelining unit between more than 2 ranks (measured at 4 ranks: 1-4 MiB beat 128 KiB by 2-10x,
+// 64 MiB (no pipelining) is slower again).
+constexpr size_t kBroadcastPiece = 4 << 20;
+
 int positionOf(const int* ring, int n, int rank) {
   for (int p = 0; p < n; ++p)
     if (ring[p] == rank) return p;
@@ -70,6 +75,7 @@ class Runner {
     switch (a_.coll) {
       case Coll::kAllReduce:
         if (c_.algo == Algo::kDirect) return allReduceDirect();
+        if (c_.algo == Algo::kDirectSplit) return allReduceDirectSplit();
         if (c_.algo == Algo::kTree && n_ > 1) return allReduceTree();
         return allReduceRing();
       case Coll::kAllGather: return allGatherRing();
@@ -106,54 +112,70 @@ class Runner {
   }
   int mod(int x) const { return ((x % n_) + n_) % n_; }
 
-  // Reduce-scatter then all-gather around each channel's ring. Each channel's range is cut into n blocks; at step s
-  // of the reduce-scatter the rank at ring position p sends block p-s (its input, then what it reduced at the step
-  // before) and reduces block p-s-1 into its output; it then owns block p+1, which the all-gather forwards. The
-  // reduce-scatter walks the blocks a chunk at a time (slice k: chunk k of every block), so that a received chunk is
-  // reduced while it is still in the cache; the all-gather moves whole blocks (single copies between processes).
+  // The reduce-scatter of a ring, nSlices slices of every channel: block(c, q) is the input range (elements of the
+  // send buffer) of the block at ring position q of channel c; slice k is chunk k of every block. At step s the rank
+  // at position p sends block p-s (its input at step 0, then what it reduced at step s-1) and reduces block p-s-1
+  // with its input into part(c, q, piece, last) (the output at the last step, which leaves it with block p+1), so a
+  // received chunk is reduced while it is still in the cache.
+  template <class Block, class Part>
+  void ringReduceScatter(const std::vector<Ring>& rings, size_t nSlices, char* tmp, size_t maxChunk,
+                         const Block& block, const Part& part) {
+    std::vector<int> h(nCh_, -1);
+    for (size_t k = 0; k < nSlices; ++k) {
+      for (int s = 0; s < n_ - 1; ++s) {
+        for (int c = 0; c < nCh_; ++c) {
+          Range out = pieceOf(block(c, rings[c].p - s), k), in = pieceOf(block(c, rings[c].p - s - 1), k);
+          h[c] = in.size() ? recv(c, rings[c].prev, tmp + c * maxChunk * es_, in.size(), true) : -1;
+          if (out.size())
+            send(c, rings[c].next, s == 0 ? at(send_, out.begin) : part(c, rings[c].p - s, out, false), out.size(),
+                 true);
+        }
+        for (int c = 0; c < nCh_; ++c) {
+          if (h[c] < 0) continue;
+          Range in = pieceOf(block(c, rings[c].p - s - 1), k);
+          l_.wait(h[c]);
+          char* dst = part(c, rings[c].p - s - 1, in, s == n_ - 2);
+          reduce2(dst, tmp + c * maxChunk * es_, at(send_, in.begin), in.size());
+          if (s == n_ - 2) avg(dst, in.size());
+        }
+        l_.waitAll();
+      }
+    }
+  }
+  // Chunk k of range r (empty past its end).
+  Range pieceOf(Range r, size_t k) const {
+    size_t first = std::min(r.end, r.begin + k * chunk_);
+    return {first, std::min(r.end, first + chunk_)};
+  }
+  // Slices needed for blocks of the channels' ranges cut in n.
+  size_t slicesOf(const std::vector<Range>& whole) const {
+    size_t nSlices = 0;
+    for (const Range& w : whole) nSlices = std::max(nSlices, ((w.size() + n_ - 1) / n_ + chunk_ - 1) / chunk_);
+    return nSlices;
+  }
+
+  // Reduce-scatter then all-gather around each channel's ring. Each channel's range is cut into n blocks; the
+  // reduce-scatter leaves the rank at ring position p with block p+1 reduced; the all-gather forwards blocks (step s:
+  // sends block p+1-s, receives block p-s into the output) as single copies of whole blocks.
   void allReduceRing() {
     size_t count = a_.count;
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
     std::vector<Range> whole(nCh_);
     std::vector<Ring> rings(nCh_);
-    std::vector<int> h(nCh_, -1);
-    size_t nSlices = 0;
-    for (int c = 0; c < nCh_; ++c) {
-      whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);
-      size_t big = (whole[c].size() + n_ - 1) / n_;
-      nSlices = std::max(nSlices, (big + chunk_ - 1) / chunk_);
-    }
+    for (int c = 0; c < nCh_; ++c) whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);
     size_t maxChunk = std::min(chunk_, (count + n_ - 1) / n_);
     char* tmp = l_.scratch(maxChunk * es_ * nCh_);
     auto block = [&](int c, int b) {
-      Range r = split(whole[c].size(), n_, b);
+      Range r = split(whole[c].size(), n_, mod(b));
       return Range{whole[c].begin + r.begin, whole[c].begin + r.end};
     };
-    auto piece = [&](int c, int b, size_t k) {
-      Range r = block(c, b);
-      size_t first = std::min(r.end, r.begin + k * chunk_);
-      return Range{first, std::min(r.end, first + chunk_)};
-    };
-    for (size_t k = 0; k < nSlices; ++k) {
-      for (int s = 0; s < n_ - 1; ++s) {
-        for (int c = 0; c < nCh_; ++c) {
-          Range out = piece(c, mod(rings[c].p - s), k), in = piece(c, mod(rings[c].p - s - 1), k);
-          h[c] = in.size() ? recv(c, rings[c].prev, tmp + c * maxChunk * es_, in.size(), true) : -1;
-          if (out.size()) send(c, rings[c].next, at(s == 0 ? send_ : recv_, out.begin), out.size(), true);
-        }
-        for (int c = 0; c < nCh_; ++c) {
-          if (h[c] < 0) continue;
-          Range in = piece(c, mod(rings[c].p - s - 1), k);
-          l_.wait(h[c]);
-          reduce2(at(recv_, in.begin), tmp + c * maxChunk * es_, at(send_, in.begin), in.size());
-          if (s == n_ - 2) avg(at(recv_, in.begin), in.size());
-        }
-        l_.waitAll();
-      }
-    }
+    auto inOutput = [&](int, int, Range piece, bool) { return at(recv_, piece.begin); };
+    ringReduceScatter(rings, slicesOf(whole), tmp, maxChunk, block, inOutput);
+    // All-gather of whole blocks. (All-gathering groups of slices right after reducing them, while they are in the
+    // cache, measured 5-20% slower at 16 and 64 MiB, 2 ranks: more hand-overs.)
     for (int s = 0; s < n_ - 1; ++s) {
       for (int c = 0; c < nCh_; ++c) {
-        Range out = block(c, mod(rings[c].p + 1 - s)), in = block(c, mod(rings[c].p - s));
+        Range out = block(c, rings[c].p + 1 - s), in = block(c, rings[c].p - s);
         if (in.size()) recv(c, rings[c].prev, at(recv_, in.begin), in.size());
         if (out.size()) send(c, rings[c].next, at(recv_, out.begin), out.size());
       }
@@ -185,6 +207,44 @@ class Runner {
       std::memcpy(recv_, tmp, bytes);
     }
     avg(recv_, count);
+  }
+
+  // Rank r owns split r of the buffer. Per slice k (chunk k of every split): every rank sends chunk k of each
+  // peer's split to that peer and receives chunk k of its own split from every peer (through the FIFOs, all at
+  // once), then reduces the n copies, its input first (dst may alias only srcs[0]), into its output; then every
+  // rank takes every other rank's reduced split into its output (single copies, all at once).
+  void allReduceDirectSplit() {
+    size_t count = a_.count;
+    if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
+    if (n_ > kDirectMaxRanks) fail(StatusCode::kInvalidUsage, "DirectSplit is for at most {} ranks", kDirectMaxRanks);
+    l_.connectAll();
+    auto mine = [&](int q) { return split(count, n_, q); };
+    size_t nSlices = 0;
+    for (int q = 0; q < n_; ++q) nSlices = std::max(nSlices, (mine(q).size() + chunk_ - 1) / chunk_);
+    size_t maxChunk = std::min(chunk_, (count + n_ - 1) / n_);
+    char* tmp = l_.scratch(maxChunk * es_ * n_);
+    const void* srcs[kDirectMaxRanks];
+    for (size_t k = 0; k < nSlices; ++k) {
+      Range in = pieceOf(mine(me_), k);
+      for (int i = 1; i < n_; ++i) {
+        int to = (me_ + i) % n_, from = (me_ - i + n_) % n_;
+        Range out = pieceOf(mine(to), k);
+        if (in.size()) recv(k % nCh_, from, tmp + from * maxChunk * es_, in.size(), true);
+        if (out.size()) send(k % nCh_, to, at(send_, out.begin), out.size(), true);
+      }
+      l_.waitAll();
+      if (!in.size()) continue;
+      srcs[0] = at(send_, in.begin);
+      for (int i = 1; i < n_; ++i) srcs[i] = tmp + ((me_ + i) % n_) * maxChunk * es_;
+      reduceMany(a_.type, a_.op, at(recv_, in.begin), srcs, n_, in.size());
+      avg(at(recv_, in.begin), in.size());
+    }
+    for (int i = 1; i < n_; ++i) {
+      int to = (me_ + i) % n_, from = (me_ - i + n_) % n_;
+      if (mine(from).size()) recv(0, from, at(recv_, mine(from).begin), mine(from).size());
+      if (mine(me_).size()) send(0, to, at(recv_, mine(me_).begin), mine(me_).size());
+    }
+    l_.waitAll();
   }
 
   // Reduce up the tree then broadcast down, in chunks: a chunk goes up as soon as the children's copies of it
@@ -262,55 +322,56 @@ class Runner {
     }
   }
 
-  // Step s: the rank at ring position p sends its partial sum of rank ring[p-s-1]'s block (its input at step 0) and
-  // adds its input to the partial sum of ring[p-s-2]'s block; at the last step that block is its own.
+  // The ring's reduce-scatter slice by slice (ringReduceScatter): the block at ring position q is the input of rank
+  // ring[q-1]'s block (so the last step reduces the rank's own block into the output); partial sums go to a
+  // chunk-sized buffer per channel and step parity (what step s reduced is sent while step s+1 reduces).
   void reduceScatterRing() {
     size_t count = a_.count;
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
-    char* tmp = l_.scratch(count * es_ * 2);
-    char* acc = tmp + count * es_;
-    for (int s = 0; s < n_ - 1; ++s) {
-      for (int c = 0; c < nCh_; ++c) {
-        Ring g = ringOf(c);
-        Range r = split(count, nCh_, c);
-        if (!r.size()) continue;
-        size_t out = g.r[mod(g.p - s - 1)] * count + r.begin;
-        recv(c, g.prev, at(tmp, r.begin), r.size(), true);
-        send(c, g.next, s == 0 ? at(send_, out) : at(acc, r.begin), r.size(), true);
-      }
-      l_.waitAll();
-      for (int c = 0; c < nCh_; ++c) {
-        Ring g = ringOf(c);
-        Range r = split(count, nCh_, c);
-        if (!r.size()) continue;
-        int owner = g.r[mod(g.p - s - 2)];
-        char* dst = s == n_ - 2 ? at(recv_, r.begin) : at(acc, r.begin);
-        reduce2(dst, at(tmp, r.begin), at(send_, owner * count + r.begin), r.size());
-        if (s == n_ - 2) avg(dst, r.size());
-      }
-    }
+    std::vector<Range> whole(nCh_);
+    std::vector<Ring> rings(nCh_);
+    for (int c = 0; c < nCh_; ++c) whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);
+    size_t nSlices = 0;
+    for (const Range& w : whole) nSlices = std::max(nSlices, (w.size() + chunk_ - 1) / chunk_);
+    size_t maxChunk = std::min(chunk_, count);
+    char* tmp = l_.scratch(maxChunk * es_ * nCh_ * 3);
+    char* acc = tmp + maxChunk * es_ * nCh_;
+    auto block = [&](int c, int q) {
+      size_t base = static_cast<size_t>(rings[c].r[mod(q - 1)]) * count;
+      return Range{base + whole[c].begin, base + whole[c].end};
+    };
+    auto partial = [&](int c, int q, Range piece, bool last) {
+      if (last) return at(recv_, piece.begin - static_cast<size_t>(me_) * count);
+      int step = mod(rings[c].p - 1 - q);  // the step that reduces block q
+      return acc + (c * 2 + step % 2) * maxChunk * es_;
+    };
+    ringReduceScatter(rings, nSlices, tmp, maxChunk, block, partial);
   }
 
-  // A pipelined chain along each channel's ring starting at the root.
+  // A pipelined chain along each channel's ring starting at the root. Its transfers are single copies into their
+  // final place, so they go in pieces of kBroadcastPiece (each piece costs the peers a hand-over, which on a loaded
+  // host is a wake-up: 128 KiB pieces were 2-10x slower at 16 MiB, docs/collectives.md); at 2 ranks nobody
+  // forwards, so each channel's range is one copy from the root's buffer.
   void broadcastChain() {
     size_t count = a_.count;
     if (me_ == a_.root) copyIfApart(recv_, send_, count);
     if (n_ == 1) return;
+    size_t piece = n_ == 2 ? count : std::max(chunk_, kBroadcastPiece / es_);
     for (int c = 0; c < nCh_; ++c) {
       Ring g = ringOf(c);
       Range r = split(count, nCh_, c);
       bool last = g.next == a_.root;
       std::vector<int> hs;
-      for (size_t b = r.begin; b < r.end; b += chunk_) {
-        size_t e = std::min(r.end, b + chunk_);
+      for (size_t b = r.begin; b < r.end; b += piece) {
+        size_t e = std::min(r.end, b + piece);
         if (me_ == a_.root) send(c, g.next, at(send_, b), e - b);
         else hs.push_back(recv(c, g.prev, at(recv_, b), e - b));
       }
       if (me_ == a_.root || last) continue;
       size_t k = 0;
-      for (size_t b = r.begin; b < r.end; b += chunk_, ++k) {
+      for (size_t b = r.begin; b < r.end; b += piece, ++k) {
         l_.wait(hs[k]);
-        send(c, g.next, at(recv_, b), std::min(r.end, b + chunk_) - b);
+        send(c, g.next, at(recv_, b), std::min(r.end, b + piece) - b);
       }
     }
     l_.waitAll();

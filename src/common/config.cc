@@ -361,6 +361,14 @@ std::vector<Knob> buildRegistry() {
       "TOPOCOLL_DIRECT_MAX", "collectives", -1, 1ll << 40,
       "AllReduce of at most this many bytes with every rank on one host uses the Direct algorithm (each rank "
       "receives every input and reduces them itself); -1 never"));
+  r.push_back(sizeKnob<&Config::directSplitMin>(
+      "TOPOCOLL_DIRECT_SPLIT_MIN", "collectives", -1, 1ll << 40,
+      "AllReduce of at least this many bytes (and above TOPOCOLL_DIRECT_MAX) with every rank on one host and at "
+      "least TOPOCOLL_DIRECT_SPLIT_RANKS ranks uses the DirectSplit algorithm (each rank reduces its split of "
+      "everybody's data, then takes the other splits); -1 never"));
+  r.push_back(intKnob<&Config::directSplitRanks>(
+      "TOPOCOLL_DIRECT_SPLIT_RANKS", "collectives", 1, 1 << 20,
+      "the fewest ranks for DirectSplit (see TOPOCOLL_DIRECT_SPLIT_MIN; at most 8 ranks use it)"));
   r.push_back(intKnob<&Config::nsocksPerThread>("NCCL_NSOCKS_PERTHREAD", "transport", -2, 64,
                                                 "NET/Socket: data sockets per helper thread (-2: 1)"));
   r.push_back(intKnob<&Config::socketNthreads>("NCCL_SOCKET_NTHREADS", "transport", -2, 16,

@@ -200,12 +200,17 @@ Choice Communicator::choose(const Args& a) const {
     c.proto = s.proto == tuning::kLL ? Proto::kLL : Proto::kSimple;
   } else {
     bool oneHost = hosts_.size() == 1;
-    if (a.coll == Coll::kAllReduce && oneHost && cfg.directMax >= 0 && bytes <= static_cast<size_t>(cfg.directMax) &&
-        nRanks_ <= collectives::kDirectMaxRanks)
+    bool directOk = a.coll == Coll::kAllReduce && oneHost && nRanks_ <= collectives::kDirectMaxRanks;
+    if (directOk && cfg.directMax >= 0 && bytes <= static_cast<size_t>(cfg.directMax))
       c.algo = Algo::kDirect;
+    else if (directOk && cfg.directSplitMin >= 0 && bytes >= static_cast<size_t>(cfg.directSplitMin) &&
+             nRanks_ >= cfg.directSplitRanks)
+      c.algo = Algo::kDirectSplit;
     else
       c.algo = Algo::kRing;
-    if (c.algo == Algo::kRing && a.coll != Coll::kBroadcast && a.coll != Coll::kReduce)
+    if (c.algo == Algo::kDirectSplit)
+      perMessage = std::min(bytes / static_cast<size_t>(nRanks_), c.chunkBytes);
+    else if (c.algo == Algo::kRing && a.coll != Coll::kBroadcast && a.coll != Coll::kReduce)
       perMessage = bytes / static_cast<size_t>(nRanks_ * c.nChannels);
     else if (c.algo == Algo::kRing)
       perMessage = std::min(bytes, c.chunkBytes);

@@ -141,14 +141,43 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// DirectSplit (every rank reduces its split of everybody's data) forced at every size through its knobs, with the
+// default chunk and with 4 KiB chunks (NCCL_BUFFSIZE 64 KiB: many slices, uneven last pieces, for the ring's sliced
+// reduce-scatter of AllReduce and ReduceScatter too).
+class DirectSplit : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(DirectSplit, MatchesTheSerialReference) {
+  int n = std::get<0>(GetParam());
+  bool smallChunks = std::get<1>(GetParam());
+  auto errors = runRanks(
+      n,
+      [&](int, runtime::InitOptions& o) {
+        o.cfg.hostId = "one-host";
+        o.cfg.directMax = -1;
+        o.cfg.directSplitMin = 0;
+        o.cfg.directSplitRanks = 1;
+        if (smallChunks) o.cfg.buffSize = 1 << 16;
+      },
+      [&](Communicator& c, int) { checkAll(c, n + 1); });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DirectSplit, ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks" +
+                                  (std::get<1>(info.param) ? "_4KiBchunks" : "");
+                         });
+
 TEST(Collectives8, EightRanksEveryAlgorithm) {
-  for (Forced f : {Forced{"", ""}, Forced{"ring", "simple"}, Forced{"tree", "simple"}}) {
+  for (Forced f : {Forced{"", ""}, Forced{"ring", "simple"}, Forced{"tree", "simple"}, Forced{"split", ""}}) {
     auto errors = runRanks(
         8,
         [&](int, runtime::InitOptions& o) {
           o.cfg.hostId = "one-host";
-          o.cfg.algo = f.algo;
+          bool split = std::string(f.algo) == "split";  // DirectSplit at every size
+          o.cfg.algo = split ? "" : f.algo;
           o.cfg.proto = f.proto;
+          if (split) o.cfg.directMax = -1, o.cfg.directSplitMin = 0;
         },
         [&](Communicator& c, int r) {
           for (Coll coll : {Coll::kAllReduce, Coll::kReduce, Coll::kBroadcast, Coll::kAllGather, Coll::kReduceScatter})
