@@ -98,7 +98,7 @@ struct Config {
   // Collectives
   int checkCalls = 0;              // TOPOCOLL_CHECK_CALLS
   long long directMax = 65536;     // TOPOCOLL_DIRECT_MAX (AllReduce bytes up to which one host uses Direct)
-  long long directSplitMin = 1 << 20;  // TOPOCOLL_DIRECT_SPLIT_MIN (AllReduce bytes from which DirectSplit is used)
+  long long directSplitMin = -1;   // TOPOCOLL_DIRECT_SPLIT_MIN (AllReduce bytes from which DirectSplit is used)
   int directSplitRanks = 4;        // TOPOCOLL_DIRECT_SPLIT_RANKS (... with at least this many ranks on one host)
   // Debug (the logger reads these itself; they are here so that bad values fail at the API edge)
   std::string debug;               // NCCL_DEBUG
