@@ -97,9 +97,10 @@ struct Config {
   int socketNthreads = -2;         // NCCL_SOCKET_NTHREADS
   // Collectives
   int checkCalls = 0;              // TOPOCOLL_CHECK_CALLS
-  long long directMax = 65536;     // TOPOCOLL_DIRECT_MAX (AllReduce bytes up to which one host uses Direct)
+  long long directMax = 65536;     // TOPOCOLL_DIRECT_MAX (AllReduce bytes up to which one host may use Direct)
   long long directSplitMin = -1;   // TOPOCOLL_DIRECT_SPLIT_MIN (AllReduce bytes from which DirectSplit is used)
   int directSplitRanks = 4;        // TOPOCOLL_DIRECT_SPLIT_RANKS (... with at least this many ranks on one host)
+  std::string hostTuning;          // TOPOCOLL_HOST_TUNING (the host cost model's constants: bench/host_calibrate's JSON)
   // Debug (the logger reads these itself; they are here so that bad values fail at the API edge)
   std::string debug;               // NCCL_DEBUG
   std::string debugSubsys;         // NCCL_DEBUG_SUBSYS

@@ -359,8 +359,8 @@ std::vector<Knob> buildRegistry() {
       "difference fails naming both ranks (one bootstrap allgather per call)"));
   r.push_back(sizeKnob<&Config::directMax>(
       "TOPOCOLL_DIRECT_MAX", "collectives", -1, 1ll << 40,
-      "AllReduce of at most this many bytes with every rank on one host uses the Direct algorithm (each rank "
-      "receives every input and reduces them itself); -1 never"));
+      "AllReduce of at most this many bytes with every rank on one host may use the Direct algorithm (each rank "
+      "receives every input and reduces them itself) when the host cost model finds it faster; -1 never"));
   r.push_back(sizeKnob<&Config::directSplitMin>(
       "TOPOCOLL_DIRECT_SPLIT_MIN", "collectives", -1, 1ll << 40,
       "AllReduce of at least this many bytes (and above TOPOCOLL_DIRECT_MAX) with every rank on one host and at "
@@ -369,6 +369,10 @@ std::vector<Knob> buildRegistry() {
   r.push_back(intKnob<&Config::directSplitRanks>(
       "TOPOCOLL_DIRECT_SPLIT_RANKS", "collectives", 1, 1 << 20,
       "the fewest ranks for DirectSplit (see TOPOCOLL_DIRECT_SPLIT_MIN; at most 8 ranks use it)"));
+  r.push_back(stringKnob<&Config::hostTuning>(
+      "TOPOCOLL_HOST_TUNING", "collectives",
+      "JSON of the host cost model's constants (what bench/host_calibrate writes) replacing the built-in ones "
+      "measured on the project's machine; the collectives pick algorithm, protocol and channels with them"));
   r.push_back(intKnob<&Config::nsocksPerThread>("NCCL_NSOCKS_PERTHREAD", "transport", -2, 64,
                                                 "NET/Socket: data sockets per helper thread (-2: 1)"));
   r.push_back(intKnob<&Config::socketNthreads>("NCCL_SOCKET_NTHREADS", "transport", -2, 16,

@@ -188,44 +188,33 @@ int tuningColl(Coll c) {
 Choice Communicator::choose(const Args& a) const {
   const Config& cfg = ctx_->cfg;
   Choice c;
-  size_t bytes = collectives::collBytes(a, nRanks_);
-  int rings = std::max(1, static_cast<int>(connect_.rings.size()));
-  // Host memory: two channels from 256 KiB (one rank copies on one while the other reduces on the other; measured
-  // in docs/collectives.md), one below; NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS override.
-  int want = bytes >= (256u << 10) ? 2 : 1;
-  c.nChannels = std::min({std::max(want, cfg.minNchannels), std::max(1, cfg.maxNchannels), rings});
   // Slices of blocks this size keep the block a rank receives in the cache until it is reduced (2 MiB L2 here).
   c.chunkBytes = std::max<size_t>(4096, static_cast<size_t>(cfg.buffSize) / (transport::kSteps * 4));
-  size_t perMessage = bytes;
-  if (!cfg.algo.empty() || !cfg.proto.empty()) {
-    // Forced: the planner's model picks among what NCCL_ALGO / NCCL_PROTO leave.
-    tuning::Selection s = tuning::select(model_, tuningColl(a.coll), bytes, true);
-    if (s.algo < 0)
-      fail(StatusCode::kInvalidUsage, "rank {}: {}: no algorithm/protocol available (NCCL_ALGO={} NCCL_PROTO={})",
-           rank_, collectives::collName(a.coll), cfg.algo, cfg.proto);
-    c.algo = s.algo == tuning::kTree && a.coll == Coll::kAllReduce ? Algo::kTree : Algo::kRing;
-    c.proto = s.proto == tuning::kLL ? Proto::kLL : Proto::kSimple;
-  } else {
-    bool oneHost = hosts_.size() == 1;
-    bool directOk = a.coll == Coll::kAllReduce && oneHost && nRanks_ <= collectives::kDirectMaxRanks;
-    if (directOk && cfg.directMax >= 0 && bytes <= static_cast<size_t>(cfg.directMax))
-      c.algo = Algo::kDirect;
-    else if (directOk && cfg.directSplitMin >= 0 && bytes >= static_cast<size_t>(cfg.directSplitMin) &&
-             nRanks_ >= cfg.directSplitRanks)
-      c.algo = Algo::kDirectSplit;
-    else
-      c.algo = Algo::kRing;
-    if (c.algo == Algo::kDirectSplit)
-      perMessage = std::min(bytes / static_cast<size_t>(nRanks_), c.chunkBytes);
-    else if (c.algo == Algo::kRing && a.coll != Coll::kBroadcast && a.coll != Coll::kReduce)
-      perMessage = bytes / static_cast<size_t>(nRanks_ * c.nChannels);
-    else if (c.algo == Algo::kRing)
-      perMessage = std::min(bytes, c.chunkBytes);
-    c.proto = perMessage <= static_cast<size_t>(cfg.p2pLlThreshold) ? Proto::kLL : Proto::kSimple;
+  // The host cost model (calibrated constants) picks among what NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS and
+  // TOPOCOLL_DIRECT_MAX leave. Every rank computes the same choice from the same job facts and knobs.
+  tuning::HostQuery q;
+  q.coll = tuningColl(a.coll);
+  q.link = hostLink_;
+  q.nRanks = nRanks_;
+  q.bytes = collectives::collBytes(a, nRanks_);
+  q.chunkBytes = c.chunkBytes;
+  tuning::HostChoice h = tuning::hostSelect(hostModel_, q, hostLimits_);
+  c.algo = h.algo == tuning::kHostDirect ? Algo::kDirect : h.algo == tuning::kTree ? Algo::kTree : Algo::kRing;
+  c.proto = h.proto == tuning::kLL ? Proto::kLL : Proto::kSimple;
+  c.nChannels = h.nChannels;
+  // DirectSplit (off unless TOPOCOLL_DIRECT_SPLIT_MIN is set, not in the model yet): one-host AllReduce the model
+  // gave to the ring or the tree, from that size and rank count, when NCCL_ALGO leaves the choice.
+  if (c.algo != Algo::kDirect && a.coll == Coll::kAllReduce && cfg.algo.empty() && hosts_.size() == 1 &&
+      nRanks_ <= collectives::kDirectMaxRanks && cfg.directSplitMin >= 0 &&
+      q.bytes >= static_cast<size_t>(cfg.directSplitMin) && nRanks_ >= cfg.directSplitRanks) {
+    c.algo = Algo::kDirectSplit;
+    size_t perMessage = std::min(q.bytes / static_cast<size_t>(nRanks_), c.chunkBytes);
+    c.proto = cfg.proto.empty() ? (perMessage <= static_cast<size_t>(cfg.p2pLlThreshold) ? Proto::kLL : Proto::kSimple)
+                                : c.proto;
   }
-  TC_INFO(log::kTuning, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}}",
-          collectives::collName(a.coll), bytes, collectives::algoName(c.algo), collectives::protoName(c.proto),
-          c.nChannels - 1);
+  TC_INFO(log::kTuning, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}} (model {:.1f} us, {})",
+          collectives::collName(a.coll), q.bytes, collectives::algoName(c.algo), collectives::protoName(c.proto),
+          c.nChannels - 1, h.timeUs, tuning::hostLinkName(q.link));
   return c;
 }
 

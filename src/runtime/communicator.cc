@@ -353,6 +353,13 @@ void Communicator::joinNodes(const InitOptions& opts, const search::NodeGraphs& 
   t = Clock::now();
   connect_ = search::connectRanks(all, opts.cfg);
   if (gpuMode) model_ = tuning::tuneModel(tuning::jobInfo(connect_, nvsCount), connect_.aligned, opts.cfg);
+  // The collectives' choice (host memory): the calibrated constants, the job's slowest link, what the knobs leave.
+  const Config& cfg = opts.cfg;
+  hostModel_ = cfg.hostTuning.empty() ? tuning::HostModel::defaults() : tuning::HostModel::load(cfg.hostTuning);
+  bool p2pOff = cfg.p2pDisable != 0 || (cfg.p2pLevel && *cfg.p2pLevel == 0);
+  hostLink_ = hosts_.size() > 1 ? tuning::HostLink::kNet : p2pOff ? tuning::HostLink::kShm : tuning::HostLink::kP2p;
+  hostLimits_ = tuning::hostLimits(cfg, static_cast<int>(connect_.rings.size()), hosts_.size() == 1,
+                                   collectives::kDirectMaxRanks);
   timings_.connect = msSince(t);
 }
 

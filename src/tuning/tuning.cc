@@ -147,6 +147,22 @@ int dataTypeSize(const std::string& s) {
   return -1;
 }
 
+Enables userEnables(const Config& cfg) {
+  int protoList[kNumColls * kNumProtos], algoList[kNumColls * kNumAlgos];
+  for (int f = 0; f < kNumColls; ++f) {
+    for (int p = 0; p < kNumProtos; ++p) protoList[f * kNumProtos + p] = p == kLL128 ? 2 : 1;
+    for (int a = 0; a < kNumAlgos; ++a) algoList[f * kNumAlgos + a] = 1;
+  }
+  if (!cfg.proto.empty()) parseList("NCCL_PROTO", cfg.proto, kProtoNames, kNumProtos, protoList);
+  if (!cfg.algo.empty()) parseList("NCCL_ALGO", cfg.algo, kAlgoNames, kNumAlgos, algoList);
+  Enables e;
+  for (int f = 0; f < kNumColls; ++f) {
+    for (int p = 0; p < kNumProtos; ++p) e.proto[f][p] = protoList[f * kNumProtos + p];
+    for (int a = 0; a < kNumAlgos; ++a) e.algo[f][a] = algoList[f * kNumAlgos + a];
+  }
+  return e;
+}
+
 JobInfo jobInfo(const search::Connect& c, int nvsCount) {
   JobInfo ji;
   ji.nRanks = c.nRanks;
@@ -241,26 +257,6 @@ void setThreads(Model& m, const Graph& ring, const Config& cfg) {
   }
 }
 
-// NCCL_PROTO / NCCL_ALGO: per collective, 1 enabled, 0 disabled, 2 (LL128) "decide by the topology".
-struct Enables {
-  int proto[kNumColls][kNumProtos];
-  int algo[kNumColls][kNumAlgos];
-};
-Enables userEnables(const Config& cfg) {
-  int protoList[kNumColls * kNumProtos], algoList[kNumColls * kNumAlgos];
-  for (int f = 0; f < kNumColls; ++f) {
-    for (int p = 0; p < kNumProtos; ++p) protoList[f * kNumProtos + p] = p == kLL128 ? 2 : 1;
-    for (int a = 0; a < kNumAlgos; ++a) algoList[f * kNumAlgos + a] = 1;
-  }
-  if (!cfg.proto.empty()) parseList("NCCL_PROTO", cfg.proto, kProtoNames, kNumProtos, protoList);
-  if (!cfg.algo.empty()) parseList("NCCL_ALGO", cfg.algo, kAlgoNames, kNumAlgos, algoList);
-  Enables e;
-  for (int f = 0; f < kNumColls; ++f) {
-    for (int p = 0; p < kNumProtos; ++p) e.proto[f][p] = protoList[f * kNumProtos + p];
-    for (int a = 0; a < kNumAlgos; ++a) e.algo[f][a] = algoList[f * kNumAlgos + a];
-  }
-  return e;
-}
 
 // Which (collective, algorithm, protocol) ncclTopoTuneModel models at all.
 bool modelled(int coll, int a, int p, bool patEnable) {

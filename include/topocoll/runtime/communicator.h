@@ -38,6 +38,7 @@
 #include "topocoll/env.h"
 #include "topocoll/search/connect.h"
 #include "topocoll/transport/transport.h"
+#include "topocoll/tuning/host_model.h"
 #include "topocoll/tuning/tuning.h"
 
 namespace topocoll::topology {
@@ -130,6 +131,9 @@ class Communicator {
   const std::vector<PeerInfo>& peers() const { return peers_; }
   const search::Connect& connect() const { return connect_; }
   const tuning::Model& model() const { return model_; }
+  /// The host cost model the collectives choose with, and the slowest link between the ranks.
+  const tuning::HostModel& hostModel() const { return hostModel_; }
+  tuning::HostLink hostLink() const { return hostLink_; }
   const InitTimings& timings() const { return timings_; }
   bootstrap::Bootstrap& bootstrap() { return *bs_; }
 
@@ -229,6 +233,9 @@ class Communicator {
   std::vector<PeerInfo> peers_;
   search::Connect connect_;
   tuning::Model model_;
+  tuning::HostModel hostModel_;
+  tuning::HostLink hostLink_ = tuning::HostLink::kP2p;
+  tuning::HostLimits hostLimits_;
   InitTimings timings_;
   std::unique_ptr<topology::System> system_;  // GPU ranks: this node's system with paths
 

@@ -24,6 +24,14 @@ int collFromString(const std::string& s);
 /// Data type size in bytes ("float32"/"float", "bf16", "int8", ...); -1 when unknown.
 int dataTypeSize(const std::string& s);
 
+/// NCCL_PROTO / NCCL_ALGO per collective: 1 enabled, 0 disabled, 2 (LL128) "decide by the topology".
+struct Enables {
+  int proto[kNumColls][kNumProtos];
+  int algo[kNumColls][kNumAlgos];
+};
+/// Parses NCCL_PROTO / NCCL_ALGO (NCCL's syntax); throws Error(kInvalidUsage) on what does not parse.
+Enables userEnables(const Config& cfg);
+
 /// What the model needs to know about the job besides the graphs.
 struct JobInfo {
   int nRanks = 1, nNodes = 1, localRanks = 1, maxLocalRanks = 1;

@@ -1,0 +1,164 @@
+#include "topocoll/tuning/host_model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "topocoll/status.h"
+
+namespace topocoll::tuning {
+namespace {
+
+Config knobs(std::map<std::string, std::string> env) { return Config::fromEnv(Env(std::move(env))); }
+
+HostQuery query(int coll, uint64_t bytes, int nRanks = 2, HostLink link = HostLink::kP2p) {
+  return {coll, link, nRanks, bytes, 128 << 10};
+}
+
+// A file under the build directory's temporary folder, removed when the test ends.
+struct TempFile {
+  std::string path = ::testing::TempDir() + "host_model_test_" + std::to_string(getpid()) + ".json";
+  explicit TempFile(const std::string& text) { std::ofstream(path) << text; }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+TEST(HostModel, FitRecoversTheConstants) {
+  std::vector<HostSample> pts;
+  for (uint64_t bytes : {8ull, 4096ull, 1ull << 20, 16ull << 20}) {
+    HostWork w = hostWork(query(kAllReduce, bytes, 4), kRing, 1);
+    pts.push_back({w, 1.5 + w.steps * 2.5 + w.bytes / (1e3 * 6.0)});
+  }
+  HostCost k = fitHostCost(pts);
+  EXPECT_NEAR(k.baseUs, 1.5, 1e-3);
+  EXPECT_NEAR(k.stepUs, 2.5, 1e-3);
+  EXPECT_NEAR(k.gbps, 6.0, 1e-3);
+  EXPECT_EQ(fitHostCost({}).gbps, 0);
+}
+
+TEST(HostModel, FitKeepsBothTermsNonNegative) {
+  // Times that fall with the size would need a negative bandwidth term: the fit keeps the latency term alone.
+  std::vector<HostSample> pts;
+  for (uint64_t bytes : {8ull, 1ull << 20}) pts.push_back({hostWork(query(kAllGather, bytes), kRing, 1), 10.0});
+  HostCost k = fitHostCost(pts);
+  EXPECT_GE(k.stepUs, 0);
+  EXPECT_GT(k.gbps, 0);
+}
+
+TEST(HostModel, WorkFollowsTheAlgorithms) {
+  EXPECT_EQ(hostWork(query(kAllReduce, 0), kRing, 1).steps, 0);
+  EXPECT_EQ(hostWork(query(kAllReduce, 100, 1), kRing, 1).steps, 0);
+  HostWork ring = hostWork(query(kAllReduce, 1 << 20, 4), kRing, 1);
+  EXPECT_DOUBLE_EQ(ring.bytes, 1.5 * (1 << 20));
+  EXPECT_DOUBLE_EQ(ring.steps, 3 * (2 + 1));  // blocks of 256 KiB: 2 chunks of 128 KiB, then the all-gather's step
+  HostWork direct = hostWork(query(kAllReduce, 1 << 20, 4), kHostDirect, 1);
+  EXPECT_DOUBLE_EQ(direct.steps, 1);
+  EXPECT_DOUBLE_EQ(direct.bytes, 3.0 * (1 << 20));
+  EXPECT_DOUBLE_EQ(hostWork(query(kBroadcast, 1 << 20, 4), kRing, 2).steps, 3 + 4 - 1);
+}
+
+TEST(HostModel, DefaultsCoverEveryLinkAndCollective) {
+  HostModel m = HostModel::defaults();
+  for (int l = 0; l < kNumHostLinks; ++l)
+    for (int c = 0; c < kNumColls; ++c)
+      for (int p : {kLL, kSimple})
+        EXPECT_GT(m.at(static_cast<HostLink>(l), c, kRing, p, 1).gbps, 0)
+            << hostLinkName(static_cast<HostLink>(l)) << " " << collName(c) << " " << protoName(p);
+}
+
+TEST(HostModel, JsonRoundTrip) {
+  HostModel m = HostModel::defaults();
+  m.set({HostLink::kNet, kAllGather, kRing, kLL, 2, {0.5f, 7.5f, 0.25f}});
+  TempFile f(m.toJson("test"));
+  HostModel back = HostModel::load(f.path);
+  EXPECT_EQ(back.toJson("test"), m.toJson("test"));
+  EXPECT_EQ(back.source(), f.path);
+  EXPECT_FLOAT_EQ(back.at(HostLink::kNet, kAllGather, kRing, kLL, 2).stepUs, 7.5f);
+}
+
+TEST(HostModel, BadFilesNameTheFileAndEntry) {
+  auto message = [](const std::string& text) {
+    TempFile f(text);
+    try {
+      HostModel::load(f.path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("{").find("not JSON"), std::string::npos);
+  EXPECT_NE(message("{}").find("no \"entries\""), std::string::npos);
+  std::string bad = message(
+      R"({"entries": [{"link": "P2P", "coll": "AllReduce", "algo": "Ring", "proto": "Simple", "nChannels": 1,
+          "stepUs": 1, "gbps": 1}, {"link": "PCIe", "coll": "AllReduce", "algo": "Ring", "proto": "Simple",
+          "nChannels": 1, "stepUs": 1, "gbps": 1}]})");
+  EXPECT_NE(bad.find("entry 1"), std::string::npos) << bad;
+  EXPECT_NE(message(R"({"entries": [{"link": "P2P"}]})").find("entry 0"), std::string::npos);
+  EXPECT_NE(message(R"({"entries": [{"link": "P2P", "coll": "AllReduce", "algo": "Ring", "proto": "Simple",
+                      "nChannels": 3, "stepUs": 1, "gbps": 1}]})")
+                .find("nChannels 3"),
+            std::string::npos);
+  EXPECT_THROW(HostModel::load("/nonexistent/host.json"), Error);
+}
+
+// A model where each combination is cheap in a known range, to check what the limits leave.
+HostModel toyModel() {
+  HostModel m;
+  for (int c = 0; c < kNumColls; ++c)
+    for (int a = 0; a < kNumHostAlgos; ++a)
+      for (int p : {kLL, kSimple})
+        for (int ch = 1; ch <= 2; ++ch) {
+          // LL: cheap steps, low bandwidth; Direct: one step; 2 channels: more bandwidth, costlier steps.
+          float step = (p == kLL ? 1.0f : 3.0f) * (ch == 2 ? 1.5f : 1.0f);
+          float bw = (p == kLL ? 1.0f : 4.0f) * (ch == 2 ? 1.6f : 1.0f) * (a == kTree ? 0.5f : 1.0f);
+          m.set({HostLink::kP2p, c, a, p, ch, {0, step, bw}});
+        }
+  return m;
+}
+
+TEST(HostModel, SelectPicksTheCheapest) {
+  HostModel m = toyModel();
+  HostLimits lim = hostLimits(knobs({}), 2, true, 8);
+  HostChoice small = hostSelect(m, query(kAllReduce, 64), lim);
+  EXPECT_EQ(small.algo, kHostDirect);
+  EXPECT_EQ(small.proto, kLL);
+  HostChoice big = hostSelect(m, query(kAllReduce, 64 << 20), lim);
+  EXPECT_EQ(big.algo, kRing);
+  EXPECT_EQ(big.proto, kSimple);
+  EXPECT_EQ(big.nChannels, 2);
+  // The other collectives run their rings and chains whatever is cheaper for AllReduce.
+  EXPECT_EQ(hostSelect(m, query(kAllGather, 64), lim).algo, kRing);
+}
+
+TEST(HostModel, KnobsForce) {
+  HostModel m = toyModel();
+  auto pick = [&](std::map<std::string, std::string> env, uint64_t bytes, bool oneHost = true, int rings = 2) {
+    return hostSelect(m, query(kAllReduce, bytes), hostLimits(knobs(env), rings, oneHost, 8));
+  };
+  EXPECT_EQ(pick({{"NCCL_ALGO", "Tree"}}, 64).algo, kTree);
+  EXPECT_EQ(pick({{"NCCL_ALGO", "ring"}, {"NCCL_PROTO", "Simple"}}, 64).proto, kSimple);
+  EXPECT_EQ(pick({{"NCCL_PROTO", "LL"}}, 64 << 20).proto, kLL);
+  EXPECT_EQ(pick({{"NCCL_PROTO", "LL128"}}, 64).proto, kSimple);  // runs as Simple
+  EXPECT_EQ(pick({{"NCCL_ALGO", "^Tree,Ring"}, {"TOPOCOLL_DIRECT_MAX", "1073741824"}}, 64 << 20).algo, kHostDirect);
+  EXPECT_EQ(pick({{"NCCL_ALGO", "^Tree,Ring"}}, 64 << 20).algo, kRing);  // beyond TOPOCOLL_DIRECT_MAX: Ring
+  EXPECT_EQ(pick({{"TOPOCOLL_DIRECT_MAX", "-1"}}, 64).algo, kRing);
+  EXPECT_EQ(pick({{"TOPOCOLL_DIRECT_MAX", "32"}}, 64).algo, kRing);
+  EXPECT_NE(pick({}, 64, false).algo, kHostDirect);  // several hosts
+  EXPECT_EQ(pick({{"NCCL_MAX_NCHANNELS", "1"}}, 64 << 20).nChannels, 1);
+  EXPECT_EQ(pick({{"NCCL_MIN_NCHANNELS", "2"}}, 64).nChannels, 2);
+  EXPECT_EQ(pick({{"NCCL_MIN_NCHANNELS", "4"}}, 64, true, 8).nChannels, 4);
+  EXPECT_EQ(pick({}, 64 << 20, true, 1).nChannels, 1);  // one ring
+  EXPECT_THROW(hostLimits(knobs({{"NCCL_ALGO", "Butterfly"}}), 2, true, 8), Error);
+}
+
+TEST(HostModel, NothingCalibratedFallsBackToRingSimple) {
+  HostModel empty;
+  HostChoice c = hostSelect(empty, query(kAllReduce, 1 << 20), hostLimits(knobs({}), 2, true, 8));
+  EXPECT_EQ(c.algo, kRing);
+  EXPECT_EQ(c.proto, kSimple);
+  EXPECT_EQ(c.nChannels, 1);
+}
+
+}  // namespace
+}  // namespace topocoll::tuning
