@@ -37,4 +37,15 @@ struct alignas(4096) RecvMem {
 
 static_assert(sizeof(SendMem) == 4096 && sizeof(RecvMem) == 4096, "control blocks are one page");
 
+/// Points a shared-memory connection's counters and control lines into its two blocks (both sides alike): the
+/// receiver's head doubles as the sender's ack. NET lays its own out (net.cc: a proxy forwards the acks).
+inline void bindControl(ConnInfo& ci, SendMem* sm, RecvMem* rm) {
+  ci.tail = &rm->tail.value;
+  ci.head = &sm->head.value;
+  ci.ack = &sm->head.value;
+  ci.status = &sm->status;
+  ci.post = &sm->post;
+  ci.rdv = &sm->rdv;
+}
+
 }  // namespace topocoll::transport

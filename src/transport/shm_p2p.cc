@@ -168,12 +168,7 @@ class SharedMemoryTransport : public Transport {
     ci.buffs[kProtoSimple] = r.read ? reinterpret_cast<char*>(sm + 1) : recvBufs + ll;
     ci.slotBytes[kProtoLL] = ll / kSteps;
     ci.slotBytes[kProtoSimple] = simple / kSteps;
-    ci.tail = &rm->tail.value;
-    ci.head = &sm->head.value;
-    ci.ack = &sm->head.value;
-    ci.status = &sm->status;
-    ci.post = &sm->post;
-    ci.rdv = &sm->rdv;
+    bindControl(ci, sm, rm);
     ci.canPull = &sm->probe.pull;
     ci.canPush = &sm->probe.push;
     ci.peerPid = ctx.peers[c.peer].pid;

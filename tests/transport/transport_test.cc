@@ -88,12 +88,7 @@ struct LocalPair {
       ci.slotBytes[kProtoLL] = 512 * 8;
       ci.buffs[kProtoSimple] = reinterpret_cast<char*>(simple.data());
       ci.slotBytes[kProtoSimple] = 8192 + 64;
-      ci.tail = &rm->tail.value;
-      ci.head = &sm->head.value;
-      ci.ack = &sm->head.value;
-      ci.status = &sm->status;
-      ci.post = &sm->post;
-      ci.rdv = &sm->rdv;
+      bindControl(ci, sm.get(), rm.get());
       ci.wake = &bell;
     }
   }
