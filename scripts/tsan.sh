@@ -7,10 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-tsan}
 TESTS=(bootstrap_test bootstrap_wire_test collectives_reduce_test runtime_c_api_test runtime_communicator_test
-       runtime_engine_test runtime_p2p_test runtime_p2p_big_test transport_test)
-# runtime_collectives_test (branch coll) passes under TSan with no report but takes 450 s alone: left out until its
-# slow cases get a filter here. Cases too slow under TSan on CI's 2 cores: none at the moment.
-declare -A FILTER=()
+       runtime_engine_test runtime_p2p_test runtime_p2p_big_test transport_test runtime_collectives_test
+       runtime_coll_property_test)
+# Cases too slow under TSan on CI's 2 cores, left to the gcc and ASan runs: runtime_collectives_test's 8-rank case
+# (575 s alone under TSan) and its 4-rank cases (15-28 s each); the 1-3 rank cases of every algorithm, protocol and
+# DirectSplit, the transports, groups, mismatches and aborts run (about 2 minutes; all 37 cases were clean under TSan
+# on 2026-11-23).
+declare -A FILTER=([runtime_collectives_test]='-Collectives8.*:*4ranks*')
 
 CC=${TSAN_CC:-gcc} CXX=${TSAN_CXX:-g++} cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOPOCOLL_TSAN=ON -DTOPOCOLL_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target "${TESTS[@]}"
