@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <unordered_map>
 
@@ -303,6 +304,7 @@ class Searcher {
     Key128 z, revZ;
     Key128* own = nullptr;
     Key128* revOwn = nullptr;
+    float base = 0, revBase = 0;  // the links' bandwidths when the search starts (every pass starts from them)
   };
   // What the search keeps per link: its weight in the state key and the part of privState_ its state goes to.
   struct LinkData {
@@ -602,7 +604,16 @@ class Searcher {
       const Hop& h = hops[step];
       const float fwBw = h.pci ? pciBw : bw;
       const float revBw = kRev && h.rev ? fwBw * h.revMul : 0.0f;
-      if (kCheck && (h.link->bw < fwBw || (kRev && revBw != 0 && h.rev->bw < revBw))) break;
+      if (kCheck) {
+        const bool linkShort = h.link->bw < fwBw;
+        if (sw_) noteCheck(h.base, h.link->bw, fwBw, !linkShort);
+        if (linkShort) break;
+        if (kRev && revBw != 0) {
+          const bool revShort = h.rev->bw < revBw;
+          if (sw_) noteCheck(h.revBase, h.rev->bw, revBw, !revShort);
+          if (revShort) break;
+        }
+      }
       charge<kKeyed>(h.link->bw, fwBw, h.z, h.own, sum);
       if (kRev && revBw != 0) charge<kKeyed>(h.rev->bw, revBw, h.revZ, h.revOwn, sum);
     }
@@ -610,16 +621,103 @@ class Searcher {
     return step;
   }
   // The first hop lacking the bandwidth (count when none does), charging nothing.
-  int shortHop(const HopPath& hp, float bw) const {
+  int shortHop(const HopPath& hp, float bw) {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
     const Hop* hops = hopsOf(hp);
     for (int step = 0; step < hp.count; ++step) {
       const Hop& h = hops[step];
       const float fwBw = h.pci ? pciBw : bw;
       const float revBw = h.rev ? fwBw * h.revMul : 0.0f;
+      if (sw_) {
+        const bool linkShort = h.link->bw < fwBw;
+        noteCheck(h.base, h.link->bw, fwBw, !linkShort);
+        if (linkShort) return step;
+        if (revBw != 0) {
+          const bool revShort = h.rev->bw < revBw;
+          noteCheck(h.revBase, h.rev->bw, revBw, !revShort);
+          if (revShort) return step;
+        }
+        continue;
+      }
       if (h.link->bw < fwBw || (revBw != 0 && h.rev->bw < revBw)) return step;
     }
     return hp.count;
+  }
+
+  // --- Speeds whose walks come out the same (single-node searches). ---
+  // Within one node every amount a walk charges or checks is the speed (bwIntra) times a constant of the path
+  // (1, Intel's 6/5 on PHB PCI hops, the reverse links' multipliers), and the walk reads the speed nowhere else
+  // but in compareGraphs. So a check "link keeps at least the amount" made at speed s with the link at v (base
+  // value B, amount a) has, at speed s' = r x s, the link at B - r x (B - v) and the amount r x a, up to SUB_ROUND's
+  // rounding: the same outcome for every r in [(B + E) / (B - v + a - E), inf) when it failed, in
+  // [0, (B - E) / (B - v + a + E)] when it passed, E bounding the rounding of both walks (each SUB_ROUND moves a value
+  // by at most 0.0005 plus float rounding, and a link holds at most a few dozen charges: E = 0.25 GB/s is over ten
+  // times that). Each speed keeps the intersection of these ranges over every check walked at it (`SpeedWalk`), and
+  // the most channels any channel completion had. A later pass at s' whose parameters equal those of a pass walked
+  // at s (`PassRecord`), with s'/s inside s's range and no completion able to beat the saved graph at s'
+  // (maxChannels x s' below the saved channels x speed: compareGraphs never copies, so the walk never stops early),
+  // makes the same decisions at every step: it counts the same steps and leaves the same budget, and copies
+  // nothing. It is charged without a walk. (Sub-searches the memo skipped were walked at the same speed, since the
+  // memo's keys hold it: their checks are in the same range.)
+  static constexpr float kCheckMargin = 0.25f;
+  struct SpeedWalk {
+    float speed = 0;
+    float lo = 0, hi = std::numeric_limits<float>::infinity();  // the ratios s'/s with the same outcomes
+    int maxChannels = 0;                                         // the most channels of any completion
+  };
+  struct PassRecord {
+    uint64_t group = 0;  // the pass's parameters other than the speed
+    int startTime = 0, endTime = 0;
+    float speed = 0;
+    long steps = 0;
+  };
+  std::vector<SpeedWalk> speedWalks_;
+  std::vector<PassRecord> passRecords_;
+  SpeedWalk* sw_ = nullptr;  // the speed being walked, while a pass records
+  void noteCheck(float base, float v, float amount, bool ok) {
+    if (!(amount > 0)) return;  // a give-back's walk (nothing to check)
+    const float den = base - v + amount;
+    if (ok) {
+      if (base - kCheckMargin < sw_->hi * (den + kCheckMargin)) sw_->hi = (base - kCheckMargin) / (den + kCheckMargin);
+    } else if (den <= kCheckMargin) {
+      sw_->lo = std::numeric_limits<float>::infinity();
+    } else if (base + kCheckMargin > sw_->lo * (den - kCheckMargin)) {
+      sw_->lo = (base + kCheckMargin) / (den - kCheckMargin);
+    }
+  }
+  uint64_t passGroup(const Graph& g, int startTime) const {
+    Key128 k;
+    k.fold(static_cast<uint64_t>(g.pattern) << 32 | static_cast<uint32_t>(startTime));
+    k.fold(static_cast<uint64_t>(effectiveType(g.typeIntra, intraTypes_) + 1) << 32 |
+           static_cast<uint64_t>(effectiveType(g.typeInter, interTypes_) + 1));
+    k.fold(static_cast<uint64_t>(g.sameChannels) << 48 | static_cast<uint64_t>(g.crossNic) << 32 |
+           static_cast<uint64_t>(g.minChannels) << 16 | static_cast<uint64_t>(g.maxChannels));
+    return k.a ^ k.b;
+  }
+  bool speedSkipApplies(const Graph& g) const {
+    return keyed_ && !trace_ && !sys_.inter && !amd_ && nonNegative_ && g.collNet == 0 && g.pattern != kPatternNvls &&
+           g.pattern != kPatternCollnetDirect;
+  }
+  // A pass walked before whose decisions this one repeats (null if none): see the section's comment.
+  const PassRecord* samePass(const Graph& g, const Graph& save, uint64_t group, int startTime) const {
+    const float s = g.bwIntra;
+    const float best = static_cast<float>(save.nChannels) * save.bwIntra;
+    for (const PassRecord& r : passRecords_) {
+      if (r.group != group || r.startTime != startTime || r.speed == s) continue;
+      const SpeedWalk* w = nullptr;
+      for (const SpeedWalk& x : speedWalks_)
+        if (x.speed == r.speed) w = &x;
+      const float ratio = s / r.speed;
+      if (!w || !(ratio >= w->lo && ratio <= w->hi)) continue;
+      if (w->maxChannels > 0 && !(static_cast<float>(w->maxChannels) * s < best)) continue;
+      return &r;
+    }
+    return nullptr;
+  }
+  SpeedWalk& speedWalk(float s) {
+    for (SpeedWalk& x : speedWalks_)
+      if (x.speed == s) return x;
+    return speedWalks_.emplace_back(SpeedWalk{s});
   }
   // Charges the path (bw < 0 gives it back); false, with nothing charged and the short hop in `failed`, where a hop
   // lacks the bandwidth.
@@ -1184,6 +1282,7 @@ class Searcher {
     if (step == n) {
       ++completions_;
       g.nChannels++;
+      if (sw_) sw_->maxChannels = std::max(sw_->maxChannels, g.nChannels);
       if (compareGraphs(g, save)) {
         copyGraph(save, g);
         if (g.nChannels == g.maxChannels) *time = -1;
@@ -1485,7 +1584,22 @@ void Searcher::searchLoop(Graph& graph, const Limits& l) {
       a.pattern = tmp.pattern;
       rec_ = &a;
     }
-    searchPass(tmp, graph, &time);
+    if (speedSkipApplies(tmp)) {
+      const uint64_t group = passGroup(tmp, time);
+      if (const PassRecord* r = samePass(tmp, graph, group, time)) {
+        steps_ += r->steps;
+        time = r->endTime;
+      } else {
+        const int startTime = time;
+        const long steps = steps_;
+        sw_ = &speedWalk(tmp.bwIntra);
+        searchPass(tmp, graph, &time);
+        sw_ = nullptr;
+        if (time >= 0) passRecords_.push_back(PassRecord{group, startTime, time, tmp.bwIntra, steps_ - steps});
+      }
+    } else {
+      searchPass(tmp, graph, &time);
+    }
     if (time == 0) graph.timedOut = true;
     if (trace_) {
       SearchTrace::Attempt& a = trace_->attempts.back();
@@ -1607,6 +1721,9 @@ void Searcher::run(Graph& graph, SearchTrace* trace) {
     graph.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   steps_ = walked_ = 0;
+  speedWalks_.clear();
+  passRecords_.clear();
+  for (Hop& h : hops_) h.base = h.link->bw, h.revBase = h.rev ? h.rev->bw : 0.0f;
   memo_.clear();
   gates_.fill(Gate{});
   completions_ = leaks_ = 0;
