@@ -695,7 +695,7 @@ class Searcher {
     return k.a ^ k.b;
   }
   bool speedSkipApplies(const Graph& g) const {
-    return keyed_ && !trace_ && !sys_.inter && !amd_ && nonNegative_ && g.collNet == 0 && g.pattern != kPatternNvls &&
+    return memoOn_ && !sys_.inter && !amd_ && nonNegative_ && g.collNet == 0 && g.pattern != kPatternNvls &&
            g.pattern != kPatternCollnetDirect;
   }
   // A pass walked before whose decisions this one repeats (null if none): see the section's comment.
@@ -1428,7 +1428,17 @@ class Searcher {
   void searchLoop(Graph& graph, const Limits& l);
   void simpleOrder(Graph& graph);
   // A new pass of the search loop: the memo carries over (its keys hold the pass's parameters), the gates probe again.
-  void startPass() { gates_.fill(Gate{}); }
+  void startPass() {
+    gates_.fill(Gate{});
+    // A search whose memo has saved less than a quarter step per lookup over its first passes stops keeping the
+    // state key for the rest of this graph (tiny searches, where the states never repeat): between two passes
+    // every charge has been given back, so the key needs no catching up, and the memo then never looks.
+    if (keyed_ && ++passes_ > kMemoProbePasses && memoLookups_ >= kMemoProbeLookups && 16 * memoSaved_ < memoLookups_)
+      keyed_ = false;
+  }
+  static constexpr int kMemoProbePasses = 2, kMemoProbeLookups = 64;
+  long memoLookups_ = 0, memoSaved_ = 0;
+  int passes_ = 0;
 
   // One pass of the search loop, as a memo unit: passes whose parameters differ only where the search does not
   // look (a path type no path has, same channels before any channel is found) walk the same search again.
@@ -1484,11 +1494,13 @@ class Searcher {
       if (completes) ++completions_;  // the skipped sub-search completes channels
       const int taken = std::min(cost->budget, *time);
       steps_ += cost->steps == cost->budget ? taken : cost->steps;
+      ++memoLookups_, memoSaved_ += taken;
       *time -= taken;
       if (gate) gate->count(taken);
       return;
     }
     if (gate) gate->count(0);
+    ++memoLookups_;
     const int before = *time;
     const long steps = steps_, completions = completions_, leaks = leaks_;
     walk();
@@ -1518,6 +1530,7 @@ class Searcher {
   const int ngpus_;
   const bool amd_ = sys_.amdGpus();              // RCCL's rules (AMD GPUs)
   bool keyed_ = cfg_.searchMemo && !amd_;  // the memo is on: charges keep the state key (off while tracing)
+  bool memoOn_ = keyed_;                    // the memo and its shortcuts are allowed for this graph's search
 };
 
 }  // namespace
@@ -1716,7 +1729,9 @@ void Searcher::run(Graph& graph, SearchTrace* trace) {
   auto t0 = std::chrono::steady_clock::now();
   // A traced search walks every step (the memo would skip the refusals it counts); its result is the same.
   trace_ = trace;
-  keyed_ = cfg_.searchMemo && !amd_ && !trace;
+  keyed_ = memoOn_ = cfg_.searchMemo && !amd_ && !trace;
+  memoLookups_ = memoSaved_ = 0;
+  passes_ = 0;
   auto finish = [&]() {
     graph.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
