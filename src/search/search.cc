@@ -426,6 +426,45 @@ class Searcher {
       h.own = linkData_[h.id].own;
       if (h.rev) h.revZ = linkData_[h.revId].z, h.revOwn = linkData_[h.revId].own;
     }
+    buildGpuPrefixes();
+  }
+
+  // The hops every path from a GPU to another GPU starts with (the same links, in the same order): a try from the
+  // GPU to any next GPU fails when one of them holds less than the speed, since every amount charged on them is the
+  // speed or more (Intel's PCI overhead only adds). recGpuSteps then skips the tries (they are not steps).
+  struct Prefix {
+    int first = 0, count = 0;  // hops_[first, first + count) of one of the GPU's paths
+  };
+  std::vector<Prefix> gpuPrefix_;
+  void buildGpuPrefixes() {
+    gpuPrefix_.assign(ngpus_, Prefix{});
+    for (int a = 0; a < ngpus_; ++a) {
+      const HopPath* ref = nullptr;
+      int common = 0;
+      for (int b = 0; b < ngpus_; ++b) {
+        const HopPath& hp = hopPath(NodeType::GPU, a, NodeType::GPU, b);
+        if (b == a || hp.count == 0) continue;
+        if (!ref) {
+          ref = &hp, common = hp.count;
+          continue;
+        }
+        int j = 0;
+        while (j < common && j < hp.count && hopsOf(hp)[j].link == hopsOf(*ref)[j].link) ++j;
+        common = j;
+      }
+      if (ref) gpuPrefix_[a] = Prefix{ref->first, common};
+    }
+  }
+  bool prefixShort(int gpu, float bw) {
+    const Prefix& pf = gpuPrefix_[gpu];
+    for (int j = 0; j < pf.count; ++j) {
+      const Hop& h = hops_[pf.first + j];
+      if (h.link->bw < bw) {
+        if (sw_) noteCheck(h.base, h.link->bw, bw, false);
+        return true;
+      }
+    }
+    return false;
   }
   std::span<const Hop> pathHops(const HopPath& hp) const { return {hopsOf(hp), static_cast<size_t>(hp.count)}; }
 
@@ -670,6 +709,7 @@ class Searcher {
     int startTime = 0, endTime = 0;
     float speed = 0;
     long steps = 0;
+    int crossNic = 0;
   };
   std::vector<SpeedWalk> speedWalks_;
   std::vector<PassRecord> passRecords_;
@@ -690,8 +730,8 @@ class Searcher {
     k.fold(static_cast<uint64_t>(g.pattern) << 32 | static_cast<uint32_t>(startTime));
     k.fold(static_cast<uint64_t>(effectiveType(g.typeIntra, intraTypes_) + 1) << 32 |
            static_cast<uint64_t>(effectiveType(g.typeInter, interTypes_) + 1));
-    k.fold(static_cast<uint64_t>(g.sameChannels) << 48 | static_cast<uint64_t>(g.crossNic) << 32 |
-           static_cast<uint64_t>(g.minChannels) << 16 | static_cast<uint64_t>(g.maxChannels));
+    k.fold(static_cast<uint64_t>(g.sameChannels) << 32 | static_cast<uint64_t>(g.minChannels) << 16 |
+           static_cast<uint64_t>(g.maxChannels));
     return k.a ^ k.b;
   }
   bool speedSkipApplies(const Graph& g) const {
@@ -703,13 +743,18 @@ class Searcher {
     const float s = g.bwIntra;
     const float best = static_cast<float>(save.nChannels) * save.bwIntra;
     for (const PassRecord& r : passRecords_) {
-      if (r.group != group || r.startTime != startTime || r.speed == s) continue;
+      if (r.group != group || r.startTime != startTime) continue;
       const SpeedWalk* w = nullptr;
       for (const SpeedWalk& x : speedWalks_)
         if (x.speed == r.speed) w = &x;
+      if (!w) continue;
       const float ratio = s / r.speed;
-      if (!w || !(ratio >= w->lo && ratio <= w->hi)) continue;
-      if (w->maxChannels > 0 && !(static_cast<float>(w->maxChannels) * s < best)) continue;
+      // At the same speed every check is the same arithmetic: only the cross-NIC setting differs (it decides
+      // nothing within one node but compareGraphs' ties, which need the saved graph's setting).
+      if (r.speed != s && !(ratio >= w->lo && ratio <= w->hi)) continue;
+      const float most = static_cast<float>(w->maxChannels) * s;
+      const bool tiesCopyNothing = save.crossNic != g.crossNic || save.pattern != g.pattern;
+      if (w->maxChannels > 0 && !(most < best || (most == best && tiesCopyNothing))) continue;
       return &r;
     }
     return nullptr;
@@ -1325,6 +1370,7 @@ class Searcher {
     } else if (g.pattern == kPatternCollnetDirect) {
       tryCollnetDirect(g, save, gi, time);
     } else if (step < n - 1) {
+      if (memoOn_ && prefixShort(gi, g.bwIntra)) return;  // every try from gi would fail on its first hops
       NextList next;
       if (forcedOrder == kForcedOrderPci) {
         next.push_back(step + 1);
@@ -1608,7 +1654,8 @@ void Searcher::searchLoop(Graph& graph, const Limits& l) {
         sw_ = &speedWalk(tmp.bwIntra);
         searchPass(tmp, graph, &time);
         sw_ = nullptr;
-        if (time >= 0) passRecords_.push_back(PassRecord{group, startTime, time, tmp.bwIntra, steps_ - steps});
+        if (time >= 0)
+          passRecords_.push_back(PassRecord{group, startTime, time, tmp.bwIntra, steps_ - steps, tmp.crossNic});
       }
     } else {
       searchPass(tmp, graph, &time);
