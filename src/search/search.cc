@@ -710,10 +710,12 @@ class Searcher {
     float speed = 0;
     long steps = 0;
     int crossNic = 0;
+    int walk = 0;  // its SpeedWalk
   };
   std::vector<SpeedWalk> speedWalks_;
   std::vector<PassRecord> passRecords_;
   SpeedWalk* sw_ = nullptr;  // the speed being walked, while a pass records
+  int passesShared_ = 0;
   void noteCheck(float base, float v, float amount, bool ok) {
     if (!(amount > 0)) return;  // a give-back's walk (nothing to check)
     const float den = base - v + amount;
@@ -744,10 +746,7 @@ class Searcher {
     const float best = static_cast<float>(save.nChannels) * save.bwIntra;
     for (const PassRecord& r : passRecords_) {
       if (r.group != group || r.startTime != startTime) continue;
-      const SpeedWalk* w = nullptr;
-      for (const SpeedWalk& x : speedWalks_)
-        if (x.speed == r.speed) w = &x;
-      if (!w) continue;
+      const SpeedWalk* w = &speedWalks_[r.walk];
       const float ratio = s / r.speed;
       // At the same speed every check is the same arithmetic: only the cross-NIC setting differs (it decides
       // nothing within one node but compareGraphs' ties, which need the saved graph's setting).
@@ -759,10 +758,11 @@ class Searcher {
     }
     return nullptr;
   }
-  SpeedWalk& speedWalk(float s) {
-    for (SpeedWalk& x : speedWalks_)
-      if (x.speed == s) return x;
-    return speedWalks_.emplace_back(SpeedWalk{s});
+  int speedWalk(float s) {
+    for (size_t i = 0; i < speedWalks_.size(); ++i)
+      if (speedWalks_[i].speed == s) return static_cast<int>(i);
+    speedWalks_.push_back(SpeedWalk{s});
+    return static_cast<int>(speedWalks_.size()) - 1;
   }
   // Charges the path (bw < 0 gives it back); false, with nothing charged and the short hop in `failed`, where a hop
   // lacks the bandwidth.
@@ -1475,7 +1475,7 @@ class Searcher {
   void simpleOrder(Graph& graph);
   // A new pass of the search loop: the memo carries over (its keys hold the pass's parameters), the gates probe again.
   void startPass() {
-    gates_.fill(Gate{});
+    std::fill_n(gates_.begin(), std::min(ngpus_ + 1, kGates), Gate{});  // the steps a pass reaches
     // A search whose memo has saved less than a quarter step per lookup over its first passes stops keeping the
     // state key for the rest of this graph (tiny searches, where the states never repeat): between two passes
     // every charge has been given back, so the key needs no catching up, and the memo then never looks.
@@ -1559,8 +1559,9 @@ class Searcher {
     // Only the search state; diagnostics stay with the destination.
     double ms = dst.searchMs;
     bool to = dst.timedOut;
-    int st = dst.searchSteps, walked = dst.searchWalked;
+    int st = dst.searchSteps, walked = dst.searchWalked, shared = dst.searchPassesShared;
     dst = src;
+    dst.searchPassesShared = shared;
     dst.searchMs = ms;
     dst.timedOut = to;
     dst.searchSteps = st;
@@ -1648,14 +1649,16 @@ void Searcher::searchLoop(Graph& graph, const Limits& l) {
       if (const PassRecord* r = samePass(tmp, graph, group, time)) {
         steps_ += r->steps;
         time = r->endTime;
+        ++passesShared_;
       } else {
         const int startTime = time;
         const long steps = steps_;
-        sw_ = &speedWalk(tmp.bwIntra);
+        const int walk = speedWalk(tmp.bwIntra);
+        sw_ = &speedWalks_[walk];
         searchPass(tmp, graph, &time);
         sw_ = nullptr;
         if (time >= 0)
-          passRecords_.push_back(PassRecord{group, startTime, time, tmp.bwIntra, steps_ - steps, tmp.crossNic});
+          passRecords_.push_back(PassRecord{group, startTime, time, tmp.bwIntra, steps_ - steps, tmp.crossNic, walk});
       }
     } else {
       searchPass(tmp, graph, &time);
@@ -1785,6 +1788,7 @@ void Searcher::run(Graph& graph, SearchTrace* trace) {
   steps_ = walked_ = 0;
   speedWalks_.clear();
   passRecords_.clear();
+  passesShared_ = 0;
   for (Hop& h : hops_) h.base = h.link->bw, h.revBase = h.rev ? h.rev->bw : 0.0f;
   memo_.clear();
   gates_.fill(Gate{});
@@ -1822,6 +1826,7 @@ void Searcher::run(Graph& graph, SearchTrace* trace) {
   if (graph.nChannels == 0 && graph.collNet == 0 && graph.pattern != kPatternNvls) simpleOrder(graph);
   graph.searchSteps = static_cast<int>(steps_);
   graph.searchWalked = static_cast<int>(walked_);
+  graph.searchPassesShared = passesShared_;
   finish();
 }
 

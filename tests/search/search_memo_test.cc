@@ -197,5 +197,42 @@ TEST(SearchMemo, SameGraphsAndStepsOnUnevenMachines) {
   }
 }
 
+// Single-node passes charged from a pass walked at another speed or cross-NIC setting (when every link check and
+// channel completion provably comes out the same), and tries skipped because the GPU's shared first hops lack the
+// speed: both are off with TOPOCOLL_SEARCH_MEMO=0, which walks every pass and tries every next GPU.
+TEST(SearchPassSharing, SameGraphsAndStepsOnSingleNodeMachines) {
+  static int shared = 0, searches = 0;
+  shared = searches = 0;
+  auto ok = rc::check("shared passes agree with walked ones", [] {
+    const auto doc = topology::parseXml(unevenMachine(), "u.xml");
+    Config cfg;
+    cfg.crossNic = *rc::gen::inRange(0, 3);
+    if (*rc::gen::inRange(0, 3) == 0) cfg.p2pLevel = 0;
+    const NodeGraphs on = searchAll(doc, cfg, -1, true);
+    requireSameSearch(on, searchAll(doc, cfg, -1, false));
+    for (const Graph& g : on.graphs) shared += g.searchPassesShared;
+    ++searches;
+  });
+  ASSERT_TRUE(ok);
+  EXPECT_GT(shared, searches / 10) << "the rule should apply on a fair part of the generated machines";
+}
+
+TEST(SearchPassSharing, AppliesOnThePcieReferenceMachines) {
+  const auto emr = topology::loadXmlFile(GENERATED_TOPO_DIR "/nc-emr-2s-4l40s-2x400g.xml");
+  const NodeGraphs a = searchAll(emr, {}, -1, true);
+  expectSameSearch(a, searchAll(emr, {}, -1, false), "EMR, 4 L40S");
+  EXPECT_GT(a.graphs[kGraphIdRing].searchPassesShared, 0);
+  EXPECT_LT(a.graphs[kGraphIdRing].searchWalked, a.graphs[kGraphIdRing].searchSteps);
+  const auto ws = topology::loadXmlFile(testing::topoPath("ws-rtx3090-8gpu-pcie-2plx-1ib56g-2numa.xml"));
+  Config p2pOff;
+  p2pOff.p2pLevel = 0;
+  const NodeGraphs b = searchAll(ws, p2pOff, -1, true);
+  expectSameSearch(b, searchAll(ws, p2pOff, -1, false), "RTX 3090, P2P off");
+  EXPECT_GT(b.graphs[kGraphIdRing].searchPassesShared, 0);
+  // Multi-node searches read the speed in more places (NIC bandwidth, PCI-sorted candidates): never shared.
+  const NodeGraphs c = searchAll(ws, p2pOff, 1 << 10, true);
+  for (const Graph& g : c.graphs) EXPECT_EQ(g.searchPassesShared, 0);
+}
+
 }  // namespace
 }  // namespace topocoll::search

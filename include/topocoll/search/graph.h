@@ -53,6 +53,7 @@ struct Graph {
   bool timedOut = false;
   int searchSteps = 0;   // steps NCCL's budgets count
   int searchWalked = 0;  // of those, the steps walked (the rest were charged from the memo)
+  int searchPassesShared = 0;  // passes charged from one walked at another speed or cross-NIC setting
   bool fromFile = false;
 };
 
