@@ -1479,10 +1479,11 @@ class Searcher {
     // A search whose memo has saved less than a quarter step per lookup over its first passes stops keeping the
     // state key for the rest of this graph (tiny searches, where the states never repeat): between two passes
     // every charge has been given back, so the key needs no catching up, and the memo then never looks.
-    if (keyed_ && ++passes_ > kMemoProbePasses && memoLookups_ >= kMemoProbeLookups && 16 * memoSaved_ < memoLookups_)
+    const long ratio = ngpus_ <= kSmallNode ? 4 : 16;
+    if (keyed_ && ++passes_ > kMemoProbePasses && memoLookups_ >= kMemoProbeLookups && ratio * memoSaved_ < memoLookups_)
       keyed_ = false;
   }
-  static constexpr int kMemoProbePasses = 2, kMemoProbeLookups = 64;
+  static constexpr int kMemoProbePasses = 2, kMemoProbeLookups = 64, kSmallNode = 4;
   long memoLookups_ = 0, memoSaved_ = 0;
   int passes_ = 0;
 
