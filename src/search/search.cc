@@ -436,6 +436,7 @@ class Searcher {
     int first = 0, count = 0;  // hops_[first, first + count) of one of the GPU's paths
   };
   std::vector<Prefix> gpuPrefix_;
+  bool symmetricTypes_ = true;  // every GPU pair's paths have the same type both ways
   void buildGpuPrefixes() {
     gpuPrefix_.assign(ngpus_, Prefix{});
     for (int a = 0; a < ngpus_; ++a) {
@@ -453,6 +454,8 @@ class Searcher {
         common = j;
       }
       if (ref) gpuPrefix_[a] = Prefix{ref->first, common};
+      for (int b = 0; b < ngpus_; ++b)
+        symmetricTypes_ &= hopPath(NodeType::GPU, a, NodeType::GPU, b).type == hopPath(NodeType::GPU, b, NodeType::GPU, a).type;
     }
   }
   bool prefixShort(int gpu, float bw) {
@@ -703,6 +706,7 @@ class Searcher {
     float speed = 0;
     float lo = 0, hi = std::numeric_limits<float>::infinity();  // the ratios s'/s with the same outcomes
     int maxChannels = 0;                                         // the most channels of any completion
+    bool reachedLast = false;  // some walk reached a channel's last GPU
   };
   struct PassRecord {
     uint64_t group = 0;  // the pass's parameters other than the speed
@@ -711,6 +715,7 @@ class Searcher {
     long steps = 0;
     int crossNic = 0;
     int walk = 0;  // its SpeedWalk
+    int pattern = 0, minChannels = 0, maxChannels = 0;  // read only where a channel completes
   };
   std::vector<SpeedWalk> speedWalks_;
   std::vector<PassRecord> passRecords_;
@@ -727,13 +732,20 @@ class Searcher {
       sw_->lo = (base + kCheckMargin) / (den - kCheckMargin);
     }
   }
+  // Rings and trees within one node walk alike up to a channel's last GPU (where a ring goes back to its first GPU
+  // and a tree completes) when no NVSwitch orders the candidates by pattern and every GPU pair's path has one type
+  // both ways (a tree also checks the way back): a pass whose walks never reached a last GPU is shared across them,
+  // from the ring's search to the tree's (the records outlive one graph's search while the links' bases agree).
+  int walkClass(int pattern) const {
+    const bool alike = pattern == kPatternRing || pattern == kPatternBalancedTree || pattern == kPatternTree ||
+                       pattern == kPatternSplitTree;
+    return alike && symmetricTypes_ && sys_.count(NodeType::NVS) == 0 ? 0 : 16 + pattern;
+  }
   uint64_t passGroup(const Graph& g, int startTime) const {
     Key128 k;
-    k.fold(static_cast<uint64_t>(g.pattern) << 32 | static_cast<uint32_t>(startTime));
-    k.fold(static_cast<uint64_t>(effectiveType(g.typeIntra, intraTypes_) + 1) << 32 |
-           static_cast<uint64_t>(effectiveType(g.typeInter, interTypes_) + 1));
-    k.fold(static_cast<uint64_t>(g.sameChannels) << 32 | static_cast<uint64_t>(g.minChannels) << 16 |
-           static_cast<uint64_t>(g.maxChannels));
+    k.fold(static_cast<uint64_t>(walkClass(g.pattern)) << 32 | static_cast<uint32_t>(startTime));
+    k.fold(static_cast<uint64_t>(effectiveType(g.typeIntra, intraTypes_) + 1));  // one node: typeInter unread
+    k.fold(static_cast<uint64_t>(g.sameChannels));
     return k.a ^ k.b;
   }
   bool speedSkipApplies(const Graph& g) const {
@@ -746,6 +758,8 @@ class Searcher {
     const float best = static_cast<float>(save.nChannels) * save.bwIntra;
     for (const PassRecord& r : passRecords_) {
       if (r.group != group || r.startTime != startTime) continue;
+      const bool alike = r.pattern == g.pattern && r.minChannels == g.minChannels && r.maxChannels == g.maxChannels;
+      if (!alike && speedWalks_[r.walk].reachedLast) continue;
       const SpeedWalk* w = &speedWalks_[r.walk];
       const float ratio = s / r.speed;
       // At the same speed every check is the same arithmetic: only the cross-NIC setting differs (it decides
@@ -758,8 +772,9 @@ class Searcher {
     }
     return nullptr;
   }
+  size_t runWalks_ = 0;  // the first SpeedWalk of this graph's search (earlier ones stay with earlier records)
   int speedWalk(float s) {
-    for (size_t i = 0; i < speedWalks_.size(); ++i)
+    for (size_t i = runWalks_; i < speedWalks_.size(); ++i)
       if (speedWalks_[i].speed == s) return static_cast<int>(i);
     speedWalks_.push_back(SpeedWalk{s});
     return static_cast<int>(speedWalks_.size()) - 1;
@@ -1324,6 +1339,7 @@ class Searcher {
     ++steps_;
     ++walked_;
     int n = ngpus_;
+    if (step == n - 1 && sw_) sw_->reachedLast = true;
     if (step == n) {
       ++completions_;
       g.nChannels++;
@@ -1659,7 +1675,9 @@ void Searcher::searchLoop(Graph& graph, const Limits& l) {
         searchPass(tmp, graph, &time);
         sw_ = nullptr;
         if (time >= 0)
-          passRecords_.push_back(PassRecord{group, startTime, time, tmp.bwIntra, steps_ - steps, tmp.crossNic, walk});
+          passRecords_.push_back(
+              PassRecord{group,       startTime, time, tmp.bwIntra, steps_ - steps, tmp.crossNic, walk, tmp.pattern,
+                         tmp.minChannels, tmp.maxChannels});
       }
     } else {
       searchPass(tmp, graph, &time);
@@ -1787,10 +1805,14 @@ void Searcher::run(Graph& graph, SearchTrace* trace) {
     graph.searchMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   steps_ = walked_ = 0;
-  speedWalks_.clear();
-  passRecords_.clear();
   passesShared_ = 0;
-  for (Hop& h : hops_) h.base = h.link->bw, h.revBase = h.rev ? h.rev->bw : 0.0f;
+  bool sameBases = true;  // the links start where the previous graph's search started them (records stay valid)
+  for (Hop& h : hops_) {
+    sameBases &= h.base == h.link->bw && h.revBase == (h.rev ? h.rev->bw : 0.0f);
+    h.base = h.link->bw, h.revBase = h.rev ? h.rev->bw : 0.0f;
+  }
+  if (!sameBases || !memoOn_) speedWalks_.clear(), passRecords_.clear();
+  runWalks_ = speedWalks_.size();
   memo_.clear();
   gates_.fill(Gate{});
   completions_ = leaks_ = 0;

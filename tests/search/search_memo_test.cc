@@ -229,6 +229,7 @@ TEST(SearchPassSharing, AppliesOnThePcieReferenceMachines) {
   const NodeGraphs b = searchAll(ws, p2pOff, -1, true);
   expectSameSearch(b, searchAll(ws, p2pOff, -1, false), "RTX 3090, P2P off");
   EXPECT_GT(b.graphs[kGraphIdRing].searchPassesShared, 0);
+  EXPECT_GT(b.graphs[kGraphIdTree].searchPassesShared, 0);  // passes the ring walked without reaching a last GPU
   // Multi-node searches read the speed in more places (NIC bandwidth, PCI-sorted candidates): never shared.
   const NodeGraphs c = searchAll(ws, p2pOff, 1 << 10, true);
   for (const Graph& g : c.graphs) EXPECT_EQ(g.searchPassesShared, 0);
