@@ -663,6 +663,7 @@ class Searcher {
     return step;
   }
   // The first hop lacking the bandwidth (count when none does), charging nothing.
+  template <bool kRecord>
   int shortHop(const HopPath& hp, float bw) {
     const float pciBw = hp.intelPciOverhead ? bw * 6 / 5 : bw;
     const Hop* hops = hopsOf(hp);
@@ -670,7 +671,7 @@ class Searcher {
       const Hop& h = hops[step];
       const float fwBw = h.pci ? pciBw : bw;
       const float revBw = h.rev ? fwBw * h.revMul : 0.0f;
-      if (sw_) {
+      if (kRecord) {
         const bool linkShort = h.link->bw < fwBw;
         noteCheck(h.base, h.link->bw, fwBw, !linkShort);
         if (linkShort) return step;
@@ -788,7 +789,7 @@ class Searcher {
     if (bw < 0 && nonNegative_) return chargeHops<kKeyed>(hp, bw), true;
     if (hp.distinctLinks) {
       // Every hop checked before any is charged: most tries fail at an early hop, where reading beats undoing.
-      const int step = shortHop(hp, bw);
+      const int step = sw_ ? shortHop<true>(hp, bw) : shortHop<false>(hp, bw);
       if (step < count) return *failed = step, false;
       chargeHops<kKeyed>(hp, bw);
       return true;
