@@ -437,6 +437,8 @@ class Searcher {
   };
   std::vector<Prefix> gpuPrefix_;
   bool symmetricTypes_ = true;  // every GPU pair's paths have the same type both ways
+  // Behind an NVSwitch the candidates are at most two neighbours, whose NVLinks rarely fill: no prefix check.
+  bool prefixCheck_ = false;
   void buildGpuPrefixes() {
     gpuPrefix_.assign(ngpus_, Prefix{});
     for (int a = 0; a < ngpus_; ++a) {
@@ -1387,7 +1389,7 @@ class Searcher {
     } else if (g.pattern == kPatternCollnetDirect) {
       tryCollnetDirect(g, save, gi, time);
     } else if (step < n - 1) {
-      if (memoOn_ && prefixShort(gi, g.bwIntra)) return;  // every try from gi would fail on its first hops
+      if (prefixCheck_ && prefixShort(gi, g.bwIntra)) return;  // every try from gi would fail on its first hops
       NextList next;
       if (forcedOrder == kForcedOrderPci) {
         next.push_back(step + 1);
@@ -1800,6 +1802,7 @@ void Searcher::run(Graph& graph, SearchTrace* trace) {
   // A traced search walks every step (the memo would skip the refusals it counts); its result is the same.
   trace_ = trace;
   keyed_ = memoOn_ = cfg_.searchMemo && !amd_ && !trace;
+  prefixCheck_ = memoOn_ && sys_.count(NodeType::NVS) == 0;
   memoLookups_ = memoSaved_ = 0;
   passes_ = 0;
   auto finish = [&]() {
