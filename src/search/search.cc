@@ -312,7 +312,7 @@ class Searcher {
     Key128* own = nullptr;
   };
   std::vector<LinkData> linkData_;
-  std::vector<Link*> linkPtr_;  // each link by its dense index
+  std::vector<Link*> linkPtr_;                                   // each link by its dense index
   std::array<std::vector<int>, topology::kNodeTypes> linkBase_;  // dense index of each node's first link
   int linkId(NodeRef node, const Link* l) const {
     return linkBase_[static_cast<int>(node.type)][node.index] + static_cast<int>(l - sys_.at(node).links.data());
@@ -342,7 +342,8 @@ class Searcher {
     hops_.clear();
     privState_.assign(ngpus_ + 1, Key128{});  // the last one collects the other links' parts (unused)
     gpuMix_.resize(ngpus_);
-    for (int g = 0; g < ngpus_; ++g) gpuMix_[g] = Key128{mixA(static_cast<uint64_t>(g)), mixB(static_cast<uint64_t>(g))};
+    for (int g = 0; g < ngpus_; ++g)
+      gpuMix_[g] = Key128{mixA(static_cast<uint64_t>(g)), mixB(static_cast<uint64_t>(g))};
     int links = 0;
     for (int t = 0; t < topology::kNodeTypes; ++t) {
       for (const Node& node : sys_.nodes[t]) {
@@ -457,7 +458,8 @@ class Searcher {
       }
       if (ref) gpuPrefix_[a] = Prefix{ref->first, common};
       for (int b = 0; b < ngpus_; ++b)
-        symmetricTypes_ &= hopPath(NodeType::GPU, a, NodeType::GPU, b).type == hopPath(NodeType::GPU, b, NodeType::GPU, a).type;
+        symmetricTypes_ &=
+            hopPath(NodeType::GPU, a, NodeType::GPU, b).type == hopPath(NodeType::GPU, b, NodeType::GPU, a).type;
     }
   }
   bool prefixShort(int gpu, float bw) {
@@ -485,7 +487,7 @@ class Searcher {
   // PCIe machine's GPU paths. The charges left out leave L at its first value (NCCL's drifts by at most a few
   // thousandths, which nothing reads).
   static constexpr float kMaxAmount = 2.0f * 1.2f * 96.0f;  // NVLS x2, Intel PCI overhead x1.2, the fastest speed
-  std::vector<char> slack_;  // by link id: left out
+  std::vector<char> slack_;                                 // by link id: left out
   void dropSlackHops(int links) {
     std::vector<char> candidate(links, 1), seen(links, 0);
     std::vector<std::pair<int, int>> guards;  // (link, a link next to it on some path)
@@ -592,7 +594,6 @@ class Searcher {
   }
 
   // NCCL's walk of a path: each hop checked, then charged; the hops charged before a failing one are given back.
-  
 
   // --- Tracing for `plan --explain`: counts only, never a decision (a traced search walks without the memo). ---
   SearchTrace* trace_ = nullptr;
@@ -708,8 +709,8 @@ class Searcher {
   struct SpeedWalk {
     float speed = 0;
     float lo = 0, hi = std::numeric_limits<float>::infinity();  // the ratios s'/s with the same outcomes
-    int maxChannels = 0;                                         // the most channels of any completion
-    bool reachedLast = false;  // some walk reached a channel's last GPU
+    int maxChannels = 0;                                        // the most channels of any completion
+    bool reachedLast = false;                                   // some walk reached a channel's last GPU
   };
   struct PassRecord {
     uint64_t group = 0;  // the pass's parameters other than the speed
@@ -717,7 +718,7 @@ class Searcher {
     float speed = 0;
     long steps = 0;
     int crossNic = 0;
-    int walk = 0;  // its SpeedWalk
+    int walk = 0;                                       // its SpeedWalk
     int pattern = 0, minChannels = 0, maxChannels = 0;  // read only where a channel completes
   };
   std::vector<SpeedWalk> speedWalks_;
@@ -910,8 +911,10 @@ class Searcher {
       bool sameIntra = true;
       for (const Score& sc : sorted) {
         if (gpus[sc.g].used & flag) continue;
-        if (!first) first = &sc;
-        else if (sc.intraBw != first->intraBw || sc.intraNhops != first->intraNhops) sameIntra = false;
+        if (!first)
+          first = &sc;
+        else if (sc.intraBw != first->intraBw || sc.intraNhops != first->intraNhops)
+          sameIntra = false;
         ++count;
       }
       next.resize(count);
@@ -934,8 +937,10 @@ class Searcher {
     for (int pos = 0; pos < static_cast<int>(so.scores.size()); ++pos) {
       const Score& sc = so.scores[pos];
       if (gpus[sc.g].used & flag) continue;
-      if (!first) first = &sc;
-      else if (sc.intraBw != first->intraBw || sc.intraNhops != first->intraNhops) sameIntra = false;
+      if (!first)
+        first = &sc;
+      else if (sc.intraBw != first->intraBw || sc.intraNhops != first->intraNhops)
+        sameIntra = false;
       const uint32_t pci = static_cast<uint32_t>(0x7fffffff - static_cast<int64_t>(std::max(gpuPciBw(sc.g), -1)));
       keys.push_back(static_cast<uint64_t>(so.group[pos]) << 48 | static_cast<uint64_t>(pci) << 16 |
                      static_cast<uint64_t>(pos));
@@ -1188,8 +1193,7 @@ class Searcher {
   const std::vector<int>& prefNets(int gpu) {
     auto it = prefCache_.find(gpu);
     if (it != prefCache_.end()) return it->second;
-    return prefCache_
-        .emplace(gpu, sys_.hostHashes.size() > 1 ? prefNetsGpuFirst(gpu) : prefNetsChannelFirst(gpu))
+    return prefCache_.emplace(gpu, sys_.hostHashes.size() > 1 ? prefNetsGpuFirst(gpu) : prefNetsChannelFirst(gpu))
         .first->second;
   }
   std::vector<int> selectNetsUncached(int typeInter, int gpu) {
@@ -1499,7 +1503,8 @@ class Searcher {
     // state key for the rest of this graph (tiny searches, where the states never repeat): between two passes
     // every charge has been given back, so the key needs no catching up, and the memo then never looks.
     const long ratio = ngpus_ <= kSmallNode ? 4 : 16;
-    if (keyed_ && ++passes_ > kMemoProbePasses && memoLookups_ >= kMemoProbeLookups && ratio * memoSaved_ < memoLookups_)
+    if (keyed_ && ++passes_ > kMemoProbePasses && memoLookups_ >= kMemoProbeLookups &&
+        ratio * memoSaved_ < memoLookups_)
       keyed_ = false;
   }
   static constexpr int kMemoProbePasses = 2, kMemoProbeLookups = 64, kSmallNode = 4;
@@ -1595,9 +1600,9 @@ class Searcher {
   System& sys_;
   const Config& cfg_;
   const int ngpus_;
-  const bool amd_ = sys_.amdGpus();              // RCCL's rules (AMD GPUs)
+  const bool amd_ = sys_.amdGpus();        // RCCL's rules (AMD GPUs)
   bool keyed_ = cfg_.searchMemo && !amd_;  // the memo is on: charges keep the state key (off while tracing)
-  bool memoOn_ = keyed_;                    // the memo and its shortcuts are allowed for this graph's search
+  bool memoOn_ = keyed_;                   // the memo and its shortcuts are allowed for this graph's search
 };
 
 }  // namespace
@@ -1678,9 +1683,8 @@ void Searcher::searchLoop(Graph& graph, const Limits& l) {
         searchPass(tmp, graph, &time);
         sw_ = nullptr;
         if (time >= 0)
-          passRecords_.push_back(
-              PassRecord{group,       startTime, time, tmp.bwIntra, steps_ - steps, tmp.crossNic, walk, tmp.pattern,
-                         tmp.minChannels, tmp.maxChannels});
+          passRecords_.push_back(PassRecord{group, startTime, time, tmp.bwIntra, steps_ - steps, tmp.crossNic, walk,
+                                            tmp.pattern, tmp.minChannels, tmp.maxChannels});
       }
     } else {
       searchPass(tmp, graph, &time);
@@ -1864,9 +1868,7 @@ Searches::Searches(System& sys, const Config& cfg) : impl_(new Impl{Searcher(sys
 Searches::~Searches() = default;
 void Searches::compute(Graph& graph, SearchTrace* trace) { impl_->searcher.run(graph, trace); }
 
-void compute(System& sys, const Config& cfg, Graph& graph, SearchTrace* trace) {
-  Searcher(sys, cfg).run(graph, trace);
-}
+void compute(System& sys, const Config& cfg, Graph& graph, SearchTrace* trace) { Searcher(sys, cfg).run(graph, trace); }
 
 std::string describe(const System& sys, const Graph& g) {
   std::string out =
