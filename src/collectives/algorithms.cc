@@ -56,6 +56,9 @@ Range split(size_t count, int n, int i) {
 // Broadcast's pipelining unit between more than 2 ranks (measured at 4 ranks: 1-4 MiB beat 128 KiB by 2-10x,
 // 64 MiB (no pipelining) is slower again).
 constexpr size_t kBroadcastPiece = 4 << 20;
+// 2-rank Broadcast from this size: two halves over two connectors (broadcastPair); below, one single copy (below
+// 64 KiB, TOPOCOLL_P2P_SINGLE_COPY, through the FIFO).
+constexpr size_t kBroadcastPairMin = 512 << 10;
 
 int positionOf(const int* ring, int n, int rank) {
   for (int p = 0; p < n; ++p)
@@ -92,8 +95,8 @@ class Runner {
   void avg(void* dst, size_t n) const {
     if (a_.op == RedOp::kAvg) finishAvg(a_.type, dst, n, n_);
   }
-  int send(int c, int peer, const void* p, size_t elems, bool staged = false) {
-    return l_.send(c, peer, p, elems * es_, c_.proto, staged);
+  int send(int c, int peer, const void* p, size_t elems, bool staged = false, Copier copier = Copier::kAny) {
+    return l_.send(c, peer, p, elems * es_, c_.proto, staged, copier);
   }
   int recv(int c, int peer, void* p, size_t elems, bool staged = false) {
     return l_.recv(c, peer, p, elems * es_, c_.proto, staged);
@@ -350,12 +353,13 @@ class Runner {
 
   // A pipelined chain along each channel's ring starting at the root. Its transfers are single copies into their
   // final place, so they go in pieces of kBroadcastPiece (each piece costs the peers a hand-over, which on a loaded
-  // host is a wake-up: 128 KiB pieces were 2-10x slower at 16 MiB, docs/collectives.md); at 2 ranks nobody
-  // forwards, so each channel's range is one copy from the root's buffer.
+  // host is a wake-up: 128 KiB pieces were 2-10x slower at 16 MiB, docs/collectives.md). At 2 ranks nobody
+  // forwards: see broadcastPair. The root's own copy (out of place) runs while the peers copy.
   void broadcastChain() {
     size_t count = a_.count;
-    if (me_ == a_.root) copyIfApart(recv_, send_, count);
-    if (n_ == 1) return;
+    const bool root = me_ == a_.root;
+    if (n_ == 1) return copyIfApart(recv_, send_, count);
+    if (n_ == 2 && count * es_ >= kBroadcastPairMin && l_.nChannels() >= 2 * nCh_) return broadcastPair();
     size_t piece = n_ == 2 ? count : std::max(chunk_, kBroadcastPiece / es_);
     for (int c = 0; c < nCh_; ++c) {
       Ring g = ringOf(c);
@@ -364,17 +368,47 @@ class Runner {
       std::vector<int> hs;
       for (size_t b = r.begin; b < r.end; b += piece) {
         size_t e = std::min(r.end, b + piece);
-        if (me_ == a_.root) send(c, g.next, at(send_, b), e - b);
+        if (root) send(c, g.next, at(send_, b), e - b, false, Copier::kPull);  // the root copies its own meanwhile
         else hs.push_back(recv(c, g.prev, at(recv_, b), e - b));
       }
-      if (me_ == a_.root || last) continue;
+      if (root || last) continue;
       size_t k = 0;
       for (size_t b = r.begin; b < r.end; b += piece, ++k) {
         l_.wait(hs[k]);
         send(c, g.next, at(recv_, b), std::min(r.end, b + piece) - b);
       }
     }
+    rootCopyWhileSending();
     l_.waitAll();
+  }
+
+  // Broadcast between 2 ranks: each channel's range in two halves over two connectors (channel c and c + nCh_),
+  // each one single copy out of the root's buffer. The receiver pulls the first half; the second is pushed by an
+  // in-place root (so that both processes copy at once) and pulled too when the root is busy with its own copy
+  // (out of place). The sender picks the mode, so the receiver posts the same two halves either way.
+  void broadcastPair() {
+    const bool root = me_ == a_.root, inPlace = send_ == recv_;
+    for (int c = 0; c < nCh_; ++c) {
+      Range r = split(a_.count, nCh_, c);
+      size_t mid = r.begin + r.size() / 2;
+      Ring g = ringOf(c), h = ringOf(c + nCh_);
+      if (root) {
+        send(c + nCh_, h.next, at(send_, mid), r.end - mid, false, inPlace ? Copier::kPush : Copier::kPull);
+        send(c, g.next, at(send_, r.begin), mid - r.begin, false, Copier::kPull);
+      } else {
+        recv(c + nCh_, h.prev, at(recv_, mid), r.end - mid);
+        recv(c, g.prev, at(recv_, r.begin), mid - r.begin);
+      }
+    }
+    rootCopyWhileSending();
+    l_.waitAll();
+  }
+
+  // Out of place, the root copies its input to its output while its sends (started first) are under way.
+  void rootCopyWhileSending() {
+    if (me_ != a_.root || send_ == recv_) return;
+    l_.start();
+    copyIfApart(recv_, send_, a_.count);
   }
 
   // A pipelined chain along each channel's ring ending at the root: each rank adds its input to what its ring

@@ -24,8 +24,10 @@ class CollLinks final : public collectives::Links {
   const int* ring(int c) const override;
   int treeUp(int c) const override;
   int treeDown(int c, int i) const override;
-  int send(int c, int peer, const void* buf, size_t bytes, collectives::Proto proto, bool staged) override;
+  int send(int c, int peer, const void* buf, size_t bytes, collectives::Proto proto, bool staged,
+           collectives::Copier copier) override;
   int recv(int c, int peer, void* buf, size_t bytes, collectives::Proto proto, bool staged) override;
+  void start() override;
   void wait(int h) override;
   void waitAll() override;
   void connectAll() override;

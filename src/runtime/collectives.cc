@@ -34,14 +34,20 @@ const int* CollLinks::ring(int c) const { return c_.connect_.rings[c].data(); }
 int CollLinks::treeUp(int c) const { return c_.channels_[c].treeUp; }
 int CollLinks::treeDown(int c, int i) const { return c_.channels_[c].treeDown[i]; }
 
-int CollLinks::send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged) {
-  ops_.push_back(c_.makeLinkOp(true, c, peer, const_cast<void*>(buf), bytes, proto, staged, pool_));
+int CollLinks::send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged,
+                    collectives::Copier copier) {
+  ops_.push_back(c_.makeLinkOp(true, c, peer, const_cast<void*>(buf), bytes, proto, staged, pool_, copier));
   return static_cast<int>(ops_.size()) - 1;
 }
 
 int CollLinks::recv(int c, int peer, void* buf, size_t bytes, Proto proto, bool staged) {
   ops_.push_back(c_.makeLinkOp(false, c, peer, buf, bytes, proto, staged, pool_));
   return static_cast<int>(ops_.size()) - 1;
+}
+
+void CollLinks::start() {
+  flush(false);
+  c_.engine_->poke();
 }
 
 void CollLinks::wait(int h) {
@@ -125,7 +131,8 @@ constexpr size_t kEagerMaxBytes = 64 << 10;
 }  // namespace
 
 std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes, Proto proto,
-                                             bool staged, detail::OpPool& pool) {
+                                             bool staged, detail::OpPool& pool,
+                                             collectives::Copier copier) {
   Side side = send ? Side::kSend : Side::kRecv;
   transport::Connector* conn = nullptr;
   if (channel < static_cast<int>(channels_.size())) {
@@ -158,6 +165,10 @@ std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, v
   // call) at these sizes, and the data stays in the cache (docs/collectives.md). Data that lands where it stays
   // takes single copies.
   op->opts.singleCopyMin = staged ? -1 : cfg.p2pSingleCopy;
+  using Single = transport::TransferOptions::Single;
+  op->opts.single = copier == collectives::Copier::kPull   ? Single::kPull
+                    : copier == collectives::Copier::kPush ? Single::kPush
+                                                           : Single::kAsConnector;
   transport::MessageDesc d;
   d.bytes = d.partBytes = d.count = bytes;
   d.dtype = DataType::kUint8;

@@ -118,6 +118,9 @@ class Engine {
   void abortAll();
   /// Ops not finished yet.
   bool idle() const { return pending_.load(std::memory_order_acquire) == 0; }
+  /// Moves what is posted once, without waiting (unless another thread drives right now): a caller that posted
+  /// transfers and goes on with local work lets its peers start.
+  bool poke() { return tryProgress(); }
 
  private:
   struct Queue {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 #include "topocoll/status.h"
@@ -182,6 +184,22 @@ int recvMsg(int sock, void* data, size_t size, std::chrono::steady_clock::time_p
     fail(StatusCode::kRemoteError, "{}: {}", what, n < 0 ? std::strerror(errno) : "connection closed by the peer");
   }
   return fd;
+}
+
+bool processEnded(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
+  char buf[512];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold parentheses).
+  const char* close = std::strrchr(buf, ')');
+  return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
 }
 
 int copyRemote(pid_t pid, bool pull, void* local, uint64_t remote, size_t n) {

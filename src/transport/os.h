@@ -58,4 +58,8 @@ int recvMsg(int sock, void* data, size_t size, std::chrono::steady_clock::time_p
 /// the errno (EPERM, ESRCH, EFAULT, ENOSYS...).
 int copyRemote(pid_t pid, bool pull, void* local, uint64_t remote, size_t n);
 
+/// Whether process `pid` has ended: no such process, or a zombie its parent has not reaped yet (it copies nothing
+/// any more, but kill(pid, 0) still finds it).
+bool processEnded(pid_t pid);
+
 }  // namespace topocoll::transport::os

@@ -185,7 +185,7 @@ void Transfer::withdraw() {
   r.step.store(0, std::memory_order_seq_cst);
   // A piece under way ends soon (at most kCopyPiece bytes); a peer process that died copies nothing more.
   while (r.copying.load(std::memory_order_seq_cst) == tag) {
-    if (!(ci_.flags & kConnDirect) && ci_.peerPid > 0 && ::kill(ci_.peerPid, 0) != 0 && errno == ESRCH) break;
+    if (!(ci_.flags & kConnDirect) && ci_.peerPid > 0 && os::processEnded(ci_.peerPid)) break;
     std::this_thread::yield();
   }
   takeOver(ci_, buf_);
@@ -214,7 +214,8 @@ bool Transfer::sendProgress() {
     } else if (single) {
       // Read mode pulls, write mode pushes; with both possible, odd parts go the other way, so that the two
       // processes copy at once.
-      bool wantPull = (ci_.flags & kConnRead) != 0;
+      bool wantPull = opts_.single == TransferOptions::Single::kAsConnector ? (ci_.flags & kConnRead) != 0
+                                                                            : opts_.single == TransferOptions::Single::kPull;
       if (pull && push && msg_.nParts > 1 && (msg_.part & 1)) wantPull = !wantPull;
       if (wantPull && !pull) wantPull = false;
       if (!wantPull && !push) wantPull = true;

@@ -37,6 +37,45 @@ for n in ${COLL_RANKS:-2 3 4}; do
   done
 done
 
+# 2-rank Broadcast from 512 KiB goes in two halves over two connectors (pulled, or pushed by an in-place root):
+# both roots, in place and out of place (every row), odd sizes, P2P and SHM (not again in the 8-rank run).
+for tr in $([ -z "${COLL_RANKS:-}" ] && echo P2P SHM); do
+  env=()
+  [ $tr = SHM ] && env=(NCCL_P2P_DISABLE=1)
+  if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" broadcast_perf -np 2 -l 524287,524288,3145731 -d int8 -r all -n 2 -w 1 \
+    > "$tmp/bc-$tr" 2>&1 && [ "$(grep -cE '^ +[0-9]' "$tmp/bc-$tr")" = 6 ]; then
+    ok "broadcast halves $tr-2 (both roots, every result checked)"
+  else
+    bad "broadcast halves $tr-2" "$(grep -vE '^ +[0-9]|^#' "$tmp/bc-$tr" | head -3)"
+  fi
+done
+
+# kill -9 of either rank in the middle of 2-rank 64 MiB broadcasts (the other side waits in a single copy): the
+# survivor fails naming it, nobody hangs.
+for victimRank in $([ -z "${COLL_RANKS:-}" ] && echo 0 1); do
+  TOPOCOLL_TIMEOUT=30 "$B" broadcast_perf -np 2 -l 64M -T 30 > "$tmp/killbc" 2>&1 &
+  parent=$!
+  victim=""
+  for _ in $(seq 100); do
+    sleep 0.1
+    victim=$(pgrep -P $parent | sed -n $((victimRank + 1))p)
+    [ -n "$victim" ] && grep -q "#wrong" "$tmp/killbc" && break
+  done
+  sleep 1
+  start=$(date +%s)
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait $parent
+  rc=$?
+  took=$(($(date +%s) - start))
+  if [ $rc -ne 0 ] && [ $took -le 40 ]; then
+    ok "kill -9 of broadcast rank $victimRank: failed in ${took}s ($(grep -vE '^ +[0-9]|^#' "$tmp/killbc" | head -1))"
+  else
+    bad "kill broadcast rank $victimRank" "rc $rc after ${took}s: $(head -5 "$tmp/killbc")"
+  fi
+  sleep 0.5
+  if pgrep -P $parent > /dev/null 2>&1; then bad "processes" "broadcast ranks left behind"; fi
+done
+
 # kill -9 one rank in the middle of 64 MiB all-reduces: the others fail naming it, nobody hangs.
 TOPOCOLL_TIMEOUT=30 "$B" all_reduce_perf -np 3 -l 64M -T 30 > "$tmp/kill" 2>&1 &
 parent=$!

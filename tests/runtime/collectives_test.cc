@@ -192,6 +192,41 @@ TEST(Collectives8, EightRanksEveryAlgorithm) {
   }
 }
 
+// 2-rank Broadcast from kBroadcastPairMin (512 KiB) goes in two halves over two connectors, the second pulled or
+// pushed depending on whether the root is in place: both roots, in place and out of place, sizes around the
+// threshold and odd counts, every protocol, P2P (direct pointers) and SHM (single copies), one and two channels.
+TEST(Collectives, TwoRankBroadcastInHalves) {
+  struct Case {
+    const char* proto;
+    int minChannels;
+  };
+  for (Case k : {Case{"", 0}, Case{"", 2}, Case{"ll", 0}, Case{"simple", 0}}) {
+    for (bool direct : {false, true}) {
+      auto errors = runRanks(
+          2,
+          [&](int r, runtime::InitOptions& o) {
+            if (direct) o.cfg.hostId = "one-host";
+            else testing::force(testing::Transport::kShm, r, o.cfg);
+            o.cfg.proto = k.proto;
+            o.cfg.minNchannels = k.minChannels;
+          },
+          [&](Communicator& c, int r) {
+            for (DataType t : {DataType::kFloat32, DataType::kInt8, DataType::kFloat16, DataType::kFloat64})
+              for (size_t bytes : {(size_t{512} << 10) - 1, size_t{512} << 10, (size_t{1} << 20) + 3, size_t{3} << 20})
+                for (bool inPlace : {false, true})
+                  for (int root : {0, 1}) {
+                    size_t count = bytes / sizeOf(t) + (bytes % 2);
+                    std::string e = checkOne(c, Coll::kBroadcast, t, RedOp::kSum, count, inPlace, root);
+                    if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+                  }
+          });
+      for (int r = 0; r < 2; ++r)
+        EXPECT_EQ(errors[r], "") << (direct ? "P2P" : "SHM") << " proto '" << k.proto << "' min channels "
+                                 << k.minChannels << " rank " << r;
+    }
+  }
+}
+
 TEST(Collectives, ShmAndNetTransports) {
   for (auto tr : {testing::Transport::kShm, testing::Transport::kNet}) {
     auto errors = runRanks(

@@ -49,6 +49,9 @@ struct Choice {
 };
 
 /// What an algorithm needs from the communicator.
+/// Which side of a transfer copies when it goes as a single copy.
+enum class Copier { kAny, kPull, kPush };
+
 class Links {
  public:
   virtual ~Links() = default;
@@ -64,9 +67,13 @@ class Links {
   /// Asynchronous transfer of `bytes` to/from `peer` on channel `c` (LL or Simple by `proto`); completes in order
   /// with the others on the same connection. `staged`: the receiver reduces what arrives (a slice through the FIFOs,
   /// in the cache); otherwise the data lands where it stays (single copies welcome). Both sides pass the same.
-  /// Returns a handle for wait().
-  virtual int send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged) = 0;
+  /// `copier` (sender only, not staged): who makes a single copy, the receiver (kPull), the sender (kPush) or the
+  /// connector's default (kAny); lets the two processes copy at once. Returns a handle for wait().
+  virtual int send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged, Copier copier) = 0;
   virtual int recv(int c, int peer, void* buf, size_t bytes, Proto proto, bool staged) = 0;
+  /// Starts what was created so far without waiting (offers published), so that the caller can do local work
+  /// while the peers copy.
+  virtual void start() = 0;
   /// Blocks until handle `h` completed; throws its error.
   virtual void wait(int h) = 0;
   /// Blocks until every handle completed (and forgets them); throws the first error.

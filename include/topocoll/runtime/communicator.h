@@ -202,7 +202,8 @@ class Communicator {
   /// Runs `t` now in this thread (waiting for the collective thread's queue first).
   void runNow(detail::CollTask& t);
   std::shared_ptr<detail::Op> makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes,
-                                         collectives::Proto proto, bool staged, detail::OpPool& pool);
+                                         collectives::Proto proto, bool staged, detail::OpPool& pool,
+                                         collectives::Copier copier = collectives::Copier::kAny);
 
  private:
   Communicator();

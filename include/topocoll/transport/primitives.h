@@ -97,6 +97,10 @@ struct TransferOptions {
   /// collectives, whose ranks run the same steps: a receiver that finds a size or type mismatch still fails, and the
   /// sender learns it from the status line at its next send over that connector.
   bool eager = false;
+  /// A single copy goes in this mode whatever the connector prefers (where the processes' rights allow it): read
+  /// (the receiver pulls) or write (the sender pushes). Lets the two sides split the copying (2-rank Broadcast).
+  enum class Single : uint8_t { kAsConnector, kPull, kPush };
+  Single single = Single::kAsConnector;
 };
 
 class Transfer {
