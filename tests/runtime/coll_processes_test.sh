@@ -50,16 +50,17 @@ for tr in $([ -z "${COLL_RANKS:-}" ] && echo P2P SHM); do
   fi
 done
 
-# kill -9 of either rank in the middle of 2-rank 64 MiB broadcasts (the other side waits in a single copy): the
-# survivor fails naming it, nobody hangs.
-for victimRank in $([ -z "${COLL_RANKS:-}" ] && echo 0 1); do
-  TOPOCOLL_TIMEOUT=30 "$B" broadcast_perf -np 2 -l 64M -T 30 > "$tmp/killbc" 2>&1 &
-  parent=$!
-  victim=""
+# killMid NAME INDEX RANK TEST -np N: runs TEST on 64 MiB, kills the INDEX-th forked rank (rank RANK) with -9 in the
+# middle of a collective; the others must fail naming it (the survivors' lines say "rank RANK"), nobody may hang.
+killMid() {
+  local name=$1 index=$2 rank=$3
+  shift 3
+  TOPOCOLL_TIMEOUT=30 "$B" "$@" -l 64M -T 30 > "$tmp/kill" 2>&1 &
+  local parent=$! victim="" rc took start
   for _ in $(seq 100); do
     sleep 0.1
-    victim=$(pgrep -P $parent | sed -n $((victimRank + 1))p)
-    [ -n "$victim" ] && grep -q "#wrong" "$tmp/killbc" && break
+    victim=$(pgrep -P $parent | sed -n ${index}p)
+    [ -n "$victim" ] && grep -q "#wrong" "$tmp/kill" && break
   done
   sleep 1
   start=$(date +%s)
@@ -67,37 +68,22 @@ for victimRank in $([ -z "${COLL_RANKS:-}" ] && echo 0 1); do
   wait $parent
   rc=$?
   took=$(($(date +%s) - start))
-  if [ $rc -ne 0 ] && [ $took -le 40 ]; then
-    ok "kill -9 of broadcast rank $victimRank: failed in ${took}s ($(grep -vE '^ +[0-9]|^#' "$tmp/killbc" | head -1))"
+  if [ $rc -ne 0 ] && [ $took -le 40 ] && grep -q "rank $rank" "$tmp/kill"; then
+    ok "kill -9 of rank $rank mid-$name: the others failed in ${took}s ($(grep -o "rank $rank[^;]*" "$tmp/kill" | head -1))"
   else
-    bad "kill broadcast rank $victimRank" "rc $rc after ${took}s: $(head -5 "$tmp/killbc")"
+    bad "kill $name" "rc $rc after ${took}s: $(head -5 "$tmp/kill")"
   fi
   sleep 0.5
-  if pgrep -P $parent > /dev/null 2>&1; then bad "processes" "broadcast ranks left behind"; fi
-done
+  if pgrep -P $parent > /dev/null 2>&1; then bad "processes" "ranks left behind ($name)"; fi
+}
 
-# kill -9 one rank in the middle of 64 MiB all-reduces: the others fail naming it, nobody hangs.
-TOPOCOLL_TIMEOUT=30 "$B" all_reduce_perf -np 3 -l 64M -T 30 > "$tmp/kill" 2>&1 &
-parent=$!
-victim=""
-for _ in $(seq 100); do
-  sleep 0.1
-  victim=$(pgrep -P $parent | sed -n 2p)
-  [ -n "$victim" ] && grep -q "#wrong" "$tmp/kill" && break
-done
-sleep 1
-start=$(date +%s)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $parent
-rc=$?
-took=$(($(date +%s) - start))
-if [ $rc -ne 0 ] && [ $took -le 40 ] && grep -q "rank 1" "$tmp/kill"; then
-  ok "kill -9 of rank 1 mid-collective: the others failed in ${took}s ($(grep -o "rank 1[^;]*" "$tmp/kill" | head -1))"
-else
-  bad "kill" "rc $rc after ${took}s: $(head -5 "$tmp/kill")"
+killMid all-reduce 2 1 all_reduce_perf -np 3
+# 2-rank broadcast: the survivor is waiting in a single copy (the root for the receiver's pull, or the receiver).
+if [ -z "${COLL_RANKS:-}" ]; then
+  killMid broadcast 2 1 broadcast_perf -np 2
+  killMid broadcast 1 0 broadcast_perf -np 2
 fi
-sleep 0.5
-if pgrep -P $parent > /dev/null 2>&1; then bad "processes" "ranks left behind"; fi
+
 # New entries, except POSIX semaphores (sem.*) that tests running beside this one (Python's multiprocessing) make.
 shm_new=$(ls /dev/shm | sort | comm -13 "$tmp/shm.before" - | grep -v '^sem\.')
 [ -z "$shm_new" ] && ok "/dev/shm untouched" || bad "/dev/shm" "new entries: $shm_new"
