@@ -48,10 +48,10 @@ struct Choice {
   size_t chunkBytes = 512 << 10;  // pipelining unit of chains and trees
 };
 
-/// What an algorithm needs from the communicator.
 /// Which side of a transfer copies when it goes as a single copy.
 enum class Copier { kAny, kPull, kPush };
 
+/// What an algorithm needs from the communicator.
 class Links {
  public:
   virtual ~Links() = default;
