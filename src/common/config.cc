@@ -369,6 +369,11 @@ std::vector<Knob> buildRegistry() {
   r.push_back(intKnob<&Config::directSplitRanks>(
       "TOPOCOLL_DIRECT_SPLIT_RANKS", "collectives", 1, 1 << 20,
       "the fewest ranks for DirectSplit (see TOPOCOLL_DIRECT_SPLIT_MIN; at most 8 ranks use it)"));
+  r.push_back(intKnob<&Config::oneShotMax>(
+      "TOPOCOLL_ONESHOT_MAX", "collectives", 0, 256,
+      "collectives whose message to each peer is at most this many bytes, with every rank on one host and neither "
+      "NCCL_ALGO nor NCCL_PROTO set, move in one trip through the connections' one-shot mailboxes (each rank writes "
+      "its data into every peer's mailbox and reduces what it received in rank order); 0 never"));
   r.push_back(stringKnob<&Config::hostTuning>(
       "TOPOCOLL_HOST_TUNING", "collectives",
       "JSON of the host cost model's constants (what bench/host_calibrate writes) replacing the built-in ones "

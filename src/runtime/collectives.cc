@@ -290,8 +290,15 @@ void Communicator::execute(CollTask& t) {
           fail(StatusCode::kInvalidUsage, "rank {} called {} while rank {} called {}", rank_, describe(all[rank_]), r,
                describe(all[r]));
     }
-    if (hosts_.size() > 1 && a.count > 0) links_->connectAll();  // see makeLinkOp
-    collectives::run(*links_, a, choose(a));
+    if (oneShotFits(a)) {
+      // Bypasses the model: below TOPOCOLL_ONESHOT_MAX nothing else comes close (docs/collectives.md).
+      TC_INFO(log::kTuning, "{}: {} Bytes -> one-shot mailboxes", collectives::collName(a.coll),
+              collectives::collBytes(a, nRanks_));
+      runOneShot(a);
+    } else {
+      if (hosts_.size() > 1 && a.count > 0) links_->connectAll();  // see makeLinkOp
+      collectives::run(*links_, a, choose(a));
+    }
     t.finish(StatusCode::kOk, "");
   } catch (const Error& e) {
     links_->drain();

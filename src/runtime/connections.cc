@@ -190,6 +190,8 @@ void Communicator::setupTransports(const InitOptions& opts, const search::NodeGr
   const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   eo.spinUs = localRanks_ > cpus ? 0 : 20;
   eo.yieldUs = localRanks_ > cpus ? kOversubscribedYieldUs : 0;
+  waitSpinUs_ = eo.spinUs;
+  waitYieldUs_ = eo.yieldUs;
   // This host's cores shared by its local ranks (processes); ranks of this process count once per process.
   int localProcs = std::max(1, localRanks_ / std::max(1, intraProcRanks_));
   transport::limitSpinners(std::max(1, std::min(transport::allowedCpus(), cpus / localProcs)));

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "topocoll/transport/oneshot.h"
 #include "topocoll/transport/primitives.h"
 #include "topocoll/transport/transport.h"
 
@@ -33,6 +34,7 @@ struct alignas(4096) SendMem {
 struct alignas(4096) RecvMem {
   Counter tail;
   Probe probe;
+  ShotArea shot;      // the one-shot mailbox: the sender writes the slots, the receiver `consumed`
 };
 
 static_assert(sizeof(SendMem) == 4096 && sizeof(RecvMem) == 4096, "control blocks are one page");
@@ -46,6 +48,7 @@ inline void bindControl(ConnInfo& ci, SendMem* sm, RecvMem* rm) {
   ci.status = &sm->status;
   ci.post = &sm->post;
   ci.rdv = &sm->rdv;
+  ci.shot = &rm->shot;
 }
 
 }  // namespace topocoll::transport

@@ -258,6 +258,13 @@ class Communicator {
   // Collectives: one runs at a time (collMu_), in issue order; asynchronous ones on collThread_.
   Request collective(const collectives::Args& a, bool blocking);
   void execute(detail::CollTask& t);
+  // One-shot small collectives (oneshot.cc): whether `a` takes that path (the same answer on every rank), and the
+  // path itself (throws like the algorithms).
+  bool oneShotFits(const collectives::Args& a) const;
+  void runOneShot(const collectives::Args& a);
+  bool shotReady_ = false;
+  std::vector<transport::Connector*> shotSend_, shotRecv_;  // [peer]: the connectors whose mailboxes it uses
+  int waitSpinUs_ = 20, waitYieldUs_ = 0;  // how waits spin and yield before sleeping (the engine's)
   void collLoop();
   void stopCollectives();
   friend class detail::CollLinks;

@@ -115,6 +115,8 @@ struct alignas(64) Rendezvous {
 };
 
 /// NCCL's ncclConnInfo: what the data movers see of one connector.
+struct ShotArea;
+
 struct ConnInfo {
   char* buffs[kNumProtocols] = {};     // FIFO base per protocol (nullptr: protocol not available)
   size_t slotBytes[kNumProtocols] = {};  // bytes of one of the kSteps slots per protocol
@@ -132,6 +134,9 @@ struct ConnInfo {
   uint32_t flags = 0;
   int peerPid = 0;
   Waker* wake = nullptr;                   // ring after publishing tail/head/ack
+  ShotArea* shot = nullptr;                // one-shot mailbox (oneshot.h), in the receiver's block; null over NET
+  uint64_t shotSeq = 0;                    // this side's last mailbox message (sent or taken)
+  uint64_t shotFree = 0;                   // sender: the receiver's last `consumed` it read
 };
 enum ConnFlags : uint32_t {
   kConnRead = 1u << 0,        // P2P read mode: the Simple buffer is the sender's, single copies pull

@@ -1,0 +1,189 @@
+// The one-shot path of small collectives on one host (docs/collectives.md, "One-shot small collectives"): every
+// message a rank sends in the collective goes at once into the receiving peer's mailbox of the point-to-point
+// connection (transport/oneshot.h: LL lines whose flag is the sequence number), every rank polls the mailboxes it
+// expects and reduces in rank order. One trip through shared memory instead of the ring's 2(n-1) steps, and no
+// engine, no ops, no queue: what the caller's thread does is a few stores, a few loads and the reduction.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "topocoll/collectives/reduce.h"
+#include "topocoll/log.h"
+#include "topocoll/runtime/communicator.h"
+#include "topocoll/status.h"
+#include "topocoll/transport/doorbell.h"
+#include "topocoll/transport/oneshot.h"
+
+namespace topocoll::runtime {
+
+using collectives::Args;
+using collectives::Coll;
+using transport::ShotBox;
+using transport::ShotMessage;
+
+namespace {
+
+bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
+bool rooted(Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }
+
+// What a rank called, in 32 bits: the receiver compares it with its own (with the size, in the header).
+uint32_t signature(const Args& a) {
+  uint32_t s = static_cast<uint32_t>(a.coll) | static_cast<uint32_t>(a.type) << 3;
+  if (reduces(a.coll)) s |= (static_cast<uint32_t>(a.op) + 1) << 8;
+  if (rooted(a.coll)) s |= (static_cast<uint32_t>(a.root) + 1) << 12;
+  return s;
+}
+
+std::string describe(uint32_t sig, size_t bytes) {
+  auto coll = static_cast<Coll>(sig & 7);
+  auto type = static_cast<DataType>((sig >> 3) & 31);
+  std::string s = fmt::format("{} with {} bytes per peer of {}", collectives::collName(coll), bytes,
+                              isValid(type) ? to_string(type) : "?");
+  if ((sig >> 8) & 15) s += fmt::format(", {}", to_string(static_cast<RedOp>(((sig >> 8) & 15) - 1)));
+  if (sig >> 12) s += fmt::format(", root {}", (sig >> 12) - 1);
+  return s;
+}
+
+}  // namespace
+
+bool Communicator::oneShotFits(const Args& a) const {
+  const Config& cfg = ctx_->cfg;
+  // Every rank decides alike: the same arguments, knobs and job facts.
+  if (nRanks_ < 2 || nRanks_ > collectives::kDirectMaxRanks || hosts_.size() != 1 || !hostMemory() || a.count == 0 ||
+      !cfg.algo.empty() || !cfg.proto.empty())
+    return false;
+  return a.count * sizeOf(a.type) <= static_cast<size_t>(cfg.oneShotMax);
+}
+
+void Communicator::runOneShot(const Args& a) {
+  if (!shotReady_) {
+    std::vector<int> peers;
+    for (int p = 0; p < nRanks_; ++p)
+      if (p != rank_) peers.push_back(p);
+    ensureConnected(peers);  // collective: every rank makes the same decision at the same call
+    shotSend_.assign(nRanks_, nullptr);
+    shotRecv_.assign(nRanks_, nullptr);
+    for (int p : peers) {
+      shotSend_[p] = p2pConnectors(p, transport::Side::kSend)[0];
+      shotRecv_[p] = p2pConnectors(p, transport::Side::kRecv)[0];
+      if (!ShotBox::available(shotSend_[p]->conn) || !ShotBox::available(shotRecv_[p]->conn))
+        fail(StatusCode::kInternal, "the connection with rank {} has no one-shot mailbox ({})", p, shotSend_[p]->via);
+    }
+    shotReady_ = true;
+  }
+  const int n = nRanks_, me = rank_;
+  const size_t es = sizeOf(a.type), count = a.count, bytes = count * es;
+  const uint32_t sig = signature(a);
+  const auto* in = static_cast<const char*>(a.send);
+  auto* out = static_cast<char*>(a.recv);
+  // Every rank's contribution (reductions), in rank order: srcs[q] points into `got` or at this rank's input.
+  alignas(64) char got[collectives::kDirectMaxRanks][transport::kShotMaxBytes];
+  const void* srcs[collectives::kDirectMaxRanks];
+
+  // Who sends to whom, and what.
+  uint32_t toSend = 0, toRecv = 0;  // bit q: a message to / from rank q is still due
+  auto sendData = [&](int q) -> const char* {
+    return a.coll == Coll::kReduceScatter ? in + static_cast<size_t>(q) * bytes : in;
+  };
+  auto recvInto = [&](int q) -> char* {
+    if (a.coll == Coll::kAllGather) return out + static_cast<size_t>(q) * bytes;
+    if (a.coll == Coll::kBroadcast) return out;
+    return got[q];
+  };
+  for (int q = 0; q < n; ++q) {
+    if (q == me) continue;
+    bool sends = !(a.coll == Coll::kBroadcast && me != a.root) &&
+                 !(a.coll == Coll::kReduce && q != a.root);
+    bool recvs = !(a.coll == Coll::kBroadcast && q != a.root) && !(a.coll == Coll::kReduce && me != a.root);
+    if (sends) toSend |= 1u << q;
+    if (recvs) toRecv |= 1u << q;
+  }
+  for (auto* c : shotSend_)
+    if (c && c->broken()) fail(StatusCode::kRemoteError, "connection to rank {} is broken: {}", c->peer, c->brokenReason());
+
+  std::string mismatch;
+  auto poll = [&] {
+    bool moved = false;
+    for (int i = 1; i < n; ++i) {  // the next rank first, as the ring would
+      int q = (me + i) % n;
+      if ((toSend >> q & 1) && ShotBox(shotSend_[q]->conn).trySend(sig, sendData(q), bytes)) {
+        toSend &= ~(1u << q);
+        moved = true;
+      }
+      int f = (me - i + n) % n;
+      ShotMessage m;
+      if ((toRecv >> f & 1) && ShotBox(shotRecv_[f]->conn).tryRecv(recvInto(f), bytes, &m)) {
+        toRecv &= ~(1u << f);
+        moved = true;
+        if ((m.sig != sig || m.bytes != bytes) && mismatch.empty())
+          mismatch = fmt::format("size or type mismatch: this rank called {}, rank {} called {}", describe(sig, bytes),
+                                 f, describe(m.sig, m.bytes));
+      }
+    }
+    return moved;
+  };
+
+  if (!poll() || toSend || toRecv) {
+    transport::Backoff backoff(waitSpinUs_, waitYieldUs_);
+    auto since = std::chrono::steady_clock::now();
+    unsigned idle = 0;
+    auto stop = [&] { return abort_.load(std::memory_order_relaxed); };
+    while (toSend || toRecv) {
+      if (poll()) {
+        backoff.reset();
+        idle = 0;
+        since = std::chrono::steady_clock::now();
+        continue;
+      }
+      if (stop()) fail(StatusCode::kAborted, "the communicator was aborted");
+      if (++idle >= 256) {
+        idle = 200;  // from here on every few polls
+        uint32_t due = toSend | toRecv;
+        for (int q = 0; q < n; ++q) {
+          if (!(due >> q & 1)) continue;
+          if ((*ctx_->peerGone)[q].load())
+            fail(StatusCode::kRemoteError, "rank {}'s process is gone (it exited or was killed)", q);
+        }
+        if (std::chrono::steady_clock::now() - since > ctx_->timeout) {
+          int q = std::countr_zero(due);
+          std::string why = fmt::format(
+              "rank {} did not move for {:g} s (TOPOCOLL_TIMEOUT): it is stuck, gone, or never called this collective "
+              "(or called it with a size above TOPOCOLL_ONESHOT_MAX)",
+              q, std::chrono::duration<double>(ctx_->timeout).count());
+          for (int p = 0; p < n; ++p)  // the mailboxes' sequence numbers are out of step from here on
+            if (due >> p & 1) (toSend >> p & 1 ? shotSend_ : shotRecv_)[p]->markBroken(why);
+          fail(StatusCode::kTimeout, "{}", why);
+        }
+      }
+      backoff.idle(*ctx_->doorbell, [&] { return poll() || stop(); });
+    }
+  }
+  if (!mismatch.empty()) fail(StatusCode::kInvalidUsage, "{}", mismatch);
+
+  // Every message arrived: finish locally, in rank order (every rank computes the same bits; the Direct algorithm's
+  // order, so the results are those of Direct).
+  switch (a.coll) {
+    case Coll::kAllReduce:
+    case Coll::kReduce:
+    case Coll::kReduceScatter: {
+      if (a.coll == Coll::kReduce && me != a.root) return;
+      const char* mine = sendData(me);
+      for (int q = 0; q < n; ++q) srcs[q] = q == me ? static_cast<const void*>(mine) : got[q];
+      // dst may alias only srcs[0]: reduce into a scratch line when the output is this rank's (later) input.
+      bool alias = me != 0 && out < mine + bytes && mine < out + bytes;
+      char* dst = alias ? got[me] : out;
+      collectives::reduceMany(a.type, a.op, dst, srcs, n, count);
+      if (alias) std::memcpy(out, dst, bytes);
+      if (a.op == RedOp::kAvg) collectives::finishAvg(a.type, out, count, n);
+      return;
+    }
+    case Coll::kAllGather:
+      if (out + static_cast<size_t>(me) * bytes != in) std::memmove(out + static_cast<size_t>(me) * bytes, in, bytes);
+      return;
+    case Coll::kBroadcast:
+      if (me == a.root && out != in) std::memmove(out, in, bytes);
+      return;
+  }
+}
+
+}  // namespace topocoll::runtime

@@ -1,0 +1,64 @@
+#include "topocoll/transport/oneshot.h"
+
+#include <cstring>
+
+#include "topocoll/transport/doorbell.h"
+
+namespace topocoll::transport {
+
+namespace {
+inline uint64_t line(uint32_t data, uint32_t flag) { return static_cast<uint64_t>(flag) << 32 | data; }
+}  // namespace
+
+bool ShotBox::trySend(uint32_t sig, const void* data, size_t bytes) {
+  uint64_t seq = ci_.shotSeq + 1;
+  if (seq > static_cast<uint64_t>(kShotSlots) && ci_.shotFree < seq - kShotSlots) {
+    // The slot's previous message (seq - kShotSlots) must have been taken: read the receiver's line only then.
+    ci_.shotFree = ci_.shot->consumed.load(std::memory_order_acquire);
+    if (ci_.shotFree < seq - kShotSlots) return false;
+  }
+  const uint32_t flag = static_cast<uint32_t>(seq);
+  std::atomic<uint64_t>* w = ci_.shot->slot[seq % kShotSlots];
+  const auto* src = static_cast<const unsigned char*>(data);
+  size_t words = (bytes + 3) / 4;
+  for (size_t i = 0; i < words; ++i) {
+    uint32_t v = 0;
+    std::memcpy(&v, src + i * 4, i * 4 + 4 <= bytes ? 4 : bytes - i * 4);
+    w[2 + i].store(line(v, flag), std::memory_order_relaxed);
+  }
+  w[1].store(line(sig, flag), std::memory_order_relaxed);
+  w[0].store(line(static_cast<uint32_t>(bytes), flag), std::memory_order_release);
+  ci_.shotSeq = seq;
+  if (ci_.wake) ci_.wake->ring();
+  return true;
+}
+
+bool ShotBox::tryRecv(void* out, size_t maxBytes, ShotMessage* m) {
+  uint64_t seq = ci_.shotSeq + 1;
+  const uint32_t flag = static_cast<uint32_t>(seq);
+  std::atomic<uint64_t>* w = ci_.shot->slot[seq % kShotSlots];
+  uint64_t h = w[0].load(std::memory_order_acquire);
+  if (static_cast<uint32_t>(h >> 32) != flag) return false;
+  uint64_t s = w[1].load(std::memory_order_acquire);
+  if (static_cast<uint32_t>(s >> 32) != flag) return false;
+  size_t bytes = static_cast<uint32_t>(h);
+  size_t take = bytes < maxBytes ? bytes : maxBytes;
+  size_t words = (bytes + 3) / 4;
+  if (words > kShotWords - 2) words = kShotWords - 2;  // a broken header never reads past the slot
+  auto* dst = static_cast<unsigned char*>(out);
+  for (size_t i = 0; i < words; ++i) {  // every word carries its own flag: all of it must have arrived
+    uint64_t v = w[2 + i].load(std::memory_order_acquire);
+    if (static_cast<uint32_t>(v >> 32) != flag) return false;
+    if (i * 4 < take) {
+      uint32_t d = static_cast<uint32_t>(v);
+      std::memcpy(dst + i * 4, &d, i * 4 + 4 <= take ? 4 : take - i * 4);
+    }
+  }
+  m->sig = static_cast<uint32_t>(s);
+  m->bytes = bytes;
+  ci_.shotSeq = seq;
+  ci_.shot->consumed.store(seq, std::memory_order_release);
+  return true;
+}
+
+}  // namespace topocoll::transport
