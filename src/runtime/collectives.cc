@@ -291,9 +291,6 @@ void Communicator::execute(CollTask& t) {
                describe(all[r]));
     }
     if (oneShotFits(a)) {
-      // Bypasses the model: below TOPOCOLL_ONESHOT_MAX nothing else comes close (docs/collectives.md).
-      TC_INFO(log::kTuning, "{}: {} Bytes -> one-shot mailboxes", collectives::collName(a.coll),
-              collectives::collBytes(a, nRanks_));
       runOneShot(a);
     } else {
       if (hosts_.size() > 1 && a.count > 0) links_->connectAll();  // see makeLinkOp
@@ -318,6 +315,21 @@ void Communicator::runNow(CollTask& t) {
   std::lock_guard<std::mutex> lock(collMu_);
   if (!links_) links_ = std::make_unique<detail::CollLinks>(*this);
   execute(t);
+}
+
+void Communicator::runOneShotNow(const Args& a) {
+  {
+    std::unique_lock<std::mutex> lock(queueMu_);
+    queueCv_.wait(lock, [&] { return queued_ == 0; });
+  }
+  std::lock_guard<std::mutex> lock(collMu_);
+  try {
+    if (abort_.load()) fail(StatusCode::kAborted, "the communicator was aborted");
+    runOneShot(a);
+  } catch (const Error& e) {
+    fail(e.code(), "rank {}: {} of {} x {}: {}", rank_, collectives::collName(a.coll), a.count, to_string(a.type),
+         e.what());
+  }
 }
 
 void Communicator::submit(const std::shared_ptr<CollTask>& t) {
@@ -370,6 +382,10 @@ void Communicator::stopCollectives() {
 Request Communicator::collective(const Args& a, bool blocking) {
   if (blocking && groupDepth() == 0) {  // the latency path: nothing allocated here
     checkCollArgs(a);
+    if (!ctx_->cfg.checkCalls && oneShotFits(a)) {  // the smallest: no task, straight to the mailboxes
+      runOneShotNow(a);
+      return Request();
+    }
     CollTask t;
     t.comm = this;
     t.args = a;

@@ -71,6 +71,9 @@ void Communicator::runOneShot(const Args& a) {
     }
     shotReady_ = true;
   }
+  // Bypasses the host model: below TOPOCOLL_ONESHOT_MAX nothing else comes close (docs/collectives.md).
+  TC_INFO(log::kTuning, "{}: {} Bytes -> Algo OneShot proto LL (mailboxes)", collectives::collName(a.coll),
+          collectives::collBytes(a, nRanks_));
   const int n = nRanks_, me = rank_;
   const size_t es = sizeOf(a.type), count = a.count, bytes = count * es;
   const uint32_t sig = signature(a);
@@ -125,19 +128,20 @@ void Communicator::runOneShot(const Args& a) {
 
   if (!poll() || toSend || toRecv) {
     transport::Backoff backoff(waitSpinUs_, waitYieldUs_);
-    auto since = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point since{};  // read lazily: most waits end before any check
     unsigned idle = 0;
     auto stop = [&] { return abort_.load(std::memory_order_relaxed); };
     while (toSend || toRecv) {
       if (poll()) {
         backoff.reset();
         idle = 0;
-        since = std::chrono::steady_clock::now();
+        since = {};
         continue;
       }
       if (stop()) fail(StatusCode::kAborted, "the communicator was aborted");
       if (++idle >= 256) {
         idle = 200;  // from here on every few polls
+        if (since == std::chrono::steady_clock::time_point{}) since = std::chrono::steady_clock::now();
         uint32_t due = toSend | toRecv;
         for (int q = 0; q < n; ++q) {
           if (!(due >> q & 1)) continue;

@@ -168,6 +168,114 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DirectSplit, ::testing::Combine(::testing::Value
                                   (std::get<1>(info.param) ? "_4KiBchunks" : "");
                          });
 
+// The one-shot path (mailboxes, oneshot.cc) forced on up to its largest size and off: every collective, type and op at
+// counts below and just above the limit, in and out of place, every root; many calls in a row (the mailboxes' slots
+// and a broadcast root running ahead of its peers). Exact against the serial reference either way.
+class OneShot : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(OneShot, OnAndOffMatchTheSerialReference) {
+  int n = std::get<0>(GetParam());
+  bool on = std::get<1>(GetParam());
+  auto errors = runRanks(
+      n,
+      [&](int, runtime::InitOptions& o) {
+        o.cfg.hostId = "one-host";
+        o.cfg.oneShotMax = on ? 256 : 0;
+      },
+      [&](Communicator& c, int) {
+        for (Coll coll : {Coll::kAllReduce, Coll::kReduce, Coll::kBroadcast, Coll::kAllGather, Coll::kReduceScatter}) {
+          bool reduces = coll != Coll::kBroadcast && coll != Coll::kAllGather;
+          for (DataType t : kTypes)
+            for (RedOp op : kOps) {
+              if (!reduces && op != RedOp::kSum) continue;
+              size_t limit = 256 / sizeOf(t);
+              for (size_t count : {size_t{1}, size_t{3}, limit, limit + 1})
+                for (bool inPlace : {false, true}) {
+                  int root = static_cast<int>(count + static_cast<size_t>(op)) % n;
+                  std::string e = checkOne(c, coll, t, op, count, inPlace, root);
+                  if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", c.rank(), e);
+                }
+            }
+        }
+        for (int i = 0; i < 50; ++i) {  // a root that only sends runs ahead by the mailbox's slots
+          std::string e = checkOne(c, Coll::kBroadcast, DataType::kInt32, RedOp::kSum, 5, false, 0);
+          if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", c.rank(), e);
+        }
+      });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, OneShot, ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::get<1>(info.param) ? "on" : "off");
+                         });
+
+// Both ranks of a one-shot collective whose sizes or types differ fail naming the other's call; the mailboxes stay in
+// step, so the next collective works.
+TEST(OneShotFaults, MismatchesFailOnBothRanksAndTheNextCallWorks) {
+  auto errors = runRanks(
+      3, [](int, runtime::InitOptions& o) { o.cfg.hostId = "one-host"; },
+      [](Communicator& c, int r) {
+        auto expectMismatch = [&](auto f, const char* what) {
+          try {
+            f();
+          } catch (const Error& e) {
+            if (e.code() == StatusCode::kInvalidUsage &&
+                std::string(e.what()).find("size or type mismatch") != std::string::npos &&
+                std::string(e.what()).find(what) != std::string::npos)
+              return;
+            throw;
+          }
+          fail(StatusCode::kInternal, "rank {}: no error for {}", r, what);
+        };
+        float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
+        expectMismatch([&] { c.allReduce(a, b, r == 0 ? 2 : 4, DataType::kFloat32, RedOp::kSum); }, "bytes per peer");
+        expectMismatch([&] { c.allReduce(a, b, 2, r == 1 ? DataType::kInt32 : DataType::kFloat32, RedOp::kSum); },
+                       "AllReduce");
+        if (r == 2) expectMismatch([&] { c.allGather(a, b, 1, DataType::kFloat32); }, "AllGather");
+        else expectMismatch([&] { c.allReduce(a, b, 1, DataType::kFloat32, RedOp::kSum); }, "AllGather");
+        int32_t x = r + 1, y = 0;
+        c.allReduce(&x, &y, 1, DataType::kInt32, RedOp::kSum);
+        if (y != 6) fail(StatusCode::kInternal, "rank {}: {} after the mismatches", r, y);
+      });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// A rank waiting in a one-shot collective for a peer that never calls it: abort from another thread unblocks it; without
+// abort it fails at TOPOCOLL_TIMEOUT naming the peer.
+TEST(OneShotFaults, AbortAndTimeoutEndTheWait) {
+  for (bool abortIt : {true, false}) {
+    auto errors = runRanks(
+        2,
+        [](int, runtime::InitOptions& o) {
+          o.cfg.hostId = "one-host";
+          o.cfg.timeoutSec = 1;
+        },
+        [&](Communicator& c, int r) {
+          int32_t x = 1, y = 0;
+          c.allReduce(&x, &y, 1, DataType::kInt32, RedOp::kSum);  // connects (a bootstrap exchange)
+          if (r == 1) return;  // never joins the next one
+          std::thread aborter;
+          if (abortIt) aborter = std::thread([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            c.abort();
+          });
+          try {
+            c.allReduce(&x, &y, 1, DataType::kInt32, RedOp::kSum);
+          } catch (const Error& e) {
+            if (aborter.joinable()) aborter.join();
+            auto want = abortIt ? StatusCode::kAborted : StatusCode::kTimeout;
+            if (e.code() == want && (abortIt || std::string(e.what()).find("rank 1") != std::string::npos)) return;
+            throw;
+          }
+          if (aborter.joinable()) aborter.join();
+          fail(StatusCode::kInternal, "the collective returned");
+        });
+    EXPECT_EQ(errors[0], "") << (abortIt ? "abort" : "timeout");
+  }
+}
+
 TEST(Collectives8, EightRanksEveryAlgorithm) {
   for (Forced f : {Forced{"", ""}, Forced{"ring", "simple"}, Forced{"tree", "simple"}, Forced{"split", ""}}) {
     auto errors = runRanks(

@@ -15,6 +15,7 @@
 #include "topocoll/status.h"
 #include "topocoll/transport/doorbell.h"
 #include "topocoll/transport/net.h"
+#include "topocoll/transport/oneshot.h"
 #include "topocoll/transport/primitives.h"
 #include "topocoll/transport/proxy.h"
 #include "topocoll/transport/transport.h"
@@ -103,6 +104,63 @@ MessageDesc message(size_t bytes) {
 // Drives `t` alone for a bounded number of turns (nothing here waits for another thread).
 void drive(Transfer& t) {
   for (int i = 0; i < 1000 && !t.finished(); ++i) t.progress();
+}
+
+// The one-shot mailbox: every size up to the limit arrives exactly (odd tails too), with the sender's signature;
+// a sender kShotSlots messages ahead waits for a free slot; the 32-bit flags wrap around without a false match.
+TEST(ShotBox, MessagesArriveInOrderWithFlowControlAndFlagWraparound) {
+  for (uint64_t start : {uint64_t{0}, (uint64_t{1} << 32) - 3}) {
+    LocalPair p;
+    p.send.conn.shotSeq = p.recv.conn.shotSeq = p.send.conn.shotFree = start;
+    p.rm->shot.consumed.store(start);
+    ShotBox tx(p.send.conn), rx(p.recv.conn);
+    ASSERT_TRUE(ShotBox::available(p.send.conn));
+    unsigned char out[kShotMaxBytes + 8];
+    ShotMessage m;
+    EXPECT_FALSE(rx.tryRecv(out, sizeof out, &m));  // nothing sent yet
+    size_t sizes[] = {1, 3, 4, 5, 8, 63, 255, kShotMaxBytes};
+    for (size_t round = 0; round < 3; ++round) {
+      for (size_t i = 0; i < std::size(sizes); i += kShotSlots) {
+        size_t batch = std::min<size_t>(kShotSlots, std::size(sizes) - i);
+        for (size_t k = 0; k < batch; ++k) {
+          std::vector<unsigned char> in(sizes[i + k]);
+          for (size_t b = 0; b < in.size(); ++b) in[b] = static_cast<unsigned char>(b * 7 + k + round);
+          ASSERT_TRUE(tx.trySend(static_cast<uint32_t>(100 + i + k), in.data(), in.size()));
+        }
+        if (batch == kShotSlots) {  // every slot is full: the next send waits for the receiver
+          unsigned char x = 1;
+          EXPECT_FALSE(tx.trySend(1, &x, 1));
+        }
+        for (size_t k = 0; k < batch; ++k) {
+          std::memset(out, 0xee, sizeof out);
+          ASSERT_TRUE(rx.tryRecv(out, sizes[i + k], &m));
+          EXPECT_EQ(m.sig, 100 + i + k);
+          EXPECT_EQ(m.bytes, sizes[i + k]);
+          for (size_t b = 0; b < sizes[i + k]; ++b)
+            ASSERT_EQ(out[b], static_cast<unsigned char>(b * 7 + k + round)) << "size " << sizes[i + k];
+          EXPECT_EQ(out[sizes[i + k]], 0xee) << "wrote past the size it was given";
+        }
+        EXPECT_FALSE(rx.tryRecv(out, sizeof out, &m));  // old slots never match again
+      }
+    }
+    // A receiver that expects less than the sender sent takes what fits and learns the sender's size.
+    unsigned char big[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    ASSERT_TRUE(tx.trySend(7, big, 16));
+    std::memset(out, 0, sizeof out);
+    ASSERT_TRUE(rx.tryRecv(out, 8, &m));
+    EXPECT_EQ(m.bytes, 16u);
+    EXPECT_EQ(out[7], 8);
+    EXPECT_EQ(out[8], 0);
+    // A message whose last word has not arrived is not taken.
+    ASSERT_TRUE(tx.trySend(9, big, 16));
+    uint64_t seq = p.recv.conn.shotSeq + 1;
+    auto& last = p.rm->shot.slot[seq % kShotSlots][2 + 3];
+    uint64_t saved = last.load();
+    last.store(saved ^ (uint64_t{1} << 40));
+    EXPECT_FALSE(rx.tryRecv(out, 16, &m));
+    last.store(saved);
+    EXPECT_TRUE(rx.tryRecv(out, 16, &m));
+  }
 }
 
 TEST(EagerSend, CompletesBeforeTheReceiverAndReportsARefusalOnTheNextSend) {

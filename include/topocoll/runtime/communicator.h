@@ -262,6 +262,9 @@ class Communicator {
   // path itself (throws like the algorithms).
   bool oneShotFits(const collectives::Args& a) const;
   void runOneShot(const collectives::Args& a);
+  /// runOneShot for a blocking call outside groups: after what the collective thread has queued, errors worded as
+  /// execute() words them.
+  void runOneShotNow(const collectives::Args& a);
   bool shotReady_ = false;
   std::vector<transport::Connector*> shotSend_, shotRecv_;  // [peer]: the connectors whose mailboxes it uses
   int waitSpinUs_ = 20, waitYieldUs_ = 0;  // how waits spin and yield before sleeping (the engine's)
