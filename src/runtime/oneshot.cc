@@ -107,10 +107,12 @@ void Communicator::runOneShot(const Args& a) {
   std::string mismatch;
   auto poll = [&] {
     bool moved = false;
+    uint32_t sent = 0;
     for (int i = 1; i < n; ++i) {  // the next rank first, as the ring would
       int q = (me + i) % n;
-      if ((toSend >> q & 1) && ShotBox(shotSend_[q]->conn).trySend(sig, sendData(q), bytes)) {
+      if ((toSend >> q & 1) && ShotBox(shotSend_[q]->conn).trySend(sig, sendData(q), bytes, false)) {
         toSend &= ~(1u << q);
+        sent |= 1u << q;
         moved = true;
       }
       int f = (me - i + n) % n;
@@ -121,6 +123,15 @@ void Communicator::runOneShot(const Args& a) {
         if ((m.sig != sig || m.bytes != bytes) && mismatch.empty())
           mismatch = fmt::format("size or type mismatch: this rank called {}, rank {} called {}", describe(sig, bytes),
                                  f, describe(m.sig, m.bytes));
+      }
+    }
+    if (sent) {  // wake the receivers: one fence, then each distinct doorbell once
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      transport::Waker* last = nullptr;
+      for (int q = 0; q < n; ++q) {
+        transport::Waker* w = sent >> q & 1 ? shotSend_[q]->conn.wake : nullptr;
+        if (w && w != last) w->ringFenced();
+        if (w) last = w;
       }
     }
     return moved;

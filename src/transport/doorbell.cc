@@ -74,6 +74,10 @@ Doorbell::~Doorbell() {
 void Doorbell::ring() {
   // Pairs with the fence implied by the sleeper's fetch_add: either it sees what we published, or we see it waiting.
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  ringFenced();
+}
+
+void Doorbell::ringFenced() {
   if (page_->waiters.load(std::memory_order_relaxed) == 0) return;
   page_->seq.fetch_add(1, std::memory_order_seq_cst);
   os::futexWakeAll(&page_->seq);

@@ -10,7 +10,7 @@ namespace {
 inline uint64_t line(uint32_t data, uint32_t flag) { return static_cast<uint64_t>(flag) << 32 | data; }
 }  // namespace
 
-bool ShotBox::trySend(uint32_t sig, const void* data, size_t bytes) {
+bool ShotBox::trySend(uint32_t sig, const void* data, size_t bytes, bool ring) {
   uint64_t seq = ci_.shotSeq + 1;
   if (seq > static_cast<uint64_t>(kShotSlots) && ci_.shotFree < seq - kShotSlots) {
     // The slot's previous message (seq - kShotSlots) must have been taken: read the receiver's line only then.
@@ -29,7 +29,7 @@ bool ShotBox::trySend(uint32_t sig, const void* data, size_t bytes) {
   w[1].store(line(sig, flag), std::memory_order_relaxed);
   w[0].store(line(static_cast<uint32_t>(bytes), flag), std::memory_order_release);
   ci_.shotSeq = seq;
-  if (ci_.wake) ci_.wake->ring();
+  if (ring && ci_.wake) ci_.wake->ring();
   return true;
 }
 

@@ -54,6 +54,7 @@ class Doorbell : public Waker {
 
   /// Wakes every thread sleeping on this doorbell. Call after publishing (release store) what they wait for.
   void ring() override;
+  void ringFenced() override;
   /// Sleeps until a ring or `timeout`, unless `ready()` is true after this thread announced itself (so a ring
   /// between the caller's last check and the sleep is never lost).
   void sleep(ReadyRef ready, std::chrono::microseconds timeout);

@@ -48,8 +48,9 @@ class ShotBox {
   /// Whether the connection has a mailbox (shared memory and same-process P2P; not NET).
   static bool available(const ConnInfo& ci) { return ci.shot != nullptr; }
   /// Sender: writes the next message if its slot is free (false: the receiver is kShotSlots messages behind).
-  /// `bytes` <= kShotMaxBytes.
-  bool trySend(uint32_t sig, const void* data, size_t bytes);
+  /// `bytes` <= kShotMaxBytes. `ring`: wake the receiver (otherwise the caller issues a seq_cst fence, then
+  /// ringFenced() on the connection's waker: one fence for the messages to several peers).
+  bool trySend(uint32_t sig, const void* data, size_t bytes, bool ring = true);
   /// Receiver: takes the next message if all of it arrived; copies at most `maxBytes` into `out`.
   bool tryRecv(void* out, size_t maxBytes, ShotMessage* m);
 

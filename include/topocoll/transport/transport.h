@@ -95,6 +95,8 @@ class Waker {
  public:
   virtual ~Waker() = default;
   virtual void ring() = 0;
+  /// ring() for a caller that issued a seq_cst fence after publishing (one fence for several wakers).
+  virtual void ringFenced() { ring(); }
 };
 
 /// Shared counters of one connection side, each on its own cache line.
