@@ -30,14 +30,14 @@ struct alignas(4096) SendMem {
   RecvPost post;      // written by the receiver
 };
 
-/// Owned by the receiver; the sender writes tail.
+/// Owned by the receiver (three pages with the one-shot mailbox); the sender writes tail and the mailbox slots.
 struct alignas(4096) RecvMem {
   Counter tail;
   Probe probe;
   ShotArea shot;      // the one-shot mailbox: the sender writes the slots, the receiver `consumed`
 };
 
-static_assert(sizeof(SendMem) == 4096 && sizeof(RecvMem) == 4096, "control blocks are one page");
+static_assert(sizeof(SendMem) == 4096 && sizeof(RecvMem) % 4096 == 0, "control blocks are whole pages");
 
 /// Points a shared-memory connection's counters and control lines into its two blocks (both sides alike): the
 /// receiver's head doubles as the sender's ack. NET lays its own out (net.cc: a proxy forwards the acks).

@@ -24,7 +24,7 @@ namespace topocoll::transport {
 /// Largest payload of one mailbox message.
 constexpr size_t kShotMaxBytes = 256;
 /// Messages a sender may run ahead of its receiver.
-constexpr int kShotSlots = 4;
+constexpr int kShotSlots = 16;
 /// Words of one slot: 2 header words (bytes, signature) then 4 data bytes per word, padded to whole cache lines.
 constexpr size_t kShotWords = ((2 + kShotMaxBytes / 4) + 7) / 8 * 8;
 
