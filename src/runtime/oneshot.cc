@@ -107,7 +107,7 @@ void Communicator::runOneShot(const Args& a) {
   std::string mismatch;
   auto poll = [&] {
     bool moved = false;
-    uint32_t sent = 0;
+    uint32_t sent = 0, took = 0;
     for (int i = 1; i < n; ++i) {  // the next rank first, as the ring would
       int q = (me + i) % n;
       if ((toSend >> q & 1) && ShotBox(shotSend_[q]->conn).trySend(sig, sendData(q), bytes, false)) {
@@ -119,20 +119,26 @@ void Communicator::runOneShot(const Args& a) {
       ShotMessage m;
       if ((toRecv >> f & 1) && ShotBox(shotRecv_[f]->conn).tryRecv(recvInto(f), bytes, &m)) {
         toRecv &= ~(1u << f);
+        took |= 1u << f;
         moved = true;
         if ((m.sig != sig || m.bytes != bytes) && mismatch.empty())
           mismatch = fmt::format("size or type mismatch: this rank called {}, rank {} called {}", describe(sig, bytes),
                                  f, describe(m.sig, m.bytes));
       }
     }
-    if (sent) {  // wake the receivers: one fence, then each distinct doorbell once
+    if (sent | took) {
+      // Wake the receivers of what was sent, and the senders of what was taken (one waiting for a free slot may
+      // sleep): one fence, then each distinct doorbell once (ranks of one process share theirs).
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      transport::Waker* last = nullptr;
-      for (int q = 0; q < n; ++q) {
-        transport::Waker* w = sent >> q & 1 ? shotSend_[q]->conn.wake : nullptr;
-        if (w && w != last) w->ringFenced();
-        if (w) last = w;
-      }
+      transport::Waker* rung[2 * collectives::kDirectMaxRanks];
+      int nRung = 0;
+      for (int q = 0; q < n; ++q)
+        for (transport::Waker* w : {sent >> q & 1 ? shotSend_[q]->conn.wake : nullptr,
+                                    took >> q & 1 ? shotRecv_[q]->conn.wake : nullptr}) {
+          if (!w || std::find(rung, rung + nRung, w) != rung + nRung) continue;
+          rung[nRung++] = w;
+          w->ringFenced();
+        }
     }
     return moved;
   };
