@@ -95,14 +95,15 @@ void Communicator::runOneShot(const Args& a) {
   };
   for (int q = 0; q < n; ++q) {
     if (q == me) continue;
-    bool sends = !(a.coll == Coll::kBroadcast && me != a.root) &&
-                 !(a.coll == Coll::kReduce && q != a.root);
+    bool sends = !(a.coll == Coll::kBroadcast && me != a.root) && !(a.coll == Coll::kReduce && q != a.root);
     bool recvs = !(a.coll == Coll::kBroadcast && q != a.root) && !(a.coll == Coll::kReduce && me != a.root);
     if (sends) toSend |= 1u << q;
     if (recvs) toRecv |= 1u << q;
   }
-  for (auto* c : shotSend_)
-    if (c && c->broken()) fail(StatusCode::kRemoteError, "connection to rank {} is broken: {}", c->peer, c->brokenReason());
+  for (const auto* list : {&shotSend_, &shotRecv_})  // a failed one-shot left these mailboxes out of step
+    for (auto* c : *list)
+      if (c && c->broken())
+        fail(StatusCode::kRemoteError, "the connection with rank {} is broken: {}", c->peer, c->brokenReason());
 
   std::string mismatch;
   auto poll = [&] {
