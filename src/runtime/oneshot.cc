@@ -26,12 +26,16 @@ namespace {
 bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
 bool rooted(Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }
 
-// What a rank called, in 32 bits: the receiver compares it with its own (with the size, in the header).
-uint32_t signature(const Args& a) {
+// What a rank called, in 32 bits: the receiver compares it with its own (with the size, in the header). Bits 16-31
+// number the communicator's one-shot calls (every rank counts the same calls): a message a mismatched call left
+// unread (a Broadcast against an AllReduce) carries an older number, so a later call fails on it instead of taking
+// its data.
+constexpr uint32_t kCallShift = 16;
+uint32_t signature(const Args& a, uint32_t call) {
   uint32_t s = static_cast<uint32_t>(a.coll) | static_cast<uint32_t>(a.type) << 3;
   if (reduces(a.coll)) s |= (static_cast<uint32_t>(a.op) + 1) << 8;
   if (rooted(a.coll)) s |= (static_cast<uint32_t>(a.root) + 1) << 12;
-  return s;
+  return s | call << kCallShift;
 }
 
 std::string describe(uint32_t sig, size_t bytes) {
@@ -40,7 +44,7 @@ std::string describe(uint32_t sig, size_t bytes) {
   std::string s = fmt::format("{} with {} bytes per peer of {}", collectives::collName(coll), bytes,
                               isValid(type) ? to_string(type) : "?");
   if ((sig >> 8) & 15) s += fmt::format(", {}", to_string(static_cast<RedOp>(((sig >> 8) & 15) - 1)));
-  if (sig >> 12) s += fmt::format(", root {}", (sig >> 12) - 1);
+  if ((sig >> 12) & 15) s += fmt::format(", root {}", ((sig >> 12) & 15) - 1);
   return s;
 }
 
@@ -76,7 +80,8 @@ void Communicator::runOneShot(const Args& a) {
           collectives::collBytes(a, nRanks_));
   const int n = nRanks_, me = rank_;
   const size_t es = sizeOf(a.type), count = a.count, bytes = count * es;
-  const uint32_t sig = signature(a);
+  const uint32_t call = ++shotCalls_ & 0xffff;
+  const uint32_t sig = signature(a, call);
   const auto* in = static_cast<const char*>(a.send);
   auto* out = static_cast<char*>(a.recv);
   // Every rank's contribution (reductions), in rank order: srcs[q] points into `got` or at this rank's input.
@@ -122,7 +127,12 @@ void Communicator::runOneShot(const Args& a) {
         toRecv &= ~(1u << f);
         took |= 1u << f;
         moved = true;
-        if ((m.sig != sig || m.bytes != bytes) && mismatch.empty())
+        if (mismatch.empty() && m.sig >> kCallShift != call)
+          mismatch = fmt::format(
+              "rank {}'s message belongs to its one-shot call {} (this is call {}): an earlier call was mismatched "
+              "across ranks and left it unread ({})",
+              f, m.sig >> kCallShift, call, describe(m.sig, m.bytes));
+        else if ((m.sig != sig || m.bytes != bytes) && mismatch.empty())
           mismatch = fmt::format("size or type mismatch: this rank called {}, rank {} called {}", describe(sig, bytes),
                                  f, describe(m.sig, m.bytes));
       }

@@ -242,6 +242,36 @@ TEST(OneShotFaults, MismatchesFailOnBothRanksAndTheNextCallWorks) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// Calls whose message patterns differ (a Broadcast root against an AllReduce) leave the root's mailboxes with messages
+// it never read: the next call on the root fails on them (they are numbered by call), never taking their data; the
+// other ranks get the right result.
+TEST(OneShotFaults, MessagesLeftByAMismatchedCallAreRefusedNotTaken) {
+  auto errors = runRanks(
+      3, [](int, runtime::InitOptions& o) { o.cfg.hostId = "one-host"; },
+      [](Communicator& c, int r) {
+        float a[2] = {1, 2}, b[2];
+        try {
+          if (r == 0) c.broadcast(a, b, 2, DataType::kFloat32, 0);
+          else c.allReduce(a, b, 2, DataType::kFloat32, RedOp::kSum);
+          if (r != 0) fail(StatusCode::kInternal, "rank {}: no error for the mismatched call", r);
+        } catch (const Error& e) {
+          if (r == 0 || e.code() != StatusCode::kInvalidUsage) throw;
+        }
+        int32_t x = r + 1, y = 0;
+        try {
+          c.allReduce(&x, &y, 1, DataType::kInt32, RedOp::kSum);
+        } catch (const Error& e) {
+          if (r == 0 && e.code() == StatusCode::kInvalidUsage &&
+              std::string(e.what()).find("left it unread") != std::string::npos)
+            return;
+          throw;
+        }
+        if (r == 0) fail(StatusCode::kInternal, "rank 0 took a message left by the mismatched call (result {})", y);
+        if (y != 6) fail(StatusCode::kInternal, "rank {}: {} after the mismatch", r, y);
+      });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
 // A rank waiting in a one-shot collective for a peer that never calls it: abort from another thread unblocks it; without
 // abort it fails at TOPOCOLL_TIMEOUT naming the peer.
 TEST(OneShotFaults, AbortAndTimeoutEndTheWait) {

@@ -266,6 +266,7 @@ class Communicator {
   /// execute() words them.
   void runOneShotNow(const collectives::Args& a);
   bool shotReady_ = false;
+  uint32_t shotCalls_ = 0;  // one-shot calls so far (oneshot.cc: numbers each call's messages)
   std::vector<transport::Connector*> shotSend_, shotRecv_;  // [peer]: the connectors whose mailboxes it uses
   int waitSpinUs_ = 20, waitYieldUs_ = 0;  // how waits spin and yield before sleeping (the engine's)
   void collLoop();
