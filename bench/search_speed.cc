@@ -7,11 +7,11 @@
 // Each case runs at least R times and at least M milliseconds; the table is markdown (docs/performance.md).
 // --loop N (for profilers: perf record, perf stat, callgrind) then runs rank 0's searches N more times on copies of
 // the searched system, nothing else, and prints their median and best time per case.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -72,16 +72,20 @@ int main(int argc, char** argv) {
   double minMs = 200;
   std::string filter;
   int loop = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--runs"))
-      runs = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--min-ms"))
-      minMs = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--filter"))
-      filter = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--loop"))
-      loop = std::atoi(argv[i + 1]);
-  }
+  CLI::App app{
+      "Search speed against NCCL 2.30.7's own: for every conformance case (tests/conformance/cases.txt and "
+      "cases-more.txt, with their knobs), the best of the runs of rank 0's ring, tree, CollNet and NVLS searches, "
+      "beside NCCL's recorded searchTimeMs.rank0 and their ratio, as a markdown table (docs/performance.md). "
+      "TOPOCOLL_SEARCH_MEMO=0 in the environment times the full walk.",
+      "search_speed"};
+  app.add_option("--runs", runs, "runs per case, at least (the best one counts)")->check(CLI::Range(1, 1000000));
+  app.add_option("--min-ms", minMs, "milliseconds per case, at least")->check(CLI::Range(0.0, 1e7));
+  app.add_option("--filter", filter, "only the cases whose name contains this");
+  app.add_option("--loop", loop,
+                 "then run rank 0's searches N more times per case on copies of the searched system, nothing else, "
+                 "and print their median and best time (for perf record, perf stat, callgrind)")
+      ->check(CLI::Range(0, 100000000));
+  CLI11_PARSE(app, argc, argv);
   const std::string root = TOPOCOLL_SOURCE_DIR;
   fmt::print(
       "| case | topocoll search, best of runs (ms) | NCCL 2.30.7 searchTimeMs.rank0 (ms) | ratio NCCL/topocoll "
