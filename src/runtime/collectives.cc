@@ -290,9 +290,7 @@ void Communicator::execute(CollTask& t) {
           fail(StatusCode::kInvalidUsage, "rank {} called {} while rank {} called {}", rank_, describe(all[rank_]), r,
                describe(all[r]));
     }
-    if (oneShotFits(a)) {
-      runOneShot(a);
-    } else {
+    if (!(oneShotFits(a) && runOneShot(a))) {
       if (hosts_.size() > 1 && a.count > 0) links_->connectAll();  // see makeLinkOp
       collectives::run(*links_, a, choose(a));
     }
@@ -317,7 +315,7 @@ void Communicator::runNow(CollTask& t) {
   execute(t);
 }
 
-void Communicator::runOneShotNow(const Args& a) {
+bool Communicator::runOneShotNow(const Args& a) {
   {
     std::unique_lock<std::mutex> lock(queueMu_);
     queueCv_.wait(lock, [&] { return queued_ == 0; });
@@ -325,7 +323,7 @@ void Communicator::runOneShotNow(const Args& a) {
   std::lock_guard<std::mutex> lock(collMu_);
   try {
     if (abort_.load()) fail(StatusCode::kAborted, "the communicator was aborted");
-    runOneShot(a);
+    return runOneShot(a);
   } catch (const Error& e) {
     fail(e.code(), "rank {}: {} of {} x {}: {}", rank_, collectives::collName(a.coll), a.count, to_string(a.type),
          e.what());
@@ -382,10 +380,8 @@ void Communicator::stopCollectives() {
 Request Communicator::collective(const Args& a, bool blocking) {
   if (blocking && groupDepth() == 0) {  // the latency path: nothing allocated here
     checkCollArgs(a);
-    if (!ctx_->cfg.checkCalls && oneShotFits(a)) {  // the smallest: no task, straight to the mailboxes
-      runOneShotNow(a);
-      return Request();
-    }
+    // The smallest: no task, straight to the mailboxes (unless the ranks found some lack them: then the engine).
+    if (!ctx_->cfg.checkCalls && oneShotFits(a) && runOneShotNow(a)) return Request();
     CollTask t;
     t.comm = this;
     t.args = a;

@@ -54,12 +54,13 @@ bool Communicator::oneShotFits(const Args& a) const {
   const Config& cfg = ctx_->cfg;
   // Every rank decides alike: the same arguments, knobs and job facts.
   if (nRanks_ < 2 || nRanks_ > collectives::kDirectMaxRanks || hosts_.size() != 1 || !hostMemory() || a.count == 0 ||
-      !cfg.algo.empty() || !cfg.proto.empty())
+      !cfg.algo.empty() || !cfg.proto.empty() || shotOff_.load(std::memory_order_relaxed))
     return false;
   return a.count * sizeOf(a.type) <= static_cast<size_t>(cfg.oneShotMax);
 }
 
-void Communicator::runOneShot(const Args& a) {
+bool Communicator::runOneShot(const Args& a) {
+  if (shotOff_.load(std::memory_order_relaxed)) return false;
   if (!shotReady_) {
     std::vector<int> peers;
     for (int p = 0; p < nRanks_; ++p)
@@ -67,11 +68,26 @@ void Communicator::runOneShot(const Args& a) {
     ensureConnected(peers);  // collective: every rank makes the same decision at the same call
     shotSend_.assign(nRanks_, nullptr);
     shotRecv_.assign(nRanks_, nullptr);
+    std::string lacking;  // the first connection without a mailbox (NET/Socket between ranks of one host)
     for (int p : peers) {
       shotSend_[p] = p2pConnectors(p, transport::Side::kSend)[0];
       shotRecv_[p] = p2pConnectors(p, transport::Side::kRecv)[0];
-      if (!ShotBox::available(shotSend_[p]->conn) || !ShotBox::available(shotRecv_[p]->conn))
-        fail(StatusCode::kInternal, "the connection with rank {} has no one-shot mailbox ({})", p, shotSend_[p]->via);
+      if (lacking.empty() && (!ShotBox::available(shotSend_[p]->conn) || !ShotBox::available(shotRecv_[p]->conn)))
+        lacking = fmt::format("rank {} via {}", p, shotSend_[p]->via);
+    }
+    // Every rank must take the same path: agree over the bootstrap once (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 on one
+    // host, or ranks whose shared memory cannot be mapped by their peers, connect over NET: no mailboxes).
+    std::vector<uint8_t> ok(nRanks_);
+    ok[rank_] = lacking.empty() ? 1 : 0;
+    {
+      std::lock_guard<std::mutex> lock(setupMu_);
+      bs_->allGather(ok.data(), 1);
+    }
+    if (std::find(ok.begin(), ok.end(), 0) != ok.end()) {
+      TC_INFO(log::kTuning, "OneShot off: {}", lacking.empty() ? "a peer's connections lack mailboxes"
+                                                                : lacking + " has no mailbox");
+      shotOff_.store(true, std::memory_order_relaxed);
+      return false;
     }
     shotReady_ = true;
   }
@@ -127,11 +143,16 @@ void Communicator::runOneShot(const Args& a) {
         toRecv &= ~(1u << f);
         took |= 1u << f;
         moved = true;
-        if (mismatch.empty() && m.sig >> kCallShift != call)
-          mismatch = fmt::format(
-              "rank {}'s message belongs to its one-shot call {} (this is call {}): an earlier call was mismatched "
-              "across ranks and left it unread ({})",
-              f, m.sig >> kCallShift, call, describe(m.sig, m.bytes));
+        const uint32_t from = m.sig >> kCallShift;
+        if (from != call && static_cast<int16_t>(call - from) > 0) {
+          // Left unread by an earlier call that was mismatched across ranks (a Broadcast root against a Reduce: both
+          // only send): skip it, so the mailbox heals, and wait for this call's message.
+          toRecv |= 1u << f;
+          TC_WARN("rank {}: skipped rank {}'s message of its one-shot call {} (this is call {}: {}), left "
+                  "unread by a call mismatched across ranks", me, f, from, call, describe(m.sig, m.bytes));
+        } else if (mismatch.empty() && from != call)
+          mismatch = fmt::format("rank {}'s message belongs to its one-shot call {} (this is call {}): {}", f, from,
+                                 call, describe(m.sig, m.bytes));
         else if ((m.sig != sig || m.bytes != bytes) && mismatch.empty())
           mismatch = fmt::format("size or type mismatch: this rank called {}, rank {} called {}", describe(sig, bytes),
                                  f, describe(m.sig, m.bytes));
@@ -167,9 +188,9 @@ void Communicator::runOneShot(const Args& a) {
         continue;
       }
       if (stop()) fail(StatusCode::kAborted, "the communicator was aborted");
-      if (++idle >= 256) {
-        idle = 200;  // from here on every few polls
-        if (since == std::chrono::steady_clock::time_point{}) since = std::chrono::steady_clock::now();
+      if (since == std::chrono::steady_clock::time_point{}) since = std::chrono::steady_clock::now();
+      if (++idle >= 16) {  // every few idle polls (once the wait sleeps, each is a doorbell slice)
+        idle = 0;
         uint32_t due = toSend | toRecv;
         for (int q = 0; q < n; ++q) {
           if (!(due >> q & 1)) continue;
@@ -198,7 +219,7 @@ void Communicator::runOneShot(const Args& a) {
     case Coll::kAllReduce:
     case Coll::kReduce:
     case Coll::kReduceScatter: {
-      if (a.coll == Coll::kReduce && me != a.root) return;
+      if (a.coll == Coll::kReduce && me != a.root) return true;
       const char* mine = sendData(me);
       for (int q = 0; q < n; ++q) srcs[q] = q == me ? static_cast<const void*>(mine) : got[q];
       // dst may alias only srcs[0]: reduce into a scratch line when the output is this rank's (later) input.
@@ -207,15 +228,16 @@ void Communicator::runOneShot(const Args& a) {
       collectives::reduceMany(a.type, a.op, dst, srcs, n, count);
       if (alias) std::memcpy(out, dst, bytes);
       if (a.op == RedOp::kAvg) collectives::finishAvg(a.type, out, count, n);
-      return;
+      return true;
     }
     case Coll::kAllGather:
       if (out + static_cast<size_t>(me) * bytes != in) std::memmove(out + static_cast<size_t>(me) * bytes, in, bytes);
-      return;
+      return true;
     case Coll::kBroadcast:
       if (me == a.root && out != in) std::memmove(out, in, bytes);
-      return;
+      return true;
   }
+  return true;
 }
 
 }  // namespace topocoll::runtime

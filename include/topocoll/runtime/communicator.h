@@ -261,11 +261,14 @@ class Communicator {
   // One-shot small collectives (oneshot.cc): whether `a` takes that path (the same answer on every rank), and the
   // path itself (throws like the algorithms).
   bool oneShotFits(const collectives::Args& a) const;
-  void runOneShot(const collectives::Args& a);
+  /// false (nothing done, on every rank alike) when some rank's connections lack mailboxes: the caller runs the call
+  /// on the engine, and oneShotFits says false from then on.
+  bool runOneShot(const collectives::Args& a);
   /// runOneShot for a blocking call outside groups: after what the collective thread has queued, errors worded as
   /// execute() words them.
-  void runOneShotNow(const collectives::Args& a);
+  bool runOneShotNow(const collectives::Args& a);
   bool shotReady_ = false;
+  std::atomic<bool> shotOff_{false};  // the ranks agreed that some connection has no mailbox (NET on one host)
   uint32_t shotCalls_ = 0;  // one-shot calls so far (oneshot.cc: numbers each call's messages)
   std::vector<transport::Connector*> shotSend_, shotRecv_;  // [peer]: the connectors whose mailboxes it uses
   int waitSpinUs_ = 20, waitYieldUs_ = 0;  // how waits spin and yield before sleeping (the engine's)
