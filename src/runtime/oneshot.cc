@@ -223,8 +223,9 @@ bool Communicator::runOneShot(const Args& a) {
       if (a.coll == Coll::kReduce && me != a.root) return true;
       const char* mine = sendData(me);
       for (int q = 0; q < n; ++q) srcs[q] = q == me ? static_cast<const void*>(mine) : got[q];
-      // dst may alias only srcs[0]: reduce into a scratch line when the output is this rank's (later) input.
-      bool alias = me != 0 && out < mine + bytes && mine < out + bytes;
+      // dst may alias only srcs[0], and only exactly: reduce into a scratch line when the output overlaps this rank's
+      // input otherwise (a later source, or rank 0's input shifted).
+      bool alias = (me != 0 || out != mine) && out < mine + bytes && mine < out + bytes;
       char* dst = alias ? got[me] : out;
       collectives::reduceMany(a.type, a.op, dst, srcs, n, count);
       if (alias) std::memcpy(out, dst, bytes);

@@ -266,6 +266,25 @@ TEST(OneShotFaults, MessagesLeftByAMismatchedCallAreSkippedNotTaken) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// An output that overlaps the input without being it (shifted by one element, either way) still gets the sum of the
+// inputs as they were, on every rank, rank 0 included.
+TEST(OneShot, OutputsOverlappingTheInputGetTheSum) {
+  for (int shift : {1, -1}) {
+    auto errors = runRanks(
+        3, [](int, runtime::InitOptions& o) { o.cfg.hostId = "one-host"; },
+        [shift](Communicator& c, int r) {
+          int32_t buf[8] = {};
+          int32_t* in = buf + 2;
+          for (int i = 0; i < 4; ++i) in[i] = (r + 1) * (i + 1);
+          c.allReduce(in, in + shift, 4, DataType::kInt32, RedOp::kSum);
+          for (int i = 0; i < 4; ++i)
+            if (in[shift + i] != 6 * (i + 1))
+              fail(StatusCode::kInternal, "rank {}, shift {}: element {} is {}", r, shift, i, in[shift + i]);
+        });
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "shift " << shift << ", rank " << r;
+  }
+}
+
 // Ranks of one host connected over NET (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) have no mailboxes: the ranks agree at
 // the first small call to leave OneShot off, and every small collective runs on the engine instead.
 TEST(OneShot, OffWhenTheConnectionsHaveNoMailboxes) {
