@@ -59,6 +59,12 @@ constexpr size_t kBroadcastPiece = 4 << 20;
 // 2-rank Broadcast from this size: two halves over two connectors (broadcastPair); below, one single copy (below
 // 64 KiB, TOPOCOLL_P2P_SINGLE_COPY, through the FIFO).
 constexpr size_t kBroadcastPairMin = 512 << 10;
+// 2-rank AllReduce from this size: allReducePair (single copies out of the peer's buffers) instead of the ring's
+// FIFO steps, in pieces of kPairPiece bytes (a few of them fit in the L2 with the input and output lines they meet)
+// through kPairSlots scratch slots.
+constexpr size_t kAllReducePairMin = 256 << 10;
+constexpr size_t kPairPiece = 256 << 10;
+constexpr size_t kPairSlots = 4;
 
 int positionOf(const int* ring, int n, int rank) {
   for (int p = 0; p < n; ++p)
@@ -163,6 +169,7 @@ class Runner {
   void allReduceRing() {
     size_t count = a_.count;
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
+    if (n_ == 2 && count * es_ >= kAllReducePairMin && l_.nChannels() >= 2) return allReducePair();
     std::vector<Range> whole(nCh_);
     std::vector<Ring> rings(nCh_);
     for (int c = 0; c < nCh_; ++c) whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);
@@ -184,6 +191,48 @@ class Runner {
       }
       l_.waitAll();
     }
+  }
+
+  // The ring between 2 ranks without its FIFO copies: rank r reduces half r. Piece by piece, it pulls the peer's input
+  // of its half into a scratch slot (single copy, channel 0), reduces it with its own input into its output, and
+  // offers that reduced piece to the peer, which pulls it into its output (channel 1) while the next piece is
+  // reduced: per rank, two single copies and one reduction of half the data, both processes copying at once.
+  // Every element is reduced by one rank only, so both get the same bits. In place, the peer's reduced piece lands
+  // on input the peer pulled before: it reduced that piece, so its pull of it had finished.
+  void allReducePair() {
+    const int peer = 1 - me_;
+    const Range mine = split(a_.count, 2, me_), theirs = split(a_.count, 2, peer);
+    const size_t piece = std::max<size_t>(1, kPairPiece / es_);
+    auto pieceAt = [&](Range r, size_t k) {
+      size_t b = r.begin + k * piece;
+      return Range{b, std::min(r.end, b + piece)};
+    };
+    const size_t nMine = (mine.size() + piece - 1) / piece, nTheirs = (theirs.size() + piece - 1) / piece;
+    char* tmp = l_.scratch(kPairSlots * piece * es_);
+    auto slot = [&](size_t k) { return tmp + (k % kPairSlots) * piece * es_; };
+    for (size_t k = 0; k < nTheirs; ++k) {
+      Range r = pieceAt(theirs, k);
+      send(0, peer, at(send_, r.begin), r.size(), false, Copier::kPull);
+    }
+    int h[kPairSlots];
+    for (size_t k = 0; k < std::min(nMine, kPairSlots); ++k) h[k] = recv(0, peer, slot(k), pieceAt(mine, k).size());
+    // Receives from one peer are matched in the order they are posted: the peer's reduced piece k is received after
+    // the inputs of pieces up to k + kPairSlots, which the peer sent first.
+    for (size_t k = 0; k < std::max(nMine, nTheirs); ++k) {
+      if (k < nMine) {
+        Range r = pieceAt(mine, k);
+        l_.wait(h[k % kPairSlots]);
+        reduce2(at(recv_, r.begin), slot(k), at(send_, r.begin), r.size());
+        avg(at(recv_, r.begin), r.size());
+        send(1, peer, at(recv_, r.begin), r.size(), false, Copier::kPull);
+        if (k + kPairSlots < nMine) h[k % kPairSlots] = recv(0, peer, slot(k), pieceAt(mine, k + kPairSlots).size());
+      }
+      if (k < nTheirs) {
+        Range r = pieceAt(theirs, k);
+        recv(1, peer, at(recv_, r.begin), r.size());
+      }
+    }
+    l_.waitAll();
   }
 
   // Each rank sends its whole input to every other rank and reduces all inputs itself, in rank order (so every rank

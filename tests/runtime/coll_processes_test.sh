@@ -50,6 +50,19 @@ for tr in $([ -z "${COLL_RANKS:-}" ] && echo P2P SHM); do
   fi
 done
 
+# 2-rank AllReduce from 256 KiB takes single copies out of the peer's buffers (process_vm_readv between processes):
+# every op, in place and out of place (every row), sizes around the threshold and odd counts, P2P and SHM.
+for tr in $([ -z "${COLL_RANKS:-}" ] && echo P2P SHM); do
+  env=()
+  [ $tr = SHM ] && env=(NCCL_P2P_DISABLE=1)
+  if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" all_reduce_perf -np 2 -l 262143,262144,3145731 -d int8 -o all -n 2 -w 1 \
+    > "$tmp/ar-$tr" 2>&1 && [ "$(grep -cE '^ +[0-9]' "$tmp/ar-$tr")" = 15 ]; then
+    ok "allreduce pair $tr-2 (every op, every result checked)"
+  else
+    bad "allreduce pair $tr-2" "$(grep -vE '^ +[0-9]|^#' "$tmp/ar-$tr" | head -3)"
+  fi
+done
+
 # killMid NAME INDEX RANK TEST -np N: runs TEST on 64 MiB, kills the INDEX-th forked rank (rank RANK) with -9 in the
 # middle of a collective; the others must fail naming it (the survivors' lines say "rank RANK"), nobody may hang.
 killMid() {

@@ -382,6 +382,55 @@ TEST(Collectives8, EightRanksEveryAlgorithm) {
   }
 }
 
+// 2-rank AllReduce from kAllReducePairMin (256 KiB) takes single copies out of the peer's buffers, piece by piece
+// (allReducePair): every type and op just past the threshold (one piece and one element), a sample past several
+// pieces with odd counts, float32 just below, at and far past it (uneven halves and last pieces), in place
+// and out of place, auto and forced Ring (LL and Simple), P2P (direct pointers) and SHM (single copies), 1 and 4
+// channels; NCCL_MAX_NCHANNELS=1 leaves one connector (the ring's FIFO steps instead).
+TEST(Collectives, TwoRankAllReducePair) {
+  struct Case {
+    const char* algo;
+    const char* proto;
+    int minChannels, maxChannels;
+  };
+  for (Case k : {Case{"", "", 0, 0}, Case{"ring", "ll", 4, 0}, Case{"ring", "simple", 0, 1}}) {
+    for (bool direct : {false, true}) {
+      auto errors = runRanks(
+          2,
+          [&](int r, runtime::InitOptions& o) {
+            if (direct) o.cfg.hostId = "one-host";
+            else testing::force(testing::Transport::kShm, r, o.cfg);
+            o.cfg.algo = k.algo;
+            o.cfg.proto = k.proto;
+            o.cfg.minNchannels = k.minChannels;
+            if (k.maxChannels) o.cfg.maxNchannels = k.maxChannels;
+          },
+          [&](Communicator& c, int r) {
+            for (DataType t : kTypes)
+              for (RedOp op : kOps)
+                for (bool inPlace : {false, true}) {
+                  std::string e = checkOne(c, Coll::kAllReduce, t, op, (size_t{256} << 10) / sizeOf(t) + 1, inPlace, 0);
+                  if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+                }
+            for (DataType t : {DataType::kInt8, DataType::kBfloat16, DataType::kFloat64})
+              for (RedOp op : {RedOp::kAvg, RedOp::kMax})
+                for (bool inPlace : {false, true}) {
+                  std::string e = checkOne(c, Coll::kAllReduce, t, op, (size_t{1} << 20) / sizeOf(t) + 3, inPlace, 0);
+                  if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+                }
+            for (size_t count : {(size_t{256} << 10) / 4 - 1, size_t{256} << 8, (size_t{5} << 18) + 7})
+              for (bool inPlace : {false, true}) {
+                std::string e = checkOne(c, Coll::kAllReduce, DataType::kFloat32, RedOp::kSum, count, inPlace, 0);
+                if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+              }
+          });
+      for (int r = 0; r < 2; ++r)
+        EXPECT_EQ(errors[r], "") << (direct ? "P2P" : "SHM") << " algo '" << k.algo << "' proto '" << k.proto
+                                 << "' channels " << k.minChannels << ".." << k.maxChannels << " rank " << r;
+    }
+  }
+}
+
 // 2-rank Broadcast from kBroadcastPairMin (512 KiB) goes in two halves over two connectors, the second pulled or
 // pushed depending on whether the root is in place: both roots, in place and out of place, sizes around the
 // threshold and odd counts, every protocol, P2P (direct pointers) and SHM (single copies), 1, 2 and 4 channels (too
