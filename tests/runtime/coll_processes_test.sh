@@ -37,31 +37,28 @@ for n in ${COLL_RANKS:-2 3 4}; do
   done
 done
 
+# twoRanks NAME ROWS WHAT ARGS...: topocoll-perf ARGS at 2 ranks over P2P and SHM (not again in the 8-rank run) must
+# print ROWS result rows, every one checked.
+twoRanks() {
+  local name=$1 rows=$2 what=$3 tr
+  shift 3
+  for tr in $([ -z "${COLL_RANKS:-}" ] && echo P2P SHM); do
+    local env=()
+    [ $tr = SHM ] && env=(NCCL_P2P_DISABLE=1)
+    if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" "$@" -np 2 -n 2 -w 1 > "$tmp/two" 2>&1 &&
+      [ "$(grep -cE '^ +[0-9]' "$tmp/two")" = "$rows" ]; then
+      ok "$name $tr-2 ($what, every result checked)"
+    else
+      bad "$name $tr-2" "$(grep -vE '^ +[0-9]|^#' "$tmp/two" | head -3)"
+    fi
+  done
+}
 # 2-rank Broadcast from 512 KiB goes in two halves over two connectors (pulled, or pushed by an in-place root):
-# both roots, in place and out of place (every row), odd sizes, P2P and SHM (not again in the 8-rank run).
-for tr in $([ -z "${COLL_RANKS:-}" ] && echo P2P SHM); do
-  env=()
-  [ $tr = SHM ] && env=(NCCL_P2P_DISABLE=1)
-  if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" broadcast_perf -np 2 -l 524287,524288,3145731 -d int8 -r all -n 2 -w 1 \
-    > "$tmp/bc-$tr" 2>&1 && [ "$(grep -cE '^ +[0-9]' "$tmp/bc-$tr")" = 6 ]; then
-    ok "broadcast halves $tr-2 (both roots, every result checked)"
-  else
-    bad "broadcast halves $tr-2" "$(grep -vE '^ +[0-9]|^#' "$tmp/bc-$tr" | head -3)"
-  fi
-done
-
+# both roots, in place and out of place (every row), odd sizes.
+twoRanks "broadcast halves" 6 "both roots" broadcast_perf -l 524287,524288,3145731 -d int8 -r all
 # 2-rank AllReduce from 256 KiB takes single copies out of the peer's buffers (process_vm_readv between processes):
-# every op, in place and out of place (every row), sizes around the threshold and odd counts, P2P and SHM.
-for tr in $([ -z "${COLL_RANKS:-}" ] && echo P2P SHM); do
-  env=()
-  [ $tr = SHM ] && env=(NCCL_P2P_DISABLE=1)
-  if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" all_reduce_perf -np 2 -l 262143,262144,3145731 -d int8 -o all -n 2 -w 1 \
-    > "$tmp/ar-$tr" 2>&1 && [ "$(grep -cE '^ +[0-9]' "$tmp/ar-$tr")" = 15 ]; then
-    ok "allreduce pair $tr-2 (every op, every result checked)"
-  else
-    bad "allreduce pair $tr-2" "$(grep -vE '^ +[0-9]|^#' "$tmp/ar-$tr" | head -3)"
-  fi
-done
+# every op, in place and out of place (every row), sizes around the threshold and odd counts.
+twoRanks "allreduce pair" 15 "every op" all_reduce_perf -l 262143,262144,3145731 -d int8 -o all
 
 # killMid NAME INDEX RANK TEST -np N: runs TEST on 64 MiB, kills the INDEX-th forked rank (rank RANK) with -9 in the
 # middle of a collective; the others must fail naming it (the survivors' lines say "rank RANK"), nobody may hang.
