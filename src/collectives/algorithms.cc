@@ -89,7 +89,9 @@ class Runner {
         return allReduceRing();
       case Coll::kAllGather: return allGatherRing();
       case Coll::kReduceScatter: return reduceScatterRing();
-      case Coll::kBroadcast: return broadcastChain();
+      case Coll::kBroadcast:
+        if (c_.algo == Algo::kDirect && n_ > 2 && a_.count * es_ >= kBroadcastStarMin) return broadcastStar();
+        return broadcastChain();
       case Coll::kReduce: return reduceChain();
     }
   }
@@ -448,6 +450,24 @@ class Runner {
         recv(c + nCh_, h.prev, at(recv_, mid), r.end - mid);
         recv(c, g.prev, at(recv_, r.begin), mid - r.begin);
       }
+    }
+    rootCopyWhileSending();
+    l_.waitAll();
+  }
+
+  // Broadcast on one host between more than 2 ranks (Direct, from kBroadcastStarMin): every other rank pulls each
+  // channel's range straight out of the root's buffer, all at once (one single copy each, nobody forwards: a chain
+  // makes the last rank wait for every hop), while the root copies its own output (out of place).
+  void broadcastStar() {
+    l_.connectAll();
+    for (int c = 0; c < nCh_; ++c) {
+      Range r = split(a_.count, nCh_, c);
+      if (!r.size()) continue;
+      if (me_ != a_.root) {
+        recv(c, a_.root, at(recv_, r.begin), r.size());
+        continue;
+      }
+      for (int i = 1; i < n_; ++i) send(c, (me_ + i) % n_, at(send_, r.begin), r.size(), false, Copier::kPull);
     }
     rootCopyWhileSending();
     l_.waitAll();

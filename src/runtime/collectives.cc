@@ -223,6 +223,11 @@ Choice Communicator::choose(const Args& a) const {
     c.proto = cfg.proto.empty() ? (perMessage <= static_cast<size_t>(cfg.p2pLlThreshold) ? Proto::kLL : Proto::kSimple)
                                 : c.proto;
   }
+  // Broadcast on one host between more than 2 ranks: every rank pulls from the root at once (Direct) instead of the
+  // chain from kBroadcastStarMin, when NCCL_ALGO leaves the choice (docs/collectives.md, session 22).
+  if (a.coll == Coll::kBroadcast && cfg.algo.empty() && hosts_.size() == 1 && nRanks_ > 2 &&
+      q.bytes >= collectives::kBroadcastStarMin)
+    c.algo = Algo::kDirect;
   TC_INFO(log::kTuning, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}} (model {:.1f} us, {})",
           collectives::collName(a.coll), q.bytes, collectives::algoName(c.algo), collectives::protoName(c.proto),
           c.nChannels - 1, h.timeUs, tuning::hostLinkName(q.link));

@@ -37,28 +37,30 @@ for n in ${COLL_RANKS:-2 3 4}; do
   done
 done
 
-# twoRanks NAME ROWS WHAT ARGS...: topocoll-perf ARGS at 2 ranks over P2P and SHM (not again in the 8-rank run) must
+# nRanks NAME N ROWS WHAT ARGS...: topocoll-perf ARGS at N ranks over P2P and SHM (not again in the 8-rank run) must
 # print ROWS result rows, every one checked.
-twoRanks() {
-  local name=$1 rows=$2 what=$3 tr
-  shift 3
+nRanks() {
+  local name=$1 n=$2 rows=$3 what=$4 tr
+  shift 4
   for tr in $([ -z "${COLL_RANKS:-}" ] && echo P2P SHM); do
     local env=()
     [ $tr = SHM ] && env=(NCCL_P2P_DISABLE=1)
-    if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" "$@" -np 2 -n 2 -w 1 > "$tmp/two" 2>&1 &&
-      [ "$(grep -cE '^ +[0-9]' "$tmp/two")" = "$rows" ]; then
-      ok "$name $tr-2 ($what, every result checked)"
+    if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" "$@" -np "$n" -n 2 -w 1 > "$tmp/nr" 2>&1 &&
+      [ "$(grep -cE '^ +[0-9]' "$tmp/nr")" = "$rows" ]; then
+      ok "$name $tr-$n ($what, every result checked)"
     else
-      bad "$name $tr-2" "$(grep -vE '^ +[0-9]|^#' "$tmp/two" | head -3)"
+      bad "$name $tr-$n" "$(grep -vE '^ +[0-9]|^#' "$tmp/nr" | head -3)"
     fi
   done
 }
 # 2-rank Broadcast from 512 KiB goes in two halves over two connectors (pulled, or pushed by an in-place root):
 # both roots, in place and out of place (every row), odd sizes.
-twoRanks "broadcast halves" 6 "both roots" broadcast_perf -l 524287,524288,3145731 -d int8 -r all
+nRanks "broadcast halves" 2 6 "both roots" broadcast_perf -l 524287,524288,3145731 -d int8 -r all
 # 2-rank AllReduce from 256 KiB takes single copies out of the peer's buffers (process_vm_readv between processes):
 # every op, in place and out of place (every row), sizes around the threshold and odd counts.
-twoRanks "allreduce pair" 15 "every op" all_reduce_perf -l 262143,262144,3145731 -d int8 -o all
+nRanks "allreduce pair" 2 15 "every op" all_reduce_perf -l 262143,262144,3145731 -d int8 -o all
+# Broadcast between more than 2 ranks from 64 KiB: every rank pulls from the root at once (every root, odd sizes).
+nRanks "broadcast from the root" 4 12 "every root" broadcast_perf -l 65535,65536,3145731 -d int8 -r all
 
 # killMid NAME INDEX RANK TEST -np N: runs TEST on 64 MiB, kills the INDEX-th forked rank (rank RANK) with -9 in the
 # middle of a collective; the others must fail naming it (the survivors' lines say "rank RANK"), nobody may hang.
@@ -92,6 +94,11 @@ killMid all-reduce 2 1 all_reduce_perf -np 3
 if [ -z "${COLL_RANKS:-}" ]; then
   killMid broadcast 2 1 broadcast_perf -np 2
   killMid broadcast 1 0 broadcast_perf -np 2
+  # 2-rank AllReduce (single copies out of the peer's buffers) and 4-rank Broadcast (every rank pulls from the root):
+  # a survivor waits in a pull, or for the ack of what it offered.
+  killMid all-reduce-pair 2 1 all_reduce_perf -np 2
+  killMid broadcast-star 1 0 broadcast_perf -np 4
+  killMid broadcast-star 3 2 broadcast_perf -np 4
 fi
 
 # New entries, except POSIX semaphores (sem.*) that tests running beside this one (Python's multiprocessing) make.

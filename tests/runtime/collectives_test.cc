@@ -431,6 +431,35 @@ TEST(Collectives, TwoRankAllReducePair) {
   }
 }
 
+// Broadcast on one host between more than 2 ranks from kBroadcastStarMin (64 KiB): every rank pulls from the root
+// (Direct, the auto choice); NCCL_ALGO=ring keeps the chain at the same sizes. 3 and 4 ranks, every root, in place
+// and out of place, sizes around the threshold and odd counts, P2P (direct pointers) and SHM (single copies).
+TEST(Collectives, BroadcastFromTheRootToEveryRank) {
+  for (int n : {3, 4})
+    for (const char* algo : {"", "ring"})
+      for (bool direct : {false, true}) {
+        auto errors = runRanks(
+            n,
+            [&](int r, runtime::InitOptions& o) {
+              if (direct) o.cfg.hostId = "one-host";
+              else testing::force(testing::Transport::kShm, r, o.cfg);
+              o.cfg.algo = algo;
+            },
+            [&](Communicator& c, int r) {
+              for (DataType t : {DataType::kFloat32, DataType::kInt8, DataType::kFloat16})
+                for (size_t bytes : {(size_t{64} << 10) - 1, size_t{64} << 10, (size_t{1} << 20) + 3})
+                  for (bool inPlace : {false, true})
+                    for (int root = 0; root < n; ++root) {
+                      size_t count = bytes / sizeOf(t) + (bytes % 2);
+                      std::string e = checkOne(c, Coll::kBroadcast, t, RedOp::kSum, count, inPlace, root);
+                      if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+                    }
+            });
+        for (int r = 0; r < n; ++r)
+          EXPECT_EQ(errors[r], "") << n << " ranks " << (direct ? "P2P" : "SHM") << " algo '" << algo << "' rank " << r;
+      }
+}
+
 // 2-rank Broadcast from kBroadcastPairMin (512 KiB) goes in two halves over two connectors, the second pulled or
 // pushed depending on whether the root is in place: both roots, in place and out of place, sizes around the
 // threshold and odd counts, every protocol, P2P (direct pointers) and SHM (single copies), 1, 2 and 4 channels (too

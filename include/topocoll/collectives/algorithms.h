@@ -20,12 +20,16 @@ enum class Coll : int { kAllReduce = 0, kBroadcast, kReduce, kAllGather, kReduce
 const char* collName(Coll c);  // NCCL's names: "AllReduce", "Broadcast", ...
 
 /// Ring and Tree are NCCL's (ids 1 and 0 in its logs); Direct: every rank sends its data to every other rank and
-/// reduces everything itself in rank order (one round of messages: the small-size algorithm of one host);
+/// reduces everything itself in rank order (one round of messages: the small-size algorithm of one host; Broadcast:
+/// every rank pulls from the root, see kBroadcastStarMin);
 /// DirectSplit: every rank reduces its split (1/n) of everybody's data, slice by slice, then takes every other
 /// rank's reduced split (one round of messages per slice and one for the all-gather, instead of the ring's 2(n-1)
 /// dependent steps: the large-size algorithm of one host with many ranks per core).
 enum class Algo : int { kTree = 0, kRing = 1, kDirect = 2, kDirectSplit = 3 };
 constexpr int kDirectMaxRanks = 8;
+/// Broadcast with Direct (one host, more than 2 ranks) from this size: every rank pulls the root's buffer at once;
+/// below, and with Ring, a pipelined chain.
+constexpr size_t kBroadcastStarMin = 64 << 10;
 const char* algoName(Algo a);
 /// NCCL's protocol ids: LL 0, Simple 2 (LL128 is not built for host memory).
 enum class Proto : int { kLL = 0, kSimple = 2 };
