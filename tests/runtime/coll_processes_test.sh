@@ -56,9 +56,9 @@ nRanks() {
 # 2-rank Broadcast from 512 KiB goes in two halves over two connectors (pulled, or pushed by an in-place root):
 # both roots, in place and out of place (every row), odd sizes.
 nRanks "broadcast halves" 2 6 "both roots" broadcast_perf -l 524287,524288,3145731 -d int8 -r all
-# 2-rank AllReduce from 256 KiB takes single copies out of the peer's buffers (process_vm_readv between processes):
+# 2-rank AllReduce from 1 MiB takes single copies out of the peer's buffers (process_vm_readv between processes):
 # every op, in place and out of place (every row), sizes around the threshold and odd counts.
-nRanks "allreduce pair" 2 15 "every op" all_reduce_perf -l 262143,262144,3145731 -d int8 -o all
+nRanks "allreduce pair" 2 15 "every op" all_reduce_perf -l 1048575,1048576,3145731 -d int8 -o all
 # Broadcast between more than 2 ranks from 64 KiB: every rank pulls from the root at once (every root, odd sizes).
 nRanks "broadcast from the root" 4 12 "every root" broadcast_perf -l 65535,65536,3145731 -d int8 -r all
 
