@@ -369,6 +369,11 @@ std::vector<Knob> buildRegistry() {
   r.push_back(intKnob<&Config::directSplitRanks>(
       "TOPOCOLL_DIRECT_SPLIT_RANKS", "collectives", 1, 1 << 20,
       "the fewest ranks for DirectSplit (see TOPOCOLL_DIRECT_SPLIT_MIN; at most 8 ranks use it)"));
+  r.push_back(intKnob<&Config::p2pMailboxMax>(
+      "TOPOCOLL_P2P_MAILBOX_MAX", "transport", 0, 256,
+      "sends and receives of at most this many bytes between ranks whose connection has a mailbox (shared memory, "
+      "P2P; not NET) go eagerly through the connection's point-to-point mailbox: the send returns once written, the "
+      "receive polls; larger ones through the FIFO. Every rank must use the same value; 0 never"));
   r.push_back(intKnob<&Config::oneShotMax>(
       "TOPOCOLL_ONESHOT_MAX", "collectives", 0, 256,
       "collectives whose message to each peer is at most this many bytes, with every rank on one host and neither "

@@ -216,6 +216,7 @@ void Communicator::setupTransports(const InitOptions& opts, const search::NodeGr
   p2pMinChannels_ = std::max(1, connect_.p2pnChannelsPerPeer);
   while (p2pMinChannels_ * nRanks_ > p2pn && p2pMinChannels_ > 1) p2pMinChannels_ /= 2;
   p2pConnected_ = std::vector<std::atomic<bool>>(nRanks_);
+  for (auto& idx : p2pIndex_) idx = std::make_unique<std::atomic<uint32_t>[]>(nRanks_);
   TC_INFO(log::kInit, "P2P Chunksize set to {}", p2pChunk_);
 
   // Rings then trees, connection index 0 (ncclTransportRingConnect, ncclTransportTreeConnect).

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "topocoll/log.h"
+#include "topocoll/transport/oneshot.h"
 
 namespace topocoll::runtime::detail {
 
@@ -27,6 +28,9 @@ void Op::recycle() {
   validated = false;
   keep.reset();
   waitingSince = {};
+  shot = nullptr;
+  shotSig = 0;
+  shotState = 0;
   state.store(kPending, std::memory_order_relaxed);
   code = StatusCode::kOk;
   error.clear();
@@ -64,6 +68,8 @@ Transfer& OpPool::setPart(Op& op, transport::Connector& c, Transfer::Dir dir, vo
 }
 
 Engine::Engine(const Options& opts) : opts_(opts), recvChain_(std::max(1, opts.nRanks)) {
+  for (auto& q : shotQ_) q.resize(std::max(1, opts.nRanks));
+  shotGaveUp_.assign(std::max(1, opts.nRanks), 0);
   worker_ = std::thread([this] { runWorker(); });
 }
 
@@ -80,6 +86,8 @@ Engine::~Engine() {
   takeIncoming();
   std::vector<Op*> pending(selfSends_.begin(), selfSends_.end());
   pending.insert(pending.end(), selfRecvs_.begin(), selfRecvs_.end());
+  for (auto& side : shotQ_)
+    for (auto& q : side) pending.insert(pending.end(), q.begin(), q.end());
   for (auto& [conn, q] : queues_)
     for (auto& [op, t] : q.parts) {
       // A transfer that offered its user's buffer to the peer takes it back (and waits out a copy under way).
@@ -158,6 +166,13 @@ void Engine::takeIncoming() {
   }
   for (auto& op : in) {
     op->keep = op;
+    if (op->shot) {
+      auto& q = shotQ_[op->send][op->peer];
+      if (q.empty()) op->waitingSince = Clock::now();
+      q.push_back(op.get());
+      ++shotQueued_;
+      continue;
+    }
     if (op->peer == opts_.rank) {
       op->waitingSince = Clock::now();
       (op->send ? selfSends_ : selfRecvs_).push_back(op.get());
@@ -319,6 +334,276 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
   inlineConns_.clear();
 }
 
+// Mailbox ops (docs/transport.md, "Point-to-point mailboxes"): a send writes its message into the peer's slot and
+// is done (eager: the receiver's copy is the data); a receive takes the next message when its index is this
+// receive's (NCCL's matching), and fails on a message ahead (the one between took the FIFO: sizes differ) or one
+// whose size or type differ from its own.
+bool Engine::shotProgress(Op& op) {
+  transport::ConnInfo& ci = op.shot->conn;
+  transport::ShotBox box(ci.p2pShot, ci.wake);
+  const uint64_t mine = static_cast<uint64_t>(op.shotSig) << 32 | op.bytes;
+  if (op.send) {
+    if (op.shotState == 0) {
+      if (!box.trySend(op.shotSig, op.buf, op.bytes)) return false;
+      op.shotState = box.seq();
+    }
+    // The receiver waits for exactly this message (index, size, type): it will take it as it is (a pingpong, an
+    // exchange). Valid whenever it is read: a post names the receiver's next message.
+    if (box.posted(mine)) return true;
+    // Otherwise its verdict: taken, or refused (its size or type differ: both sides fail, as over the FIFO).
+    uint64_t expected = 0;
+    int v = box.verdict(op.shotState, &expected);
+    if (v == 0) return false;
+    if (v < 0) {
+      auto type = static_cast<DataType>((expected >> 32) & 31);
+      uint64_t bytes = expected & 0xffffffff;
+      size_t es = isValid(type) ? sizeOf(type) : 1;
+      failOp(op, StatusCode::kInvalidUsage,
+             fmt::format("size or type mismatch: rank {} expected {} x {} ({} bytes) for its receive #{}, this send has "
+                         "{} x {}", op.peer, bytes / es, isValid(type) ? to_string(type) : "?", bytes,
+                         expected >> 37, op.count, to_string(op.dtype)));
+    }
+    return true;
+  }
+  for (;;) {
+    transport::ShotMessage m;
+    if (!box.peek(&m)) {
+      if (op.shotState < 2) {  // announce what this receive expects (once), then look again
+        if (op.shotState == 0) box.post(mine);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        op.shotState = 2;
+        continue;
+      }
+      op.shotState = 3;  // posted and fenced, then found nothing: the sender will see the post (below)
+      return false;
+    }
+    int32_t ahead = shotIndexDiff(m.sig, op.shotSig);
+    if (ahead < 0 && shotGaveUp_[op.peer] > 0) {
+      // The late message of a receive that gave up (timeout, abort): skipped, so that the mailbox heals.
+      alignas(8) char scratch[transport::kShotMaxBytes];
+      if (!box.tryRecv(scratch, sizeof scratch, &m)) return false;
+      --shotGaveUp_[op.peer];
+      ci.wake->ring();
+      TC_WARN("rank {}: skipped rank {}'s send #{} ({} bytes), whose receive gave up before it came", opts_.rank,
+              op.peer, m.sig >> 5, m.bytes);
+      continue;
+    }
+    if (ahead > 0) {  // left where it is: the next receive takes it
+      failOp(op, StatusCode::kInvalidUsage,
+             fmt::format("rank {}'s next small message is its send #{} but this is the receive #{} from it: the "
+                         "messages between went another way (a send and its receive differ in size: sends and "
+                         "receives of at most TOPOCOLL_P2P_MAILBOX_MAX bytes go through the mailbox)",
+                         op.peer, m.sig >> 5, op.shotSig >> 5));
+      return true;
+    }
+    bool match = ahead == 0 && m.sig == op.shotSig && m.bytes == op.bytes;
+    alignas(8) char scratch[transport::kShotMaxBytes];
+    if (!box.tryRecv(match ? op.buf : scratch, match ? op.bytes : sizeof scratch, &m, match)) return false;
+    if (!match) {
+      box.refuse(mine);
+      box.consume();
+      auto type = static_cast<DataType>(m.sig & 31);
+      size_t es = isValid(type) ? sizeOf(type) : 1;
+      failOp(op, StatusCode::kInvalidUsage,
+             ahead < 0 ? fmt::format("rank {}'s message is its send #{} but this is the receive #{} from it (a send "
+                                     "and its receive differ in size)", op.peer, m.sig >> 5, op.shotSig >> 5)
+                       : fmt::format("size or type mismatch: this receive expects {} x {}, rank {} sent {} x {} ({} "
+                                     "bytes)", op.count, to_string(op.dtype), op.peer, m.bytes / es,
+                                     isValid(type) ? to_string(type) : "?", m.bytes));
+    }
+    // Wake the sender if it may wait for this: for its verdict, unless it saw this receive's post (state 3: the
+    // post, a fence, then a look that found nothing, so the sender's look at the post after its message and its
+    // fence found it: seq_cst fences on both sides); for a free slot, if all its slots were full.
+    if (!match || op.shotState != 3 || box.full()) ci.wake->ring();
+    return true;
+  }
+}
+
+std::string Engine::shotTimeout(int peer) const {
+  return fmt::format("rank {} did not move for {:g} s (TOPOCOLL_TIMEOUT): it is stuck, gone, or never posted the "
+                     "matching operation (or one of another size: sends and receives of at most "
+                     "TOPOCOLL_P2P_MAILBOX_MAX bytes go through the mailbox, larger ones through the FIFO)",
+                     peer, std::chrono::duration<double>(opts_.timeout).count());
+}
+
+void Engine::shotGaveUp(Op& op, StatusCode code, const std::string& why) {
+  if (!op.send) ++shotGaveUp_[op.peer];  // its message may still come: skipped then
+  failOp(op, code, why);
+}
+
+bool Engine::progressShots() {
+  bool did = false;
+  for (int send = 0; send < 2; ++send)
+    for (size_t peer = 0; peer < shotQ_[send].size(); ++peer) {
+      auto& q = shotQ_[send][peer];
+      if (q.empty()) continue;
+      if (!shotInline_.empty() &&
+          std::find(shotInline_.begin(), shotInline_.end(), std::make_pair(static_cast<int>(peer), send == 1)) !=
+              shotInline_.end())
+        continue;  // a caller drives this peer's mailbox inline: its queue waits
+      while (!q.empty() && shotProgress(*q.front())) {
+        Op* op = q.front();
+        q.pop_front();
+        --shotQueued_;
+        complete(*op);
+        did = true;
+        if (!q.empty()) q.front()->waitingSince = Clock::now();
+      }
+    }
+  return did;
+}
+
+template <typename Step, typename Pending>
+void Engine::driveShots(const Step& step, const Pending& pending, const std::vector<Op*>& ops) {
+  transport::Backoff backoff(opts_.spinUs, opts_.yieldUs);
+  Clock::time_point since{};  // read lazily: most waits end before any check
+  unsigned polls = 0;
+  auto move = [&] {
+    bool moved = step();
+    if (hasIncoming_.load(std::memory_order_acquire) || pending_.load(std::memory_order_acquire) != 0)
+      moved |= progressOnce();  // what other threads posted since
+    return moved;
+  };
+  auto stopAll = [&](StatusCode code, const std::string& why, int onlyPeer) {
+    for (Op* op : ops)
+      if (!op->finished() && op->code == StatusCode::kOk && (onlyPeer < 0 || op->peer == onlyPeer))
+        shotGaveUp(*op, code, why);
+  };
+  while (pending()) {
+    if (move()) {
+      backoff.reset();
+      polls = 0;
+      since = {};
+      continue;
+    }
+    if (opts_.abortFlag && opts_.abortFlag->load(std::memory_order_relaxed)) {
+      stopAll(StatusCode::kAborted, "the communicator was aborted", -1);
+      return;
+    }
+    if (++polls >= 256) {
+      if (since == Clock::time_point{}) since = Clock::now();
+      bool gone = false;
+      for (Op* op : ops)
+        if (!op->finished() && op->code == StatusCode::kOk && opts_.peerGone && (*opts_.peerGone)[op->peer].load()) {
+          stopAll(StatusCode::kRemoteError,
+                  fmt::format("rank {}'s process is gone (it exited or was killed)", op->peer), op->peer);
+          gone = true;
+        }
+      if (gone) continue;
+      if (Clock::now() - since > opts_.timeout) {
+        int peer = -1;
+        for (Op* op : ops)
+          if (!op->finished() && op->code == StatusCode::kOk) peer = peer < 0 ? op->peer : peer;
+        stopAll(StatusCode::kTimeout, shotTimeout(peer), -1);
+        return;
+      }
+      polls = 200;  // from here on every few polls
+    }
+    backoff.idle(*opts_.doorbell,
+                 [&] { return move() || (opts_.abortFlag && opts_.abortFlag->load(std::memory_order_relaxed)); });
+  }
+}
+
+bool Engine::runShotInline(Op& op) {
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock() || hasIncoming_.load(std::memory_order_acquire) || !shotQ_[op.send][op.peer].empty())
+    return false;
+  if (!shotProgress(op)) {
+    shotInline_.assign(1, {op.peer, op.send});
+    bool done = false;
+    driveShots([&] { return done = done || shotProgress(op); }, [&] { return !done && op.code == StatusCode::kOk; },
+               std::vector<Op*>{&op});
+    shotInline_.clear();
+  }
+  if (op.code != StatusCode::kOk) throw Error(op.code, op.error);
+  return true;
+}
+
+bool Engine::runShotGroup(const std::vector<Op*>& ops) {
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock() || hasIncoming_.load(std::memory_order_acquire)) return false;
+  for (Op* op : ops)
+    if (!op->shot || !shotQ_[op->send][op->peer].empty()) return false;
+  shotInline_.clear();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Op* op = ops[i];
+    op->engine = this;
+    shotInline_.emplace_back(op->peer, op->send);
+  }
+  // First the first message to each peer is written and the first receive from each peer announces what it expects,
+  // then one fence: each side of an exchange then finds the other's receive posted (its send completes at once) and
+  // neither needs to wake the other after taking a message.
+  bool any = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Op* op = ops[i];
+    bool first = true;
+    for (size_t j = 0; j < i && first; ++j) first = ops[j]->send != op->send || ops[j]->peer != op->peer;
+    if (!first) continue;
+    transport::ConnInfo& ci = op->shot->conn;
+    transport::ShotBox box(ci.p2pShot, ci.wake);
+    if (op->send) {
+      if (box.trySend(op->shotSig, op->buf, op->bytes, false)) op->shotState = box.seq();
+    } else {
+      box.post(static_cast<uint64_t>(op->shotSig) << 32 | op->bytes);
+      op->shotState = 1;
+    }
+    any = true;
+  }
+  if (any) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    transport::Waker* rung[16];
+    int nRung = 0;
+    for (Op* op : ops) {
+      if (op->send && op->shotState) {
+        transport::Waker* w = op->shot->conn.wake;
+        if (!w || std::find(rung, rung + nRung, w) != rung + nRung) continue;
+        if (nRung < 16) rung[nRung++] = w;
+        w->ringFenced();
+      } else if (!op->send && op->shotState == 1) {
+        op->shotState = 2;
+      }
+    }
+  }
+  // One pass: every op whose earlier ops of the same peer and direction are done makes one attempt.
+  size_t left = ops.size();
+  auto step = [&] {
+    bool moved = false;
+    std::pair<int, bool> blocked[64];
+    int nBlocked = 0;
+    bool overflow = false;
+    for (Op* op : ops) {
+      if (op->finished()) continue;
+      std::pair<int, bool> key{op->peer, op->send};
+      if (overflow || std::find(blocked, blocked + nBlocked, key) != blocked + nBlocked) continue;
+      if (op->code == StatusCode::kOk && !shotProgress(*op)) {
+        if (nBlocked < 64)
+          blocked[nBlocked++] = key;
+        else
+          overflow = true;  // more peers than the list holds: the rest waits for the next pass
+        continue;
+      }
+      op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
+      --left;
+      moved = true;
+    }
+    return moved;
+  };
+  if (!step() || left) {
+    driveShots(step, [&] {
+      for (Op* op : ops)  // failed ones (abort, gone, timeout) end the wait
+        if (!op->finished() && op->code != StatusCode::kOk) {
+          op->state.store(Op::kFailed, std::memory_order_release);
+          --left;
+        }
+      return left > 0;
+    }, ops);
+    for (Op* op : ops)
+      if (!op->finished()) op->state.store(Op::kFailed, std::memory_order_release);
+  }
+  shotInline_.clear();
+  return true;
+}
+
 void Engine::complete(Op& op) {
   std::shared_ptr<Op> keep = std::move(op.keep);  // the handle (if any) keeps it from here
   op.state.store(op.code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
@@ -378,7 +663,7 @@ void Engine::partFinished(Op& op, Transfer& t) {
 
 bool Engine::progressOnce() {
   takeIncoming();
-  bool did = false;
+  bool did = shotQueued_ > 0 && progressShots();
   for (size_t i = 0; i < active_.size();) {
     Queue& q = *active_[i];
     if (!inlineConns_.empty() && std::find(inlineConns_.begin(), inlineConns_.end(), q.conn) != inlineConns_.end()) {
@@ -440,6 +725,40 @@ void Engine::checkStalls() {
     }
     for (auto& [op, t] : q->parts) t->fail(code, why);
   }
+  // Mailbox ops: the front of each queue waits for its peer (the others wait for it).
+  for (int send = 0; send < 2; ++send)
+    for (size_t peer = 0; peer < shotQ_[send].size(); ++peer) {
+      auto& q = shotQ_[send][peer];
+      if (q.empty()) continue;
+      std::string why;
+      StatusCode code = StatusCode::kOk;
+      if (aborted) {
+        code = StatusCode::kAborted;
+        why = "the communicator was aborted";
+      } else if (opts_.peerGone && (*opts_.peerGone)[peer].load()) {
+        code = StatusCode::kRemoteError;
+        why = fmt::format("rank {}'s process is gone (it exited or was killed)", peer);
+      } else if (now - q.front()->waitingSince > opts_.timeout) {
+        if (shotProgress(*q.front())) {  // it just moved after all
+          Op* op = q.front();
+          q.pop_front();
+          --shotQueued_;
+          complete(*op);
+          if (!q.empty()) q.front()->waitingSince = now;
+          continue;
+        }
+        code = StatusCode::kTimeout;
+        why = shotTimeout(static_cast<int>(peer));
+      }
+      if (code == StatusCode::kOk) continue;
+      while (!q.empty()) {
+        Op* op = q.front();
+        q.pop_front();
+        --shotQueued_;
+        shotGaveUp(*op, code, why);
+        complete(*op);
+      }
+    }
   // Operations with this rank itself wait for their match (a send to itself for a receive from itself): one that
   // waits longer than TOPOCOLL_TIMEOUT never had one posted.
   for (auto* list : {&selfSends_, &selfRecvs_}) {
@@ -495,7 +814,7 @@ void Engine::waitAsCaller(const Done& done, bool netOnly) {
 
 namespace {
 bool onlyNet(const Op& op) {
-  if (op.parts.empty()) return false;
+  if (op.parts.empty() || op.shot) return false;
   for (auto& t : op.parts)
     if (!(t->connector().conn.flags & transport::kConnNet)) return false;
   return true;

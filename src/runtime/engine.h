@@ -24,6 +24,16 @@ namespace topocoll::runtime::detail {
 
 class Engine;
 
+/// A mailbox message's signature: the sender's (receiver's) count of sends to (receives from) that peer, both paths
+/// counted, in bits 5-31 (NCCL's matching: the k-th send matches the k-th receive), and the data type in bits 0-4.
+inline uint32_t shotSignature(uint32_t index, DataType type) {
+  return index << 5 | (static_cast<uint32_t>(type) & 31);
+}
+/// How far the message's index `got` is ahead of the expected one (negative: behind), modulo 2^27.
+inline int32_t shotIndexDiff(uint32_t got, uint32_t want) {
+  return static_cast<int32_t>(((got >> 5) - (want >> 5)) << 5) >> 5;
+}
+
 /// One send or recv of the user.
 struct Op {
   enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
@@ -42,7 +52,12 @@ struct Op {
   int unfinished = 0;     // driver only
   bool validated = false; // receive side: the first part checked the sender's header
   std::shared_ptr<Op> keep;  // itself, while the engine holds it (the caller may drop its handle)
-  std::chrono::steady_clock::time_point waitingSince{};  // self ops: when it started waiting for its match
+  std::chrono::steady_clock::time_point waitingSince{};  // self and mailbox ops: since when it waits
+  /// The mailbox path (small sends and receives, docs/transport.md "Point-to-point mailboxes"): the connector whose
+  /// point-to-point mailbox lane it uses (its parts are then unused), and its signature (shotSignature).
+  transport::Connector* shot = nullptr;
+  uint32_t shotSig = 0;
+  uint64_t shotState = 0;  // send: its message's sequence number once written; receive: 1 once posted
   std::atomic<int> state{kPending};
   StatusCode code = StatusCode::kOk;
   std::string error;      // written before state turns kFailed
@@ -108,6 +123,12 @@ class Engine {
   /// The same for a group of single-part operations on distinct connectors (a sendrecv, an all-to-all of small
   /// messages): driven together by the caller. False when the engine is busy or the group does not qualify.
   bool runInlineGroup(const std::vector<Op*>& ops);
+  /// A blocking mailbox send or receive (Op::shot) in the caller's thread, not posted: false (nothing done) when
+  /// another thread drives the engine or holds mailbox ops for that peer and direction; throws its error.
+  bool runShotInline(Op& op);
+  /// The same for a group of mailbox ops (any order of sends and receives completes; ops of one peer and direction
+  /// in order): false when the engine is busy with mailbox ops of those peers. The ops finish (ok or failed).
+  bool runShotGroup(const std::vector<Op*>& ops);
   /// Drives until `op` finishes; throws its error.
   void wait(Op& op);
   /// Drives until all of `ops` finished; throws the first error (in their order).
@@ -139,6 +160,12 @@ class Engine {
   void failOp(Op& op, StatusCode code, const std::string& why);
   std::string describe(bool send, size_t count, DataType dtype, int peer, const std::string& why) const;
   void checkStalls();                  // driver only: timeouts, peers gone, abort
+  bool shotProgress(Op& op);           // driver only: one attempt at a mailbox op; true once it finished
+  bool progressShots();                // driver only: the queued mailbox ops
+  void shotGaveUp(Op& op, StatusCode code, const std::string& why);  // driver only: fails a mailbox op not done
+  std::string shotTimeout(int peer) const;
+  template <typename Step, typename Pending>
+  void driveShots(const Step& step, const Pending& pending, const std::vector<Op*>& ops);  // driver only
   void enqueue(Op* op, transport::Transfer* t);
   void runWorker();
   template <typename Done>
@@ -166,6 +193,12 @@ class Engine {
   // thread on one communicator would otherwise wait for each other's lock).
   std::vector<const transport::Connector*> inlineConns_;
   std::vector<transport::Transfer*> groupParts_;  // runInlineGroup's transfers (driver only)
+  // Mailbox ops (driver only): [0 receives, 1 sends][peer], each in issue order; the receives from a peer that
+  // gave up before their message came (a late message of theirs is skipped); the peers a caller drives inline.
+  std::vector<std::deque<Op*>> shotQ_[2];
+  std::vector<int> shotGaveUp_;
+  int shotQueued_ = 0;
+  std::vector<std::pair<int, bool>> shotInline_;
 
   std::atomic<int> callers_{0};        // threads in wait(): the worker leaves the driving to them
   std::mutex workerMu_;

@@ -14,6 +14,7 @@
 #include "topocoll/log.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
+#include "topocoll/transport/oneshot.h"
 
 namespace topocoll::runtime {
 
@@ -70,7 +71,8 @@ bool Request::test() {
   return op_->engine->test(*op_);
 }
 
-std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, DataType type, int peer) {
+std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, DataType type, int peer,
+                                         uint32_t index) {
   const char* what = send ? "send" : "recv";
   if (abort_.load()) fail(StatusCode::kAborted, "rank {}: {} on an aborted communicator", rank_, what);
   if (peer < 0 || peer >= nRanks_)
@@ -100,7 +102,13 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
     op->parts.clear();
     return op;
   }
+  if (index == 0) index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;
+  op->shotSig = detail::shotSignature(index, type);
   const Config& cfg = ctx_->cfg;
+  if (p2pConnected_[peer].load(std::memory_order_acquire)) {
+    chooseShot(*op);
+    if (op->shot) return op;  // the mailbox path: no parts
+  }
   op->opts.llThreshold = static_cast<size_t>(cfg.p2pLlThreshold);
   op->opts.chunkBytes = p2pChunk_;
   op->opts.netChunkBytes = static_cast<size_t>(cfg.netChunkSize);
@@ -145,6 +153,7 @@ Request Communicator::issue(std::shared_ptr<Op> op, bool blocking) {
   }
   ensureConnected(op->peer);
   if (abort_.load()) fail(StatusCode::kAborted, "rank {}: the communicator was aborted", rank_);
+  chooseShot(*op);
   engine_->post(op, !blocking);  // a blocking caller drives its own operation
   if (blocking) engine_->wait(*op);
   return Request(std::move(op));
@@ -177,15 +186,52 @@ bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, 
   o.chunkBytes = p2pChunk_;
   o.netChunkBytes = static_cast<size_t>(ctx_->cfg.netChunkSize);
   o.singleCopyMin = ctx_->cfg.p2pSingleCopy;
-  return engine_->runInline(conns, send, buf, d, o);
+  uint32_t index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;  // counted whatever happens
+  if (!engine_->runInline(conns, send, buf, d, o)) issue(makeOp(send, buf, count, type, peer, index), true);
+  return true;
+}
+
+void Communicator::chooseShot(Op& op) {
+  const int max = ctx_->cfg.p2pMailboxMax;  // 0: never (not even empty messages)
+  if (op.peer == rank_ || max <= 0 || op.bytes > static_cast<size_t>(max)) return;
+  transport::Connector* c = p2pConnectors(op.peer, op.send ? Side::kSend : Side::kRecv)[0];
+  if (c->conn.p2pShot.area) op.shot = c;
+}
+
+// The latency path of a small blocking send or recv outside groups: the message goes through the connection's
+// point-to-point mailbox in this thread (a send returns once its message is written), no op, no queue.
+bool Communicator::tryShot(bool send, void* buf, size_t count, DataType type, int peer) {
+  if (tGroup.depth > 0 || peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) ||
+      abort_.load(std::memory_order_relaxed) || count > transport::kShotMaxBytes || (!buf && count > 0) ||
+      !p2pConnected_[peer].load(std::memory_order_acquire))
+    return false;  // the general path says what is wrong, or connects
+  size_t bytes = count * sizeOf(type);
+  const int max = ctx_->cfg.p2pMailboxMax;
+  if (max <= 0 || bytes > static_cast<size_t>(max)) return false;
+  transport::Connector* c = p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
+  if (!c->conn.p2pShot.area) return false;
+  uint32_t index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;
+  Op op;
+  op.send = send;
+  op.peer = peer;
+  op.buf = buf;
+  op.count = count;
+  op.dtype = type;
+  op.bytes = bytes;
+  op.shot = c;
+  op.shotSig = detail::shotSignature(index, type);
+  if (!engine_->runShotInline(op)) issue(makeOp(send, buf, count, type, peer, index), true);
+  return true;
 }
 
 void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
+  if (tryShot(true, const_cast<void*>(buf), count, type, peer)) return;
   if (tryInline(true, const_cast<void*>(buf), count, type, peer)) return;
   issue(makeOp(true, const_cast<void*>(buf), count, type, peer), true);
 }
 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
+  if (tryShot(false, buf, count, type, peer)) return;
   if (tryInline(false, buf, count, type, peer)) return;
   issue(makeOp(false, buf, count, type, peer), true);
 }
@@ -198,9 +244,14 @@ void Communicator::postGroup(std::vector<std::shared_ptr<Op>>& ops, bool wakeWor
 void Communicator::waitOp(Op& op) { engine_->wait(op); }
 
 bool Communicator::runGroupInline(const std::vector<Op*>& ops) {
-  for (Op* op : ops)
+  int shots = 0;
+  for (Op* op : ops) {
     if (op->peer != rank_ && !p2pConnected_[op->peer].load(std::memory_order_acquire)) return false;
-  return !abort_.load() && engine_->runInlineGroup(ops);
+    shots += op->shot != nullptr;
+  }
+  if (abort_.load()) return false;
+  if (shots == static_cast<int>(ops.size())) return engine_->runShotGroup(ops);  // small messages only
+  return shots == 0 && engine_->runInlineGroup(ops);
 }
 
 void Communicator::waitOps(const std::vector<Op*>& ops) { engine_->waitAll(ops); }
@@ -319,6 +370,7 @@ void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
+  for (auto& [c, op] : ops) c->chooseShot(*op);
   if (comms.size() == 1) {
     all.clear();
     for (auto& [c, op] : ops) all.push_back(op.get());

@@ -30,11 +30,12 @@ struct alignas(4096) SendMem {
   RecvPost post;      // written by the receiver
 };
 
-/// Owned by the receiver (three pages with the one-shot mailbox); the sender writes tail and the mailbox slots.
+/// Owned by the receiver (five pages with the one-shot mailboxes); the sender writes tail and the mailbox slots.
 struct alignas(4096) RecvMem {
   Counter tail;
   Probe probe;
   ShotArea shot;      // the one-shot mailbox: the sender writes the slots, the receiver `consumed`
+  ShotArea p2pShot;   // the same for small sends and receives (their own sequence)
 };
 
 static_assert(sizeof(SendMem) == 4096 && sizeof(RecvMem) % 4096 == 0, "control blocks are whole pages");
@@ -49,6 +50,7 @@ inline void bindControl(ConnInfo& ci, SendMem* sm, RecvMem* rm) {
   ci.post = &sm->post;
   ci.rdv = &sm->rdv;
   ci.shot = &rm->shot;
+  ci.p2pShot.area = &rm->p2pShot;
 }
 
 }  // namespace topocoll::transport

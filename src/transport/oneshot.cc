@@ -11,14 +11,14 @@ inline uint64_t line(uint32_t data, uint32_t flag) { return static_cast<uint64_t
 }  // namespace
 
 bool ShotBox::trySend(uint32_t sig, const void* data, size_t bytes, bool ring) {
-  uint64_t seq = ci_.shotSeq + 1;
-  if (seq > static_cast<uint64_t>(kShotSlots) && ci_.shotFree < seq - kShotSlots) {
+  uint64_t seq = seq_ + 1;
+  if (seq > static_cast<uint64_t>(kShotSlots) && free_ < seq - kShotSlots) {
     // The slot's previous message (seq - kShotSlots) must have been taken: read the receiver's line only then.
-    ci_.shotFree = ci_.shot->consumed.load(std::memory_order_acquire);
-    if (ci_.shotFree < seq - kShotSlots) return false;
+    free_ = area_->consumed.load(std::memory_order_acquire);
+    if (free_ < seq - kShotSlots) return false;
   }
   const uint32_t flag = static_cast<uint32_t>(seq);
-  std::atomic<uint64_t>* w = ci_.shot->slot[seq % kShotSlots];
+  std::atomic<uint64_t>* w = area_->slot[seq % kShotSlots];
   const auto* src = static_cast<const unsigned char*>(data);
   size_t words = (bytes + 3) / 4;
   for (size_t i = 0; i < words; ++i) {
@@ -28,15 +28,28 @@ bool ShotBox::trySend(uint32_t sig, const void* data, size_t bytes, bool ring) {
   }
   w[1].store(line(sig, flag), std::memory_order_relaxed);
   w[0].store(line(static_cast<uint32_t>(bytes), flag), std::memory_order_release);
-  ci_.shotSeq = seq;
-  if (ring && ci_.wake) ci_.wake->ring();
+  seq_ = seq;
+  if (ring && wake_) wake_->ring();
   return true;
 }
 
-bool ShotBox::tryRecv(void* out, size_t maxBytes, ShotMessage* m) {
-  uint64_t seq = ci_.shotSeq + 1;
+bool ShotBox::peek(ShotMessage* m) const {
+  uint64_t seq = seq_ + 1;
   const uint32_t flag = static_cast<uint32_t>(seq);
-  std::atomic<uint64_t>* w = ci_.shot->slot[seq % kShotSlots];
+  std::atomic<uint64_t>* w = area_->slot[seq % kShotSlots];
+  uint64_t h = w[0].load(std::memory_order_acquire);
+  if (static_cast<uint32_t>(h >> 32) != flag) return false;
+  uint64_t s = w[1].load(std::memory_order_acquire);
+  if (static_cast<uint32_t>(s >> 32) != flag) return false;
+  m->sig = static_cast<uint32_t>(s);
+  m->bytes = static_cast<uint32_t>(h);
+  return true;
+}
+
+bool ShotBox::tryRecv(void* out, size_t maxBytes, ShotMessage* m, bool publish) {
+  uint64_t seq = seq_ + 1;
+  const uint32_t flag = static_cast<uint32_t>(seq);
+  std::atomic<uint64_t>* w = area_->slot[seq % kShotSlots];
   uint64_t h = w[0].load(std::memory_order_acquire);
   if (static_cast<uint32_t>(h >> 32) != flag) return false;
   uint64_t s = w[1].load(std::memory_order_acquire);
@@ -56,8 +69,8 @@ bool ShotBox::tryRecv(void* out, size_t maxBytes, ShotMessage* m) {
   }
   m->sig = static_cast<uint32_t>(s);
   m->bytes = bytes;
-  ci_.shotSeq = seq;
-  ci_.shot->consumed.store(seq, std::memory_order_release);
+  seq_ = seq;
+  if (publish) area_->consumed.store(seq, std::memory_order_release);
   return true;
 }
 

@@ -218,8 +218,16 @@ class Communicator {
   void joinNodes(const InitOptions& opts, const search::NodeGraphs& node, int nvsCount, bool gpuMode);
   void setupTransports(const InitOptions& opts, const search::NodeGraphs& node);
   void logInit() const;
-  std::shared_ptr<detail::Op> makeOp(bool send, void* buf, size_t count, DataType type, int peer);
+  /// `index`: the op's place among the sends to (receives from) `peer` when already taken (0: takes the next).
+  std::shared_ptr<detail::Op> makeOp(bool send, void* buf, size_t count, DataType type, int peer, uint32_t index = 0);
   bool tryInline(bool send, void* buf, size_t count, DataType type, int peer);
+  /// The mailbox path of a blocking small send or recv outside groups (p2p.cc): false when it does not apply.
+  bool tryShot(bool send, void* buf, size_t count, DataType type, int peer);
+ public:
+  /// Once `op`'s peer is connected: a small op whose connection has a point-to-point mailbox takes it (both sides
+  /// decide from the size alone).
+  void chooseShot(detail::Op& op);
+ private:
   /// Issues `op` now (blocking: and waits), or adds it to this thread's group.
   Request issue(std::shared_ptr<detail::Op> op, bool blocking);
   const std::vector<transport::Connector*>& p2pConnectors(int peer, transport::Side side);
@@ -250,6 +258,9 @@ class Communicator {
   std::unique_ptr<detail::OpPool> opPool_;
   std::mutex setupMu_;                 // bootstrap exchanges and connector setup, one at a time
   std::vector<std::atomic<bool>> p2pConnected_;  // [peer]
+  // [recv, send][peer]: sends to / receives from the peer so far, both paths (the mailbox messages' index). The
+  // sending and the receiving thread may differ: each counter has one writer at a time.
+  std::unique_ptr<std::atomic<uint32_t>[]> p2pIndex_[2];
   std::vector<std::vector<transport::Connector*>> p2pConns_[2];  // [recv, send][peer]: the peer's p2p connectors
   std::vector<int> sendRound_, recvRound_;  // NCCL's p2p schedule: the round of each peer
   int p2pMinChannels_ = 1, p2pGroupSize_ = 1;

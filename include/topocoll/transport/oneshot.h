@@ -32,8 +32,15 @@ constexpr size_t kShotWords = ((2 + kShotMaxBytes / 4) + 7) / 8 * 8;
 struct alignas(64) ShotArea {
   std::atomic<uint64_t> slot[kShotSlots][kShotWords];
   alignas(64) std::atomic<uint64_t> consumed{0};  // written by the receiver: the last sequence number it took
-  char pad[56];
+  std::atomic<uint64_t> refused{0};   // written by the receiver: the last message it refused (size or type differ)
+  std::atomic<uint64_t> refusal{0};   // ... and what it expected instead (its signature << 32 | its bytes)
+  char pad[40];
+  // Written by the receiver when it starts waiting: what it expects next (signature << 32 | bytes). A sender whose
+  // message matches it needs no verdict (point-to-point lanes; the collectives do not use it).
+  alignas(64) std::atomic<uint64_t> posted{0};
+  char pad2[56];
 };
+
 
 /// What tryRecv found.
 struct ShotMessage {
@@ -44,7 +51,10 @@ struct ShotMessage {
 /// A connection's mailbox, one side's view. Only one thread uses a side at a time (the collectives run one at once).
 class ShotBox {
  public:
-  explicit ShotBox(ConnInfo& ci) : ci_(ci) {}
+  /// The collectives' mailbox of the connection.
+  explicit ShotBox(ConnInfo& ci) : area_(ci.shot), seq_(ci.shotSeq), free_(ci.shotFree), wake_(ci.wake) {}
+  /// Another lane of the connection (ConnInfo::p2pShot); `wake`: the peer's doorbell (ConnInfo::wake).
+  ShotBox(ShotLane& lane, Waker* wake) : area_(lane.area), seq_(lane.seq), free_(lane.free), wake_(wake) {}
   /// Whether the connection has a mailbox (shared memory and same-process P2P; not NET).
   static bool available(const ConnInfo& ci) { return ci.shot != nullptr; }
   /// Sender: writes the next message if its slot is free (false: the receiver is kShotSlots messages behind).
@@ -52,10 +62,43 @@ class ShotBox {
   /// ringFenced() on the connection's waker: one fence for the messages to several peers).
   bool trySend(uint32_t sig, const void* data, size_t bytes, bool ring = true);
   /// Receiver: takes the next message if all of it arrived; copies at most `maxBytes` into `out`.
-  bool tryRecv(void* out, size_t maxBytes, ShotMessage* m);
+  bool tryRecv(void* out, size_t maxBytes, ShotMessage* m, bool publish = true);
+  /// Receiver: the next message's header if it arrived (nothing taken): lets a receiver look before it takes.
+  bool peek(ShotMessage* m) const;
+  /// Receiver: refuses the message just taken (its size or type differ from `expected`, this side's signature << 32
+  /// | bytes), before it publishes `consumed` (tryRecv(..., publish = false), then consume()).
+  void refuse(uint64_t expected) {
+    area_->refusal.store(expected, std::memory_order_relaxed);
+    area_->refused.store(seq_, std::memory_order_release);
+  }
+  /// Receiver: publishes the message just taken as consumed (tryRecv with publish = false).
+  void consume() { area_->consumed.store(seq_, std::memory_order_release); }
+  /// Receiver: what it waits for (signature << 32 | bytes).
+  void post(uint64_t expected) { area_->posted.store(expected, std::memory_order_release); }
+  /// Sender: whether the receiver waits for exactly this message.
+  bool posted(uint64_t expected) const { return area_->posted.load(std::memory_order_acquire) == expected; }
+  /// Sender: the verdict on message `seq`: 0 not taken yet, 1 taken, -1 refused (`*expected`: what the receiver
+  /// expected).
+  int verdict(uint64_t seq, uint64_t* expected) const {
+    if (area_->consumed.load(std::memory_order_acquire) < seq) return 0;
+    if (area_->refused.load(std::memory_order_acquire) != seq) return 1;
+    *expected = area_->refusal.load(std::memory_order_relaxed);
+    return -1;
+  }
+  /// Receiver: whether the sender had filled every slot when this side took its last message (it may wait for one).
+  bool full() const {
+    uint64_t last = seq_ + kShotSlots - 1;
+    uint64_t h = area_->slot[last % kShotSlots][0].load(std::memory_order_relaxed);
+    return static_cast<uint32_t>(h >> 32) == static_cast<uint32_t>(last);
+  }
+  /// The sequence number of this side's last message.
+  uint64_t seq() const { return seq_; }
 
  private:
-  ConnInfo& ci_;
+  ShotArea* area_;
+  uint64_t& seq_;
+  uint64_t& free_;
+  Waker* wake_;
 };
 
 }  // namespace topocoll::transport

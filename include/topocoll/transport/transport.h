@@ -119,6 +119,15 @@ struct alignas(64) Rendezvous {
 /// NCCL's ncclConnInfo: what the data movers see of one connector.
 struct ShotArea;
 
+/// One direction's one-shot mailbox as a side sees it (oneshot.h): the area (in the receiver's block) and this side's
+/// counters. A connection has two lanes (ConnInfo::shot* for the collectives, ConnInfo::p2pShot for sends and
+/// receives), so that the two never share a sequence.
+struct ShotLane {
+  ShotArea* area = nullptr;
+  uint64_t seq = 0;    // this side's last message (sent or taken)
+  uint64_t free = 0;   // sender: the receiver's last `consumed` it read
+};
+
 struct ConnInfo {
   char* buffs[kNumProtocols] = {};     // FIFO base per protocol (nullptr: protocol not available)
   size_t slotBytes[kNumProtocols] = {};  // bytes of one of the kSteps slots per protocol
@@ -139,6 +148,7 @@ struct ConnInfo {
   ShotArea* shot = nullptr;                // one-shot mailbox (oneshot.h), in the receiver's block; null over NET
   uint64_t shotSeq = 0;                    // this side's last mailbox message (sent or taken)
   uint64_t shotFree = 0;                   // sender: the receiver's last `consumed` it read
+  ShotLane p2pShot;                        // the sends' and receives' mailbox (oneshot.h); null over NET
 };
 enum ConnFlags : uint32_t {
   kConnRead = 1u << 0,        // P2P read mode: the Simple buffer is the sender's, single copies pull

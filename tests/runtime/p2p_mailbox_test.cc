@@ -1,0 +1,329 @@
+// Small sends and receives through the connections' point-to-point mailboxes (docs/transport.md, "Point-to-point
+// mailboxes"), ranks as threads: every type and size around the limit, blocking and asynchronous, groups with more
+// messages than the mailbox holds, all-to-all, interleaving with collectives and with large messages, the knob off
+// against on, mismatches, abort, timeouts and a late message after a timed-out receive.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "ranks.h"
+#include "topocoll/runtime/communicator.h"
+#include "topocoll/status.h"
+#include "topocoll/transport/oneshot.h"
+
+namespace topocoll::runtime {
+namespace {
+
+using testing::force;
+using testing::runRanks;
+using testing::Transport;
+using Clock = std::chrono::steady_clock;
+
+uint8_t pattern(int src, int dst, size_t i, int salt) {
+  return static_cast<uint8_t>(src * 131 + dst * 31 + i * 7 + salt * 13 + 1);
+}
+
+std::vector<uint8_t> message(int src, int dst, size_t bytes, int salt) {
+  std::vector<uint8_t> v(bytes);
+  for (size_t i = 0; i < bytes; ++i) v[i] = pattern(src, dst, i, salt);
+  return v;
+}
+
+void expectNoErrors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw Error(StatusCode::kInternal, what);
+}
+
+const std::vector<DataType> kTypes = {DataType::kInt8,    DataType::kUint8,   DataType::kInt32,   DataType::kUint32,
+                                      DataType::kInt64,   DataType::kUint64,  DataType::kFloat16, DataType::kFloat32,
+                                      DataType::kFloat64, DataType::kBfloat16, DataType::kFloat8e4m3, DataType::kFloat8e5m2};
+
+// Counts of `t` around the mailbox's limit: 0, 1, 7, the largest that fits, the smallest that does not.
+std::vector<size_t> counts(DataType t) {
+  size_t fit = transport::kShotMaxBytes / sizeOf(t);
+  return {0, 1, 7, fit, fit + 1};
+}
+
+struct Params {
+  Transport tr;
+  int ranks;
+  bool mailbox;
+};
+
+class EverySize : public ::testing::TestWithParam<Params> {};
+
+// Blocking pingpongs between rank 0 and every other rank, then a grouped ring exchange, every type and count,
+// checked exactly; the same with the mailbox off.
+TEST_P(EverySize, ArrivesExactly) {
+  Params p = GetParam();
+  auto errors = runRanks(
+      p.ranks,
+      [p](int r, InitOptions& o) {
+        force(p.tr, r, o.cfg);
+        if (!p.mailbox) o.cfg.p2pMailboxMax = 0;
+      },
+      [&](Communicator& c, int r) {
+        const int n = c.nRanks();
+        int salt = 0;
+        for (DataType t : kTypes)
+          for (size_t count : counts(t)) {
+            ++salt;
+            size_t bytes = count * sizeOf(t);
+            for (int q = 1; q < n; ++q) {
+              if (r != 0 && r != q) continue;
+              int peer = r == 0 ? q : 0;
+              std::vector<uint8_t> in(bytes + 1, 0xee);
+              if (r == 0) {
+                c.send(message(0, q, bytes, salt).data(), count, t, q);
+                c.recv(in.data(), count, t, q);
+              } else {
+                c.recv(in.data(), count, t, 0);
+                c.send(message(r, 0, bytes, salt).data(), count, t, 0);
+              }
+              in.pop_back();
+              check(in == message(peer, r, bytes, salt), fmt::format("pingpong {} x {}", count, to_string(t)));
+            }
+            std::vector<uint8_t> out = message(r, (r + 1) % n, bytes, salt), in(bytes, 0xee);
+            groupStart();
+            c.send(out.data(), count, t, (r + 1) % n);
+            c.recv(in.data(), count, t, (r - 1 + n) % n);
+            groupEnd();
+            check(in == message((r - 1 + n) % n, r, bytes, salt), fmt::format("ring {} x {}", count, to_string(t)));
+          }
+      });
+  expectNoErrors(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, EverySize,
+                         ::testing::Values(Params{Transport::kP2p, 2, true}, Params{Transport::kP2p, 3, true},
+                                           Params{Transport::kShm, 4, true}, Params{Transport::kNet, 2, true},
+                                           Params{Transport::kP2p, 2, false}),
+                         [](const auto& info) {
+                           return fmt::format("{}{}{}", testing::name(info.param.tr), info.param.ranks,
+                                              info.param.mailbox ? "" : "Off");
+                         });
+
+// More messages to each peer than the mailbox has slots, every rank's sends posted before its receives in one
+// group: the group progresses both, nothing deadlocks. Then an all-to-all mixing mailbox and FIFO sizes.
+TEST(MailboxGroups, MoreMessagesThanSlotsEachWayAndAllToAll) {
+  for (int n : {2, 4}) {
+    auto errors = runRanks(
+        n, [](int r, InitOptions& o) { force(Transport::kShm, r, o.cfg); },
+        [&](Communicator& c, int r) {
+          const int m = 3 * transport::kShotSlots + 1;
+          std::vector<std::vector<int32_t>> out(n), in(n);
+          for (int q = 0; q < n; ++q) {
+            out[q].resize(m);
+            in[q].assign(m, -1);
+            for (int i = 0; i < m; ++i) out[q][i] = r * 100000 + q * 1000 + i;
+          }
+          groupStart();
+          for (int q = 0; q < n; ++q)
+            if (q != r)
+              for (int i = 0; i < m; ++i) c.send(&out[q][i], 1, DataType::kInt32, q);
+          for (int q = 0; q < n; ++q)
+            if (q != r)
+              for (int i = 0; i < m; ++i) c.recv(&in[q][i], 1, DataType::kInt32, q);
+          groupEnd();
+          for (int q = 0; q < n; ++q)
+            if (q != r)
+              for (int i = 0; i < m; ++i) check(in[q][i] == q * 100000 + r * 1000 + i, "grouped message out of place");
+          // All-to-all, sizes alternating around the limit (some through the mailbox, some through the FIFO).
+          for (size_t count : {size_t{3}, size_t{64}, size_t{65}, size_t{1000}}) {
+            std::vector<std::vector<uint8_t>> o(n), i(n);
+            groupStart();
+            for (int k = 0; k < n; ++k) {
+              int to = (r + k) % n, from = (r - k + n) % n;
+              o[to] = message(r, to, count * 4, static_cast<int>(count));
+              i[from].assign(count * 4, 0xee);
+              c.recv(i[from].data(), count, DataType::kFloat32, from);
+              c.send(o[to].data(), count, DataType::kFloat32, to);
+            }
+            groupEnd();
+            for (int q = 0; q < n; ++q)
+              check(i[q] == message(q, r, count * 4, static_cast<int>(count)), "all-to-all data");
+          }
+        });
+    expectNoErrors(errors);
+  }
+}
+
+// Asynchronous small sends beyond the slots, then receives: the engine's thread progresses the queued ones.
+// Messages through the mailbox and through the FIFO interleaved: each receive gets its own send's data whichever
+// completes first.
+TEST(MailboxOrder, AsyncBeyondTheSlotsAndInterleavedWithLargeMessages) {
+  auto errors = runRanks(
+      2, [](int r, InitOptions& o) { force(Transport::kP2p, r, o.cfg); },
+      [&](Communicator& c, int r) {
+        const int m = 2 * transport::kShotSlots + 3;
+        std::vector<int64_t> v(m);
+        std::vector<Request> reqs;
+        if (r == 0) {
+          for (int i = 0; i < m; ++i) v[i] = 1000 + i;
+          for (int i = 0; i < m; ++i) reqs.push_back(c.isend(&v[i], 1, DataType::kInt64, 1));
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the sender runs ahead
+          for (int i = 0; i < m; ++i) reqs.push_back(c.irecv(&v[i], 1, DataType::kInt64, 0));
+        }
+        for (auto& q : reqs) q.wait();
+        if (r == 1)
+          for (int i = 0; i < m; ++i) check(v[i] == 1000 + i, "async message out of place");
+        // small, large, small, large...: sizes alternate between the two paths, both directions at once.
+        const size_t big = 300000;
+        std::vector<std::vector<uint8_t>> out, in;
+        for (int i = 0; i < 8; ++i) {
+          size_t bytes = i % 2 ? big : 40 + i;
+          out.push_back(message(r, 1 - r, bytes, i));
+          in.emplace_back(bytes, 0xee);
+        }
+        reqs.clear();
+        for (int i = 0; i < 8; ++i) reqs.push_back(c.isend(out[i].data(), out[i].size(), DataType::kUint8, 1 - r));
+        for (int i = 0; i < 8; ++i) reqs.push_back(c.irecv(in[i].data(), in[i].size(), DataType::kUint8, 1 - r));
+        for (int i = 15; i >= 0; --i) reqs[i].wait();  // waited for in reverse
+        for (int i = 0; i < 8; ++i) check(in[i] == message(1 - r, r, in[i].size(), i), "interleaved message");
+      });
+  expectNoErrors(errors);
+}
+
+// Point-to-point and the collectives' one-shot path never share a mailbox sequence: a send then an AllReduce on one
+// rank, the AllReduce then the receive on the other in a group, and messages between collectives.
+TEST(MailboxOrder, InterleavedWithCollectives) {
+  auto errors = runRanks(
+      3, [](int r, InitOptions& o) { force(Transport::kShm, r, o.cfg); },
+      [&](Communicator& c, int r) {
+        for (int round = 0; round < 20; ++round) {
+          float x = static_cast<float>(r + round), sum = 0;
+          int32_t msg = r * 1000 + round, got = -1;
+          if (round % 2) {
+            groupStart();
+            if (r == 0) c.send(&msg, 1, DataType::kInt32, 1);
+            c.allReduce(&x, &sum, 1, DataType::kFloat32, RedOp::kSum);
+            if (r == 1) c.recv(&got, 1, DataType::kInt32, 0);
+            groupEnd();
+          } else {  // between collectives (a blocking send waits for its receive outside groups, as NCCL's)
+            c.allReduce(&x, &sum, 1, DataType::kFloat32, RedOp::kSum);
+            if (r == 0) c.send(&msg, 1, DataType::kInt32, 1);
+            if (r == 1) c.recv(&got, 1, DataType::kInt32, 0);
+            float y = 1, all = 0;
+            c.allReduce(&y, &all, 1, DataType::kFloat32, RedOp::kSum);
+            check(all == 3, "allreduce after the message");
+          }
+          check(sum == static_cast<float>(3 + 3 * round), "allreduce result");
+          if (r == 1) check(got == round, "message between collectives");
+        }
+      });
+  expectNoErrors(errors);
+}
+
+// A small receive whose size or type differs from the send: both fail naming both sides, the next message works.
+TEST(MailboxFaults, MismatchFailsBothSides) {
+  struct Case {
+    size_t sendCount;
+    DataType sendType;
+    size_t recvCount;
+    DataType recvType;
+  };
+  const std::vector<Case> cases = {{8, DataType::kFloat32, 9, DataType::kFloat32},
+                                   {8, DataType::kFloat32, 8, DataType::kInt32},
+                                   {0, DataType::kInt8, 1, DataType::kInt8}};
+  for (Transport tr : {Transport::kP2p, Transport::kShm}) {
+    std::vector<std::vector<std::string>> seen(2);
+    auto errors = runRanks(
+        2, [tr](int r, InitOptions& o) { force(tr, r, o.cfg); },
+        [&](Communicator& c, int r) {
+          for (const Case& k : cases) {
+            std::vector<uint8_t> buf(64);
+            try {
+              if (r == 0) c.send(buf.data(), k.sendCount, k.sendType, 1);
+              else c.recv(buf.data(), k.recvCount, k.recvType, 0);
+              seen[r].push_back("no error");
+            } catch (const Error& e) {
+              EXPECT_EQ(e.code(), StatusCode::kInvalidUsage) << e.what();
+              seen[r].push_back(e.what());
+            }
+            int32_t v = r == 0 ? 42 : 0;
+            if (r == 0) c.send(&v, 1, DataType::kInt32, 1);
+            else c.recv(&v, 1, DataType::kInt32, 0);
+            check(v == 42, "message after a mismatch");
+          }
+        });
+    expectNoErrors(errors);
+    ASSERT_EQ(seen[0].size(), cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      std::string s = fmt::format("{} x {}", cases[i].sendCount, to_string(cases[i].sendType));
+      std::string v = fmt::format("{} x {}", cases[i].recvCount, to_string(cases[i].recvType));
+      EXPECT_NE(seen[0][i].find("rank 0: send of " + s + " to rank 1"), std::string::npos) << seen[0][i];
+      EXPECT_NE(seen[0][i].find("mismatch"), std::string::npos) << seen[0][i];
+      EXPECT_NE(seen[0][i].find(v), std::string::npos) << seen[0][i];
+      EXPECT_NE(seen[1][i].find("rank 1: recv of " + v + " from rank 0"), std::string::npos) << seen[1][i];
+      EXPECT_NE(seen[1][i].find(s), std::string::npos) << seen[1][i];
+    }
+  }
+}
+
+// A small receive times out naming the peer; the message that comes late is skipped by the next receive, which
+// gets its own. An abort from another thread ends a small receive (and a group of them).
+TEST(MailboxFaults, TimeoutLateMessageAndAbort) {
+  std::atomic<int> phase{0};
+  auto errors = runRanks(
+      2,
+      [](int r, InitOptions& o) {
+        force(Transport::kShm, r, o.cfg);
+        o.cfg.timeoutSec = 0.3;
+      },
+      [&](Communicator& c, int r) {
+        c.connectAll();
+        int32_t v = 0;
+        if (r == 0) {
+          try {
+            c.recv(&v, 1, DataType::kInt32, 1);
+            ADD_FAILURE() << "the receive completed";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), StatusCode::kTimeout) << e.what();
+            EXPECT_NE(std::string(e.what()).find("rank 0: recv of 1 x int32 from rank 1"), std::string::npos)
+                << e.what();
+            EXPECT_NE(std::string(e.what()).find("rank 1 did not move"), std::string::npos) << e.what();
+          }
+          phase = 1;
+          while (phase.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          c.recv(&v, 1, DataType::kInt32, 1);  // skips the late message, takes the next one
+          EXPECT_EQ(v, 2);
+          std::thread killer([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            c.abort();
+          });
+          try {
+            groupStart();
+            c.recv(&v, 1, DataType::kInt32, 1);
+            c.recv(&v, 1, DataType::kInt32, 1);
+            groupEnd();
+            ADD_FAILURE() << "the receives completed";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), StatusCode::kAborted) << e.what();
+          }
+          killer.join();
+          phase = 3;
+          return;
+        }
+        while (phase.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        v = 1;
+        // The receiver gave up on this one: the send itself waits for a verdict that comes with the next receive.
+        Request late = c.isend(&v, 1, DataType::kInt32, 0);
+        int32_t w = 2;
+        Request next = c.isend(&w, 1, DataType::kInt32, 0);
+        phase = 2;
+        late.wait();
+        next.wait();
+        while (phase.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      });
+  expectNoErrors(errors);
+}
+
+}  // namespace
+}  // namespace topocoll::runtime
