@@ -480,7 +480,8 @@ void Engine::driveShots(const Step& step, const Pending& pending, const std::vec
       stopAll(StatusCode::kAborted, "the communicator was aborted", -1);
       return;
     }
-    if (++polls >= 256) {
+    if (++polls >= 64) {  // every few idle polls (once the wait sleeps, each is a doorbell slice)
+      polls = 0;
       if (since == Clock::time_point{}) since = Clock::now();
       bool gone = false;
       for (Op* op : ops)
@@ -497,7 +498,6 @@ void Engine::driveShots(const Step& step, const Pending& pending, const std::vec
         stopAll(StatusCode::kTimeout, shotTimeout(peer), -1);
         return;
       }
-      polls = 200;  // from here on every few polls
     }
     backoff.idle(*opts_.doorbell,
                  [&] { return move() || (opts_.abortFlag && opts_.abortFlag->load(std::memory_order_relaxed)); });

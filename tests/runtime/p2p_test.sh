@@ -72,6 +72,22 @@ for tr in P2P SHM NET; do
   fi
 done
 
+# Small messages through the point-to-point mailboxes between processes (4 ranks over P2P and SHM, every size from
+# 1 B to 1 KiB: the mailbox's limit and above), and the same with the mailboxes off: checked by the perf tool.
+for mb in 256 0; do
+  for tr in P2P SHM; do
+    extra="TOPOCOLL_P2P_MAILBOX_MAX=$mb"
+    [ $tr = SHM ] && extra="$extra NCCL_P2P_DISABLE=1"
+    name=small-$tr-$mb
+    if EXTRA=$extra run "$name" 4 1 "$PERF" sendrecv_perf -b 1 -e 1K -f 2 -c 1 -n 20 -w 2 &&
+      grep -q "Out of bounds values : 0 OK" "$tmp/$name.0"; then
+      ok "small messages, 4 processes over $tr, TOPOCOLL_P2P_MAILBOX_MAX=$mb"
+    else
+      bad "$name" "$(tail -3 "$tmp/$name.0")"
+    fi
+  done
+done
+
 # NCCL's connection lines at NCCL_DEBUG=INFO.
 EXTRA="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM,NET" run log-p2p 2 1 "$T" comm-check
 EXTRA="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM,NET NCCL_P2P_DISABLE=1" run log-shm 2 1 "$T" comm-check
@@ -121,8 +137,10 @@ else
   echo "skip netns (no rights to create network namespaces)"
 fi
 
-# kill -9 of rank 1 while three ranks exchange 8 MiB messages: ranks 0 and 2 fail within the timeout naming rank 1.
-for tr in P2P SHM NET; do
+# kill -9 of rank 1 while three ranks exchange 8 MiB messages (8 B ones: the mailboxes): ranks 0 and 2 fail within
+# the timeout naming rank 1.
+for spec in P2P:8M SHM:8M NET:8M P2P:8 SHM:8; do
+  tr=${spec%:*} size=${spec#*:}
   hosts=1
   extra=""
   [ $tr = SHM ] && extra="NCCL_P2P_DISABLE=1"
@@ -132,7 +150,7 @@ for tr in P2P SHM NET; do
   pids=()
   for r in 0 1 2; do
     env RANK=$r WORLD_SIZE=3 NCCL_COMM_ID=127.0.0.1:$p NCCL_HOSTID=k$((hosts > 1 ? r : 0)) TOPOCOLL_TIMEOUT=8 $extra \
-      "$PERF" sendrecv_perf -b 8M -e 8M -n 100000 -w 0 -c 0 > "$tmp/kill-$tr.$r" 2>&1 &
+      "$PERF" sendrecv_perf -b $size -e $size -n 100000000 -w 0 -c 0 > "$tmp/kill-$tr.$r" 2>&1 &
     pids+=($!)
   done
   # Once rank 0 printed its column header, the ranks are connected and exchanging 8 MiB messages.
@@ -147,7 +165,7 @@ for tr in P2P SHM NET; do
   took=$(($(date +%s) - start))
   if [ $rc0 != 0 ] && [ $rc2 != 0 ] && grep -q "rank 1" "$tmp/kill-$tr.0" && grep -q "rank 1" "$tmp/kill-$tr.2" &&
     [ $took -le 15 ]; then
-    ok "kill -9 mid-transfer over $tr (${took}s): $(grep -o 'rank 0: [^:]*:[^(]*' "$tmp/kill-$tr.0" | head -1)"
+    ok "kill -9 mid-transfer over $tr, $size B (${took}s): $(grep -o 'rank 0: [^:]*:[^(]*' "$tmp/kill-$tr.0" | head -1)"
   else
     bad "kill -9 over $tr" "took ${took}s, rc $rc0 $rc2: $(tail -2 "$tmp/kill-$tr.0") / $(tail -2 "$tmp/kill-$tr.2")"
   fi
