@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <span>
 
 #include "topocoll/log.h"
 #include "topocoll/transport/oneshot.h"
@@ -454,7 +455,8 @@ bool Engine::progressShots() {
 }
 
 template <typename Step, typename Pending>
-void Engine::driveShots(const Step& step, const Pending& pending, const std::vector<Op*>& ops) {
+void Engine::driveShots(const Step& step, const Pending& pending, Op* const* opList, size_t nOps) {
+  auto ops = [&] { return std::span<Op* const>(opList, nOps); };
   transport::Backoff backoff(opts_.spinUs, opts_.yieldUs);
   Clock::time_point since{};  // read lazily: most waits end before any check
   unsigned polls = 0;
@@ -465,7 +467,7 @@ void Engine::driveShots(const Step& step, const Pending& pending, const std::vec
     return moved;
   };
   auto stopAll = [&](StatusCode code, const std::string& why, int onlyPeer) {
-    for (Op* op : ops)
+    for (Op* op : ops())
       if (!op->finished() && op->code == StatusCode::kOk && (onlyPeer < 0 || op->peer == onlyPeer))
         shotGaveUp(*op, code, why);
   };
@@ -484,7 +486,7 @@ void Engine::driveShots(const Step& step, const Pending& pending, const std::vec
       polls = 0;
       if (since == Clock::time_point{}) since = Clock::now();
       bool gone = false;
-      for (Op* op : ops)
+      for (Op* op : ops())
         if (!op->finished() && op->code == StatusCode::kOk && opts_.peerGone && (*opts_.peerGone)[op->peer].load()) {
           stopAll(StatusCode::kRemoteError,
                   fmt::format("rank {}'s process is gone (it exited or was killed)", op->peer), op->peer);
@@ -493,7 +495,7 @@ void Engine::driveShots(const Step& step, const Pending& pending, const std::vec
       if (gone) continue;
       if (Clock::now() - since > opts_.timeout) {
         int peer = -1;
-        for (Op* op : ops)
+        for (Op* op : ops())
           if (!op->finished() && op->code == StatusCode::kOk) peer = peer < 0 ? op->peer : peer;
         stopAll(StatusCode::kTimeout, shotTimeout(peer), -1);
         return;
@@ -511,8 +513,9 @@ bool Engine::runShotInline(Op& op) {
   if (!shotProgress(op)) {
     shotInline_.assign(1, {op.peer, op.send});
     bool done = false;
+    Op* self = &op;
     driveShots([&] { return done = done || shotProgress(op); }, [&] { return !done && op.code == StatusCode::kOk; },
-               std::vector<Op*>{&op});
+               &self, 1);
     shotInline_.clear();
   }
   if (op.code != StatusCode::kOk) throw Error(op.code, op.error);
@@ -596,7 +599,7 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
           --left;
         }
       return left > 0;
-    }, ops);
+    }, ops.data(), ops.size());
     for (Op* op : ops)
       if (!op->finished()) op->state.store(Op::kFailed, std::memory_order_release);
   }

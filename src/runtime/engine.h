@@ -165,7 +165,7 @@ class Engine {
   void shotGaveUp(Op& op, StatusCode code, const std::string& why);  // driver only: fails a mailbox op not done
   std::string shotTimeout(int peer) const;
   template <typename Step, typename Pending>
-  void driveShots(const Step& step, const Pending& pending, const std::vector<Op*>& ops);  // driver only
+  void driveShots(const Step& step, const Pending& pending, Op* const* ops, size_t nOps);  // driver only
   void enqueue(Op* op, transport::Transfer* t);
   void runWorker();
   template <typename Done>
