@@ -88,7 +88,7 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
     fail(StatusCode::kInvalidArgument, "rank {}: {} of {} x {}: null buffer", rank_, what, count, to_string(type));
   std::shared_ptr<Op> op;
   {
-    std::lock_guard<std::mutex> lock(opPoolMu_);
+    std::lock_guard<PoolLock> lock(opPoolMu_);
     if (!opPool_) opPool_ = std::make_unique<detail::OpPool>();
     op = opPool_->take();
   }
@@ -141,7 +141,7 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
 }
 
 void Communicator::recycleOp(std::shared_ptr<Op>&& op) {
-  std::lock_guard<std::mutex> lock(opPoolMu_);
+  std::lock_guard<PoolLock> lock(opPoolMu_);
   if (opPool_) opPool_->give(std::move(op));
   op.reset();
 }

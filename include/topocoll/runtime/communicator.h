@@ -254,7 +254,16 @@ class Communicator {
   std::unique_ptr<transport::Context> ctx_;
   std::vector<transport::Channel> channels_;
   std::unique_ptr<detail::Engine> engine_;
-  std::mutex opPoolMu_;                // the point-to-point ops of finished groups, for the next ones
+  // The point-to-point ops of finished groups, for the next ones. Taken and given back twice per op by the thread
+  // that issues (others only when several threads share the communicator): an exchange, not a futex mutex.
+  struct PoolLock {
+    std::atomic<bool> held{false};
+    void lock() {
+      while (held.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+    }
+    void unlock() { held.store(false, std::memory_order_release); }
+  };
+  PoolLock opPoolMu_;
   std::unique_ptr<detail::OpPool> opPool_;
   std::mutex setupMu_;                 // bootstrap exchanges and connector setup, one at a time
   std::vector<std::atomic<bool>> p2pConnected_;  // [peer]
