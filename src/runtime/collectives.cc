@@ -321,7 +321,7 @@ void Communicator::runNow(CollTask& t) {
 }
 
 bool Communicator::runOneShotNow(const Args& a) {
-  {
+  if (queued_.load(std::memory_order_acquire) != 0) {  // the collective thread's queue first (rarely: no lock else)
     std::unique_lock<std::mutex> lock(queueMu_);
     queueCv_.wait(lock, [&] { return queued_ == 0; });
   }

@@ -571,18 +571,14 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
   size_t left = ops.size();
   auto step = [&] {
     bool moved = false;
-    std::pair<int, bool> blocked[64];
-    int nBlocked = 0;
-    bool overflow = false;
+    std::vector<std::pair<int, bool>>& blocked = shotBlocked_;  // keeps its capacity: nothing allocated once warm
+    blocked.clear();
     for (Op* op : ops) {
       if (op->finished()) continue;
       std::pair<int, bool> key{op->peer, op->send};
-      if (overflow || std::find(blocked, blocked + nBlocked, key) != blocked + nBlocked) continue;
+      if (std::find(blocked.begin(), blocked.end(), key) != blocked.end()) continue;
       if (op->code == StatusCode::kOk && !shotProgress(*op)) {
-        if (nBlocked < 64)
-          blocked[nBlocked++] = key;
-        else
-          overflow = true;  // more peers than the list holds: the rest waits for the next pass
+        blocked.push_back(key);
         continue;
       }
       op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);

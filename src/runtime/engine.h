@@ -199,6 +199,7 @@ class Engine {
   std::vector<int> shotGaveUp_;
   int shotQueued_ = 0;
   std::vector<std::pair<int, bool>> shotInline_;
+  std::vector<std::pair<int, bool>> shotBlocked_;  // runShotGroup: the peers and directions waiting in this pass
 
   std::atomic<int> callers_{0};        // threads in wait(): the worker leaves the driving to them
   std::mutex workerMu_;

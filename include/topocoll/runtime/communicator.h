@@ -300,7 +300,7 @@ class Communicator {
   std::mutex queueMu_;
   std::condition_variable queueCv_;
   std::deque<std::shared_ptr<detail::CollTask>> queue_;
-  int queued_ = 0;                     // submitted and not finished
+  std::atomic<int> queued_{0};         // submitted and not finished (changed under queueMu_; read alone by the small path)
   bool collStop_ = false;
   std::thread collThread_;
   std::vector<std::shared_ptr<std::vector<char>>> allToAllCopies_;  // inputs of in-place all-to-alls in flight
