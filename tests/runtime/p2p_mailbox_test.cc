@@ -154,6 +154,56 @@ TEST(MailboxGroups, MoreMessagesThanSlotsEachWayAndAllToAll) {
   }
 }
 
+// One thread groups the small messages of two communicators (NCCL's one-process multi-GPU pattern), more than the
+// slots each way: their engines progress the queued mailbox ops. And a group mixing mailbox and FIFO sizes.
+TEST(MailboxGroups, OneThreadSeveralCommunicatorsAndMixedSizes) {
+  auto group = bootstrap::makeInMemoryGroup(2);
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      InitOptions o;
+      o.cfg.hostId = "one-host";
+      comms[r] = Communicator::initWithBootstrap(std::move(group[r]), o);
+    });
+  for (auto& t : ts) t.join();
+  const int m = transport::kShotSlots + 5;
+  std::vector<int32_t> a(m), b(m), ga(m, -1), gb(m, -1);
+  for (int i = 0; i < m; ++i) a[i] = i, b[i] = 1000 + i;
+  groupStart();
+  for (int i = 0; i < m; ++i) comms[0]->send(&a[i], 1, DataType::kInt32, 1);
+  for (int i = 0; i < m; ++i) comms[1]->send(&b[i], 1, DataType::kInt32, 0);
+  for (int i = 0; i < m; ++i) comms[1]->recv(&ga[i], 1, DataType::kInt32, 0);
+  for (int i = 0; i < m; ++i) comms[0]->recv(&gb[i], 1, DataType::kInt32, 1);
+  groupEnd();
+  EXPECT_EQ(ga, a);
+  EXPECT_EQ(gb, b);
+  // Mixed sizes in one group, the same communicators from two threads.
+  std::vector<std::string> errors(2);
+  for (int r = 0; r < 2; ++r)
+    ts[r] = std::thread([&, r] {
+      try {
+        Communicator& c = *comms[r];
+        std::vector<std::vector<uint8_t>> out, in;
+        for (int i = 0; i < 3 * transport::kShotSlots; ++i) {
+          size_t bytes = i % 5 == 4 ? 70000 : 1 + i;
+          out.push_back(message(r, 1 - r, bytes, i));
+          in.emplace_back(bytes, 0xee);
+        }
+        groupStart();
+        for (auto& o : out) c.send(o.data(), o.size(), DataType::kUint8, 1 - r);
+        for (auto& i : in) c.recv(i.data(), i.size(), DataType::kUint8, 1 - r);
+        groupEnd();
+        for (size_t i = 0; i < in.size(); ++i)
+          check(in[i] == message(1 - r, r, in[i].size(), static_cast<int>(i)), "mixed group data");
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  expectNoErrors(errors);
+}
+
 // Asynchronous small sends beyond the slots, then receives: the engine's thread progresses the queued ones.
 // Messages through the mailbox and through the FIFO interleaved: each receive gets its own send's data whichever
 // completes first.
