@@ -225,12 +225,20 @@ bool Communicator::tryShot(bool send, void* buf, size_t count, DataType type, in
 }
 
 void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
+  if (tGroup.depth > 0) {  // no Request to make: the op goes straight into the group (no reference count touched)
+    tGroup.ops.emplace_back(this, makeOp(true, const_cast<void*>(buf), count, type, peer));
+    return;
+  }
   if (tryShot(true, const_cast<void*>(buf), count, type, peer)) return;
   if (tryInline(true, const_cast<void*>(buf), count, type, peer)) return;
   issue(makeOp(true, const_cast<void*>(buf), count, type, peer), true);
 }
 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
+  if (tGroup.depth > 0) {
+    tGroup.ops.emplace_back(this, makeOp(false, buf, count, type, peer));
+    return;
+  }
   if (tryShot(false, buf, count, type, peer)) return;
   if (tryInline(false, buf, count, type, peer)) return;
   issue(makeOp(false, buf, count, type, peer), true);
