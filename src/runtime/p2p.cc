@@ -140,10 +140,14 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
   return op;
 }
 
-void Communicator::recycleOp(std::shared_ptr<Op>&& op) {
+void Communicator::recycleOps(std::pair<Communicator*, std::shared_ptr<Op>>* ops, size_t n) {
   std::lock_guard<PoolLock> lock(opPoolMu_);
-  if (opPool_) opPool_->give(std::move(op));
-  op.reset();
+  for (size_t i = 0; i < n; ++i) {
+    std::shared_ptr<Op>& op = ops[i].second;
+    if (!op || !op->finished()) continue;
+    if (opPool_) opPool_->give(std::move(op));
+    op.reset();
+  }
 }
 
 Request Communicator::issue(std::shared_ptr<Op> op, bool blocking) {
@@ -296,8 +300,12 @@ void groupEnd() {
   struct Recycle {
     std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops;
     ~Recycle() {
-      for (auto& [c, op] : ops)
-        if (op && op->finished()) c->recycleOp(std::move(op));
+      for (size_t i = 0; i < ops.size();) {  // one lock per run of one communicator's ops
+        size_t j = i + 1;
+        while (j < ops.size() && ops[j].first == ops[i].first) ++j;
+        ops[i].first->recycleOps(ops.data() + i, j - i);
+        i = j;
+      }
       ops.clear();
       if (tGroup.ops.empty()) tGroup.ops.swap(ops);
     }

@@ -193,8 +193,9 @@ class Communicator {
   void waitOp(detail::Op& op);
   void waitOps(const std::vector<detail::Op*>& ops);
   bool runGroupInline(const std::vector<detail::Op*>& ops);
-  /// A finished operation of a group back to this communicator's pool (kept only if nobody else holds it).
-  void recycleOp(std::shared_ptr<detail::Op>&& op);
+  /// The finished operations among `n` of a group's entries (all of this communicator) back to its pool (each kept
+  /// only if nobody else holds it), under one lock.
+  void recycleOps(std::pair<Communicator*, std::shared_ptr<detail::Op>>* ops, size_t n);
   void checkCollArgs(const collectives::Args& a) const;
   std::shared_ptr<detail::CollTask> makeCollTask(const collectives::Args& a);
   /// Runs `t` on the collective thread, after those before it.
