@@ -12,13 +12,30 @@
 set -u
 cd "$(dirname "$0")/.."
 ROUNDS=3 T=0.3 OUT=/tmp/topocoll-p2p-compare SIZES=8,1M,64M
-while getopts "r:T:o:l:" o; do
+usage() {
+  cat <<USAGE
+Point-to-point between two processes of this machine: topocoll's transports (P2P single copy, SHM Simple, SHM LL,
+NET over loopback) against Open MPI 4.1.4 and Gloo (../shared/peers), interleaved round by round, pingpong and
+sendrecv, plus the single-thread memcpy bound. Prints markdown tables (medians, per-round ratios).
+
+usage: bench/p2p_compare.sh [-r ROUNDS] [-T SECONDS] [-o RESULTS_DIR] [-l SIZES]
+  -r ROUNDS       interleaved rounds (default $ROUNDS)
+  -T SECONDS      timed loop per size and library (default $T)
+  -o RESULTS_DIR  raw rows and the machine's load (default $OUT; its *.txt are replaced)
+  -l SIZES        comma-separated sizes with K/M suffixes (default $SIZES)
+  -h, --help      this text
+Needs build/topocoll-perf; the peers are built into \$PEERS_BUILD (default /tmp/peers-build) when missing.
+USAGE
+}
+[ "${1:-}" = --help ] && { usage; exit 0; }
+while getopts "r:T:o:l:h" o; do
   case $o in
+    h) usage; exit 0 ;;
     r) ROUNDS=$OPTARG ;;
     T) T=$OPTARG ;;
     o) OUT=$OPTARG ;;
     l) SIZES=$OPTARG ;;
-    *) exit 2 ;;
+    *) usage >&2; exit 2 ;;
   esac
 done
 PB=${PEERS_BUILD:-/tmp/peers-build}
