@@ -2,6 +2,12 @@
 # Communicator init time for N local processes (simulated H100 GPUs, hosts of 8 ranks): wall time of the whole
 # job and rank 0's per-phase timings. Usage: bench/init_bench.sh [BUILD_DIR]
 set -euo pipefail
+case ${1:-} in
+  -h | --help)
+    echo "usage: bench/init_bench.sh [BUILD_DIR]  (default build; TOPO=xml picks the topology, default the seed H100 node)"
+    echo "Communicator init of 2, 8 and 16 local processes (simulated GPUs, 8 per host): job wall time and rank 0's phases."
+    exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 B=${1:-build}
 SEED=${TOPO:-examples/topologies/public/seed-h100-8gpu-8nic-nvswitch.xml}

@@ -6,6 +6,11 @@
 # topocoll-perf, bound to cores as mpirun binds its ranks at np <= CPUs. TOPOCOLL_PERF_ARGS adds options
 # (e.g. "--hosts 2" for NET over loopback).
 set -u
+if [ $# -ne 4 ]; then
+  echo "usage: bench/peers_own.sh COLL NP SIZES T  (called by ../shared/peers/run_all.sh --own, see above)" >&2
+  [ "${1:-}" = -h ] || [ "${1:-}" = --help ]
+  exit
+fi
 coll=$1 np=$2 sizes=$3 T=$4
 PERF=${TOPOCOLL_PERF:-$(cd "$(dirname "$0")/.." && pwd)/build/topocoll-perf}
 case $coll in

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """torch.distributed through "topocoll" and "gloo" in the same run: all_reduce, all_gather, reduce_scatter and
 broadcast from 8 B to 64 MiB (float32), N processes on this host, nccl-tests columns, ratios per size, and an SVG of
 busbw against size. Each backend runs in its own set of processes, one after the other, per collective.
@@ -21,9 +21,13 @@ import sys
 import tempfile
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as e:  # another interpreter than Debian's, or python3-torch missing
+    sys.exit(f"{sys.argv[0]}: {e}: run it with Debian's /usr/bin/python3 and python3-torch installed "
+             "(scripts/setup.sh installs it), PYTHONPATH=build/python")
 
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
 SIZES = [8 << (2 * i) for i in range(13)]  # 8 B .. 128 MiB in steps of 4x; trimmed to --max

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Small-message latency of torch.distributed calls and the context switches each costs: N processes, a loop of
 blocking calls per operation (8 B tensors), the time per call (the maximum over ranks) and rank 0's voluntary and
 involuntary context switches per call (all its threads, from /proc/self/task/*/status: CPU-independent evidence of
@@ -7,13 +7,18 @@ thread hand-offs, unlike times on a loaded host).
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_latency.py -n 2 --iters 3000 [--backend gloo] [--bind 0]
 """
 import argparse
+import sys
 import os
 import tempfile
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as e:  # another interpreter than Debian's, or python3-torch missing
+    sys.exit(f"{sys.argv[0]}: {e}: run it with Debian's /usr/bin/python3 and python3-torch installed "
+             "(scripts/setup.sh installs it), PYTHONPATH=build/python")
 
 
 def _switches():
