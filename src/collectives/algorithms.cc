@@ -65,6 +65,9 @@ constexpr size_t kBroadcastPairMin = 512 << 10;
 // (a few pieces fit in the L2 with the lines they meet; 512 KiB and 1 MiB pieces measured no better).
 constexpr size_t kAllReducePairMin = 1 << 20;
 constexpr size_t kPairPiece = 256 << 10;
+// reduceScatterStar's pieces: at 4 ranks (on 2 cores) 1 MiB beat 256 KiB by 1.1-1.3x from 4 MiB (fewer hand-overs,
+// each a wake-up) and 85 KiB was 1.5x slower.
+constexpr size_t kStarPiece = 1 << 20;
 // 2-rank ReduceScatter from this size of a rank's output (count bytes): reduceScatterPair (the first half of
 // allReducePair) instead of the ring's FIFO steps (measured: 1.3x faster at 64 KiB, 2x from 128 KiB; slower out of
 // place at 32 KiB, where the pulls are too small to be single copies).
@@ -93,7 +96,10 @@ class Runner {
         if (c_.algo == Algo::kTree && n_ > 1) return allReduceTree();
         return allReduceRing();
       case Coll::kAllGather: return allGatherRing();
-      case Coll::kReduceScatter: return reduceScatterRing();
+      case Coll::kReduceScatter:
+        if (c_.algo == Algo::kDirect && n_ > 2 && n_ <= kDirectMaxRanks && a_.count * es_ >= kReduceScatterStarMin)
+          return reduceScatterStar();
+        return reduceScatterRing();
       case Coll::kBroadcast:
         if (c_.algo == Algo::kDirect && n_ > 2 && a_.count * es_ >= kBroadcastStarMin) return broadcastStar();
         return broadcastChain();
@@ -223,6 +229,43 @@ class Runner {
     const size_t count = a_.count;
     const Range mine{me_ * count, (me_ + 1) * count}, theirs{peer * count, (peer + 1) * count};
     pairReduce(mine, theirs, recv_, [](Range) {}, [](Range) {});
+  }
+
+  // ReduceScatter on one host without the ring's FIFO steps: every rank offers block q of its input to rank q
+  // (single copies the peers pull, channel 0) and pulls block r of every peer's input piece by piece into scratch
+  // slots of kStarPiece (two sets of n-1, one reduced while the other fills), reducing each piece with its own
+  // input, which goes first (dst may alias only srcs[0]: in place the output is the rank's own block, which no peer
+  // pulls).
+  void reduceScatterStar() {
+    l_.connectAll();
+    const size_t count = a_.count, piece = std::max<size_t>(1, kStarPiece / es_);
+    const size_t nPieces = (count + piece - 1) / piece;
+    auto pieceAt = [&](size_t k) { return Range{k * piece, std::min(count, (k + 1) * piece)}; };
+    for (int i = 1; i < n_; ++i) {
+      int to = (me_ + i) % n_;
+      for (size_t k = 0; k < nPieces; ++k) {
+        Range r = pieceAt(k);
+        send(0, to, at(send_, to * count + r.begin), r.size(), false, Copier::kPull);
+      }
+    }
+    char* tmp = l_.scratch(2 * static_cast<size_t>(n_ - 1) * piece * es_);
+    auto slot = [&](size_t k, int i) { return tmp + ((k % 2) * (n_ - 1) + (i - 1)) * piece * es_; };
+    std::vector<int> h(2 * static_cast<size_t>(n_ - 1));
+    auto post = [&](size_t k) {
+      for (int i = 1; i < n_; ++i)
+        h[(k % 2) * (n_ - 1) + (i - 1)] = recv(0, (me_ + n_ - i) % n_, slot(k, i), pieceAt(k).size());
+    };
+    for (size_t k = 0; k < std::min<size_t>(nPieces, 2); ++k) post(k);
+    const void* srcs[kDirectMaxRanks];
+    for (size_t k = 0; k < nPieces; ++k) {
+      Range r = pieceAt(k);
+      srcs[0] = at(send_, me_ * count + r.begin);
+      for (int i = 1; i < n_; ++i) l_.wait(h[(k % 2) * (n_ - 1) + (i - 1)]), srcs[i] = slot(k, i);
+      reduceMany(a_.type, a_.op, at(recv_, r.begin), srcs, n_, r.size());
+      avg(at(recv_, r.begin), r.size());
+      if (k + 2 < nPieces) post(k + 2);
+    }
+    l_.waitAll();
   }
 
   // Both ranks of a pair at once: this rank offers its input `theirs` (elements of the send buffer) to the peer,

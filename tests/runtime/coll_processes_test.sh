@@ -64,6 +64,9 @@ nRanks "allreduce pair" 2 15 "every op" all_reduce_perf -l 1048575,1048576,31457
 nRanks "reducescatter pair" 2 15 "every op" reduce_scatter_perf -l 131070,131072,3145731 -d int8 -o all
 # Broadcast between more than 2 ranks from 64 KiB: every rank pulls from the root at once (every root, odd sizes).
 nRanks "broadcast from the root" 4 12 "every root" broadcast_perf -l 65535,65536,3145731 -d int8 -r all
+# ReduceScatter between more than 2 ranks from 256 KiB of a rank's output: every rank pulls its block of every peer's
+# input (every op, in place and out of place, around the threshold, odd sizes).
+nRanks "reducescatter from every peer" 3 15 "every op" reduce_scatter_perf -l 786429,786432,9437187 -d int8 -o all
 
 # killMid NAME INDEX RANK TEST -np N: runs TEST on 64 MiB, kills the INDEX-th forked rank (rank RANK) with -9 in the
 # middle of a collective; the others must fail naming it (the survivors' lines say "rank RANK"), nobody may hang.
@@ -103,6 +106,7 @@ if [ -z "${COLL_RANKS:-}" ]; then
   killMid reduce-scatter-pair 1 0 reduce_scatter_perf -np 2
   killMid broadcast-star 1 0 broadcast_perf -np 4
   killMid broadcast-star 3 2 broadcast_perf -np 4
+  killMid reduce-scatter-star 2 1 reduce_scatter_perf -np 4
 fi
 
 # New entries, except POSIX semaphores (sem.*) that tests running beside this one (Python's multiprocessing) make.

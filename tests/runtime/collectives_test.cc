@@ -431,6 +431,41 @@ TEST(Collectives, TwoRankAllReducePair) { checkPair(Coll::kAllReduce, size_t{1} 
 // 2-rank ReduceScatter from kReduceScatterPairMin (64 KiB of a rank's output): reduceScatterPair.
 TEST(Collectives, TwoRankReduceScatterPair) { checkPair(Coll::kReduceScatter, size_t{64} << 10); }
 
+// ReduceScatter on one host between more than 2 ranks from kReduceScatterStarMin (256 KiB of a rank's output): every
+// rank pulls its block of every peer's input (Direct, the auto choice); NCCL_ALGO=ring keeps the ring. 3 and 4
+// ranks, every op (int8), float32 and float16 just below, at and past the threshold (uneven last pieces), in place
+// and out of place, P2P (direct pointers) and SHM (single copies).
+TEST(Collectives, ReduceScatterFromEveryPeer) {
+  for (int n : {3, 4})
+    for (const char* algo : {"", "ring"})
+      for (bool direct : {false, true}) {
+        auto errors = runRanks(
+            n,
+            [&](int r, runtime::InitOptions& o) {
+              if (direct) o.cfg.hostId = "one-host";
+              else testing::force(testing::Transport::kShm, r, o.cfg);
+              o.cfg.algo = algo;
+            },
+            [&](Communicator& c, int r) {
+              bool inPlace = false;
+              for (RedOp op : kOps) {
+                inPlace = !inPlace;
+                std::string e = checkOne(c, Coll::kReduceScatter, DataType::kInt8, op, (size_t{256} << 10) + 1,
+                                         inPlace, 0);
+                if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+              }
+              for (DataType t : {DataType::kFloat32, DataType::kFloat16})
+                for (size_t bytes : {(size_t{256} << 10) - 4, size_t{256} << 10, (size_t{5} << 20) + 12})
+                  for (bool inPlace : {false, true}) {
+                    std::string e = checkOne(c, Coll::kReduceScatter, t, RedOp::kSum, bytes / sizeOf(t), inPlace, 0);
+                    if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+                  }
+            });
+        for (int r = 0; r < n; ++r)
+          EXPECT_EQ(errors[r], "") << n << " ranks " << (direct ? "P2P" : "SHM") << " algo '" << algo << "' rank " << r;
+      }
+}
+
 // Broadcast on one host between more than 2 ranks from kBroadcastStarMin (64 KiB): every rank pulls from the root
 // (Direct, the auto choice); NCCL_ALGO=ring keeps the chain at the same sizes. 3 and 4 ranks, every root, in place
 // and out of place, sizes around the threshold and odd counts, P2P (direct pointers) and SHM (single copies).
