@@ -431,6 +431,13 @@ TEST(Collectives, TwoRankAllReducePair) { checkPair(Coll::kAllReduce, size_t{1} 
 // 2-rank ReduceScatter from kReduceScatterPairMin (64 KiB of a rank's output): reduceScatterPair.
 TEST(Collectives, TwoRankReduceScatterPair) { checkPair(Coll::kReduceScatter, size_t{64} << 10); }
 
+// One host: P2P (direct pointers) or SHM forced, NCCL_ALGO `algo`.
+void oneHost(bool direct, const char* algo, int r, runtime::InitOptions& o) {
+  if (direct) o.cfg.hostId = "one-host";
+  else testing::force(testing::Transport::kShm, r, o.cfg);
+  o.cfg.algo = algo;
+}
+
 // ReduceScatter on one host between more than 2 ranks from kReduceScatterStarMin (256 KiB of a rank's output): every
 // rank pulls its block of every peer's input (Direct, the auto choice); NCCL_ALGO=ring keeps the ring. 3 and 4
 // ranks, every op (int8), float32 and float16 just below, at and past the threshold (uneven last pieces), in place
@@ -441,11 +448,7 @@ TEST(Collectives, ReduceScatterFromEveryPeer) {
       for (bool direct : {false, true}) {
         auto errors = runRanks(
             n,
-            [&](int r, runtime::InitOptions& o) {
-              if (direct) o.cfg.hostId = "one-host";
-              else testing::force(testing::Transport::kShm, r, o.cfg);
-              o.cfg.algo = algo;
-            },
+            [&](int r, runtime::InitOptions& o) { oneHost(direct, algo, r, o); },
             [&](Communicator& c, int r) {
               bool inPlace = false;
               for (RedOp op : kOps) {
@@ -475,11 +478,7 @@ TEST(Collectives, BroadcastFromTheRootToEveryRank) {
       for (bool direct : {false, true}) {
         auto errors = runRanks(
             n,
-            [&](int r, runtime::InitOptions& o) {
-              if (direct) o.cfg.hostId = "one-host";
-              else testing::force(testing::Transport::kShm, r, o.cfg);
-              o.cfg.algo = algo;
-            },
+            [&](int r, runtime::InitOptions& o) { oneHost(direct, algo, r, o); },
             [&](Communicator& c, int r) {
               for (DataType t : {DataType::kFloat32, DataType::kInt8, DataType::kFloat16})
                 for (size_t bytes : {(size_t{64} << 10) - 1, size_t{64} << 10, (size_t{1} << 20) + 3})
