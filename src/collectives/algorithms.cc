@@ -65,6 +65,13 @@ constexpr size_t kBroadcastPairMin = 512 << 10;
 // (a few pieces fit in the L2 with the lines they meet; 512 KiB and 1 MiB pieces measured no better).
 constexpr size_t kAllReducePairMin = 1 << 20;
 constexpr size_t kPairPiece = 256 << 10;
+// reduceScatterStar's pieces: at 4 ranks (on 2 cores) 1 MiB beat 256 KiB by 1.1-1.3x from 4 MiB (fewer hand-overs,
+// each a wake-up) and 85 KiB was 1.5x slower.
+constexpr size_t kStarPiece = 1 << 20;
+// 2-rank ReduceScatter from this size of a rank's output (count bytes): reduceScatterPair (the first half of
+// allReducePair) instead of the ring's FIFO steps (measured: 1.3x faster at 64 KiB, 2x from 128 KiB; slower out of
+// place at 32 KiB, where the pulls are too small to be single copies).
+constexpr size_t kReduceScatterPairMin = 64 << 10;
 constexpr size_t kPairSlots = 4;
 
 int positionOf(const int* ring, int n, int rank) {
@@ -89,7 +96,10 @@ class Runner {
         if (c_.algo == Algo::kTree && n_ > 1) return allReduceTree();
         return allReduceRing();
       case Coll::kAllGather: return allGatherRing();
-      case Coll::kReduceScatter: return reduceScatterRing();
+      case Coll::kReduceScatter:
+        if (c_.algo == Algo::kDirect && n_ > 2 && n_ <= kDirectMaxRanks && a_.count * es_ >= kReduceScatterStarMin)
+          return reduceScatterStar();
+        return reduceScatterRing();
       case Coll::kBroadcast:
         if (c_.algo == Algo::kDirect && n_ > 2 && a_.count * es_ >= kBroadcastStarMin) return broadcastStar();
         return broadcastChain();
@@ -196,15 +206,75 @@ class Runner {
     }
   }
 
-  // The ring between 2 ranks without its FIFO copies: rank r reduces half r. Piece by piece, it pulls the peer's input
-  // of its half into a scratch slot (single copy, channel 0), reduces it with its own input into its output, and
-  // offers that reduced piece to the peer, which pulls it into its output (channel 1) while the next piece is
-  // reduced: per rank, two single copies and one reduction of half the data, both processes copying at once.
-  // Every element is reduced by one rank only, so both get the same bits. In place, the peer's reduced piece lands
-  // on input the peer pulled before: it reduced that piece, so its pull of it had finished.
+  // The ring between 2 ranks without its FIFO copies: rank r reduces half r (pairReduce) and offers each reduced
+  // piece to the peer, which pulls it into its output (channel 1) while the next piece is reduced: per rank, two
+  // single copies and one reduction of half the data, both processes copying at once. Every element is reduced by
+  // one rank only, so both get the same bits. In place, the peer's reduced piece lands on input the peer pulled
+  // before: it reduced that piece, so its pull of it had finished.
   void allReducePair() {
     const int peer = 1 - me_;
     const Range mine = split(a_.count, 2, me_), theirs = split(a_.count, 2, peer);
+    // Receives from one peer are matched in the order they are posted: the peer's reduced piece k is received after
+    // the inputs of pieces up to k + kPairSlots, which the peer sent first.
+    pairReduce(
+        mine, theirs, at(recv_, mine.begin), [&](Range r) { send(1, peer, at(recv_, r.begin), r.size(), false, Copier::kPull); },
+        [&](Range r) { recv(1, peer, at(recv_, r.begin), r.size()); });
+  }
+
+  // The ring's reduce-scatter between 2 ranks without its FIFO copies: rank r pulls the peer's input block r piece by
+  // piece and reduces it with its own into its output, while the peer pulls block 1-r of this rank's input. In place
+  // (the output is block r of the input) nothing written is pulled: the peer pulls block 1-r only.
+  void reduceScatterPair() {
+    const int peer = 1 - me_;
+    const size_t count = a_.count;
+    const Range mine{me_ * count, (me_ + 1) * count}, theirs{peer * count, (peer + 1) * count};
+    pairReduce(mine, theirs, recv_, [](Range) {}, [](Range) {});
+  }
+
+  // ReduceScatter on one host without the ring's FIFO steps: every rank offers block q of its input to rank q
+  // (single copies the peers pull, channel 0) and pulls block r of every peer's input piece by piece into scratch
+  // slots of kStarPiece (two sets of n-1, one reduced while the other fills), reducing each piece with its own
+  // input, which goes first (dst may alias only srcs[0]: in place the output is the rank's own block, which no peer
+  // pulls).
+  void reduceScatterStar() {
+    l_.connectAll();
+    const size_t count = a_.count, piece = std::max<size_t>(1, kStarPiece / es_);
+    const size_t nPieces = (count + piece - 1) / piece;
+    auto pieceAt = [&](size_t k) { return Range{k * piece, std::min(count, (k + 1) * piece)}; };
+    for (int i = 1; i < n_; ++i) {
+      int to = (me_ + i) % n_;
+      for (size_t k = 0; k < nPieces; ++k) {
+        Range r = pieceAt(k);
+        send(0, to, at(send_, to * count + r.begin), r.size(), false, Copier::kPull);
+      }
+    }
+    char* tmp = l_.scratch(2 * static_cast<size_t>(n_ - 1) * piece * es_);
+    auto slot = [&](size_t k, int i) { return tmp + ((k % 2) * (n_ - 1) + (i - 1)) * piece * es_; };
+    std::vector<int> h(2 * static_cast<size_t>(n_ - 1));
+    auto post = [&](size_t k) {
+      for (int i = 1; i < n_; ++i)
+        h[(k % 2) * (n_ - 1) + (i - 1)] = recv(0, (me_ + n_ - i) % n_, slot(k, i), pieceAt(k).size());
+    };
+    for (size_t k = 0; k < std::min<size_t>(nPieces, 2); ++k) post(k);
+    const void* srcs[kDirectMaxRanks];
+    for (size_t k = 0; k < nPieces; ++k) {
+      Range r = pieceAt(k);
+      srcs[0] = at(send_, me_ * count + r.begin);
+      for (int i = 1; i < n_; ++i) l_.wait(h[(k % 2) * (n_ - 1) + (i - 1)]), srcs[i] = slot(k, i);
+      reduceMany(a_.type, a_.op, at(recv_, r.begin), srcs, n_, r.size());
+      avg(at(recv_, r.begin), r.size());
+      if (k + 2 < nPieces) post(k + 2);
+    }
+    l_.waitAll();
+  }
+
+  // Both ranks of a pair at once: this rank offers its input `theirs` (elements of the send buffer) to the peer,
+  // which pulls it piece by piece (single copies, channel 0), and pulls the peer's input `mine` piece by piece into
+  // kPairSlots scratch slots, reducing each with its own input into `out` (element i of `mine` at out[i -
+  // mine.begin]). After reducing piece k it calls reduced(piece), then theirsPiece(piece k of `theirs`).
+  template <class Reduced, class TheirsPiece>
+  void pairReduce(Range mine, Range theirs, char* out, Reduced reduced, TheirsPiece theirsPiece) {
+    const int peer = 1 - me_;
     const size_t piece = std::max<size_t>(1, kPairPiece / es_);
     auto pieceAt = [&](Range r, size_t k) {
       size_t b = r.begin + k * piece;
@@ -219,21 +289,17 @@ class Runner {
     }
     int h[kPairSlots];
     for (size_t k = 0; k < std::min(nMine, kPairSlots); ++k) h[k] = recv(0, peer, slot(k), pieceAt(mine, k).size());
-    // Receives from one peer are matched in the order they are posted: the peer's reduced piece k is received after
-    // the inputs of pieces up to k + kPairSlots, which the peer sent first.
     for (size_t k = 0; k < std::max(nMine, nTheirs); ++k) {
       if (k < nMine) {
         Range r = pieceAt(mine, k);
+        char* dst = at(out, r.begin - mine.begin);
         l_.wait(h[k % kPairSlots]);
-        reduce2(at(recv_, r.begin), slot(k), at(send_, r.begin), r.size());
-        avg(at(recv_, r.begin), r.size());
-        send(1, peer, at(recv_, r.begin), r.size(), false, Copier::kPull);
+        reduce2(dst, slot(k), at(send_, r.begin), r.size());
+        avg(dst, r.size());
+        reduced(r);
         if (k + kPairSlots < nMine) h[k % kPairSlots] = recv(0, peer, slot(k), pieceAt(mine, k + kPairSlots).size());
       }
-      if (k < nTheirs) {
-        Range r = pieceAt(theirs, k);
-        recv(1, peer, at(recv_, r.begin), r.size());
-      }
+      if (k < nTheirs) theirsPiece(pieceAt(theirs, k));
     }
     l_.waitAll();
   }
@@ -383,6 +449,7 @@ class Runner {
   void reduceScatterRing() {
     size_t count = a_.count;
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
+    if (n_ == 2 && count * es_ >= kReduceScatterPairMin && l_.nChannels() >= 2) return reduceScatterPair();
     std::vector<Range> whole(nCh_);
     std::vector<Ring> rings(nCh_);
     for (int c = 0; c < nCh_; ++c) whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);

@@ -228,6 +228,10 @@ Choice Communicator::choose(const Args& a) const {
   if (a.coll == Coll::kBroadcast && cfg.algo.empty() && hosts_.size() == 1 && nRanks_ > 2 &&
       q.bytes >= collectives::kBroadcastStarMin)
     c.algo = Algo::kDirect;
+  // Likewise ReduceScatter on one host between 3 to 8 ranks: every rank pulls its block of every peer's input.
+  if (a.coll == Coll::kReduceScatter && cfg.algo.empty() && hosts_.size() == 1 && nRanks_ > 2 &&
+      nRanks_ <= collectives::kDirectMaxRanks && a.count * sizeOf(a.type) >= collectives::kReduceScatterStarMin)
+    c.algo = Algo::kDirect;
   TC_INFO(log::kTuning, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}} (model {:.1f} us, {})",
           collectives::collName(a.coll), q.bytes, collectives::algoName(c.algo), collectives::protoName(c.proto),
           c.nChannels - 1, h.timeUs, tuning::hostLinkName(q.link));

@@ -59,8 +59,14 @@ nRanks "broadcast halves" 2 6 "both roots" broadcast_perf -l 524287,524288,31457
 # 2-rank AllReduce from 1 MiB takes single copies out of the peer's buffers (process_vm_readv between processes):
 # every op, in place and out of place (every row), sizes around the threshold and odd counts.
 nRanks "allreduce pair" 2 15 "every op" all_reduce_perf -l 1048575,1048576,3145731 -d int8 -o all
+# 2-rank ReduceScatter from 64 KiB of a rank's output pulls the peer's input block piece by piece: every op, in
+# place and out of place, sizes around the threshold and odd counts.
+nRanks "reducescatter pair" 2 15 "every op" reduce_scatter_perf -l 131070,131072,3145731 -d int8 -o all
 # Broadcast between more than 2 ranks from 64 KiB: every rank pulls from the root at once (every root, odd sizes).
 nRanks "broadcast from the root" 4 12 "every root" broadcast_perf -l 65535,65536,3145731 -d int8 -r all
+# ReduceScatter between more than 2 ranks from 256 KiB of a rank's output: every rank pulls its block of every peer's
+# input (every op, in place and out of place, around the threshold, odd sizes).
+nRanks "reducescatter from every peer" 3 15 "every op" reduce_scatter_perf -l 786429,786432,9437187 -d int8 -o all
 
 # killMid NAME INDEX RANK TEST -np N: runs TEST on 64 MiB, kills the INDEX-th forked rank (rank RANK) with -9 in the
 # middle of a collective; the others must fail naming it (the survivors' lines say "rank RANK"), nobody may hang.
@@ -97,8 +103,10 @@ if [ -z "${COLL_RANKS:-}" ]; then
   # 2-rank AllReduce (single copies out of the peer's buffers) and 4-rank Broadcast (every rank pulls from the root):
   # a survivor waits in a pull, or for the ack of what it offered.
   killMid all-reduce-pair 2 1 all_reduce_perf -np 2
+  killMid reduce-scatter-pair 1 0 reduce_scatter_perf -np 2
   killMid broadcast-star 1 0 broadcast_perf -np 4
   killMid broadcast-star 3 2 broadcast_perf -np 4
+  killMid reduce-scatter-star 2 1 reduce_scatter_perf -np 4
 fi
 
 # New entries, except POSIX semaphores (sem.*) that tests running beside this one (Python's multiprocessing) make.

@@ -382,12 +382,11 @@ TEST(Collectives8, EightRanksEveryAlgorithm) {
   }
 }
 
-// 2-rank AllReduce from kAllReducePairMin (1 MiB) takes single copies out of the peer's buffers, piece by piece
-// (allReducePair): every type and op just past the threshold (uneven halves; in place and out of place in turn),
-// float32 just below, at and far past it (uneven halves and last pieces), in place
-// and out of place, auto and forced Ring (LL and Simple), P2P (direct pointers) and SHM (single copies), 1 and 4
-// channels; NCCL_MAX_NCHANNELS=1 leaves one connector (the ring's FIFO steps instead).
-TEST(Collectives, TwoRankAllReducePair) {
+// A 2-rank collective that takes single copies out of the peer's buffers piece by piece from `minBytes` (of count):
+// every type and op just past the threshold (in place and out of place in turn), float32 just below, at and far past
+// it (uneven last pieces), in place and out of place, auto and forced Ring (LL and Simple), P2P (direct pointers) and
+// SHM (single copies), 1 and 4 channels; NCCL_MAX_NCHANNELS=1 leaves one connector (the ring's FIFO steps instead).
+void checkPair(Coll coll, size_t minBytes) {
   struct Case {
     const char* algo;
     const char* proto;
@@ -410,12 +409,12 @@ TEST(Collectives, TwoRankAllReducePair) {
             for (DataType t : kTypes)
               for (RedOp op : kOps) {
                 inPlace = !inPlace;
-                std::string e = checkOne(c, Coll::kAllReduce, t, op, (size_t{1} << 20) / sizeOf(t) + 1, inPlace, 0);
+                std::string e = checkOne(c, coll, t, op, minBytes / sizeOf(t) + 1, inPlace, 0);
                 if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
               }
-            for (size_t count : {(size_t{1} << 18) - 1, size_t{1} << 18, (size_t{5} << 18) + 7})
+            for (size_t count : {minBytes / 4 - 1, minBytes / 4, (size_t{5} << 18) + 7})
               for (bool inPlace : {false, true}) {
-                std::string e = checkOne(c, Coll::kAllReduce, DataType::kFloat32, RedOp::kSum, count, inPlace, 0);
+                std::string e = checkOne(c, coll, DataType::kFloat32, RedOp::kSum, count, inPlace, 0);
                 if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
               }
           });
@@ -424,6 +423,50 @@ TEST(Collectives, TwoRankAllReducePair) {
                                  << "' channels " << k.minChannels << ".." << k.maxChannels << " rank " << r;
     }
   }
+}
+
+// 2-rank AllReduce from kAllReducePairMin (1 MiB): allReducePair.
+TEST(Collectives, TwoRankAllReducePair) { checkPair(Coll::kAllReduce, size_t{1} << 20); }
+
+// 2-rank ReduceScatter from kReduceScatterPairMin (64 KiB of a rank's output): reduceScatterPair.
+TEST(Collectives, TwoRankReduceScatterPair) { checkPair(Coll::kReduceScatter, size_t{64} << 10); }
+
+// One host: P2P (direct pointers) or SHM forced, NCCL_ALGO `algo`.
+void oneHost(bool direct, const char* algo, int r, runtime::InitOptions& o) {
+  if (direct) o.cfg.hostId = "one-host";
+  else testing::force(testing::Transport::kShm, r, o.cfg);
+  o.cfg.algo = algo;
+}
+
+// ReduceScatter on one host between more than 2 ranks from kReduceScatterStarMin (256 KiB of a rank's output): every
+// rank pulls its block of every peer's input (Direct, the auto choice); NCCL_ALGO=ring keeps the ring. 3 and 4
+// ranks, every op (int8), float32 and float16 just below, at and past the threshold (uneven last pieces), in place
+// and out of place, P2P (direct pointers) and SHM (single copies).
+TEST(Collectives, ReduceScatterFromEveryPeer) {
+  for (int n : {3, 4})
+    for (const char* algo : {"", "ring"})
+      for (bool direct : {false, true}) {
+        auto errors = runRanks(
+            n,
+            [&](int r, runtime::InitOptions& o) { oneHost(direct, algo, r, o); },
+            [&](Communicator& c, int r) {
+              bool inPlace = false;
+              for (RedOp op : kOps) {
+                inPlace = !inPlace;
+                std::string e = checkOne(c, Coll::kReduceScatter, DataType::kInt8, op, (size_t{256} << 10) + 1,
+                                         inPlace, 0);
+                if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+              }
+              for (DataType t : {DataType::kFloat32, DataType::kFloat16})
+                for (size_t bytes : {(size_t{256} << 10) - 4, size_t{256} << 10, (size_t{5} << 20) + 12})
+                  for (bool inPlace : {false, true}) {
+                    std::string e = checkOne(c, Coll::kReduceScatter, t, RedOp::kSum, bytes / sizeOf(t), inPlace, 0);
+                    if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+                  }
+            });
+        for (int r = 0; r < n; ++r)
+          EXPECT_EQ(errors[r], "") << n << " ranks " << (direct ? "P2P" : "SHM") << " algo '" << algo << "' rank " << r;
+      }
 }
 
 // Broadcast on one host between more than 2 ranks from kBroadcastStarMin (64 KiB): every rank pulls from the root
@@ -435,11 +478,7 @@ TEST(Collectives, BroadcastFromTheRootToEveryRank) {
       for (bool direct : {false, true}) {
         auto errors = runRanks(
             n,
-            [&](int r, runtime::InitOptions& o) {
-              if (direct) o.cfg.hostId = "one-host";
-              else testing::force(testing::Transport::kShm, r, o.cfg);
-              o.cfg.algo = algo;
-            },
+            [&](int r, runtime::InitOptions& o) { oneHost(direct, algo, r, o); },
             [&](Communicator& c, int r) {
               for (DataType t : {DataType::kFloat32, DataType::kInt8, DataType::kFloat16})
                 for (size_t bytes : {(size_t{64} << 10) - 1, size_t{64} << 10, (size_t{1} << 20) + 3})
