@@ -47,14 +47,12 @@ bool ShotBox::peek(ShotMessage* m) const {
 }
 
 bool ShotBox::tryRecv(void* out, size_t maxBytes, ShotMessage* m, bool publish) {
+  ShotMessage head;
+  if (!peek(&head)) return false;  // the header words (size, signature) have not arrived
   uint64_t seq = seq_ + 1;
   const uint32_t flag = static_cast<uint32_t>(seq);
   std::atomic<uint64_t>* w = area_->slot[seq % kShotSlots];
-  uint64_t h = w[0].load(std::memory_order_acquire);
-  if (static_cast<uint32_t>(h >> 32) != flag) return false;
-  uint64_t s = w[1].load(std::memory_order_acquire);
-  if (static_cast<uint32_t>(s >> 32) != flag) return false;
-  size_t bytes = static_cast<uint32_t>(h);
+  size_t bytes = head.bytes;
   size_t take = bytes < maxBytes ? bytes : maxBytes;
   size_t words = (bytes + 3) / 4;
   if (words > kShotWords - 2) words = kShotWords - 2;  // a broken header never reads past the slot
@@ -67,7 +65,7 @@ bool ShotBox::tryRecv(void* out, size_t maxBytes, ShotMessage* m, bool publish) 
       std::memcpy(dst + i * 4, &d, i * 4 + 4 <= take ? 4 : take - i * 4);
     }
   }
-  m->sig = static_cast<uint32_t>(s);
+  m->sig = head.sig;
   m->bytes = bytes;
   seq_ = seq;
   if (publish) area_->consumed.store(seq, std::memory_order_release);
