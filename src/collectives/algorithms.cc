@@ -91,14 +91,16 @@ class Runner {
   void run() {
     switch (a_.coll) {
       case Coll::kAllReduce:
-        if (c_.algo == Algo::kDirect) return allReduceDirect();
+        if (c_.algo == Algo::kDirect)
+          return starFits(kAllReduceStarMin) ? allReduceStar() : allReduceDirect();
         if (c_.algo == Algo::kDirectSplit) return allReduceDirectSplit();
         if (c_.algo == Algo::kTree && n_ > 1) return allReduceTree();
         return allReduceRing();
-      case Coll::kAllGather: return allGatherRing();
+      case Coll::kAllGather:
+        if (c_.algo == Algo::kDirect && starFits(kAllGatherStarMin)) return allGatherStar();
+        return allGatherRing();
       case Coll::kReduceScatter:
-        if (c_.algo == Algo::kDirect && n_ > 2 && n_ <= kDirectMaxRanks && a_.count * es_ >= kReduceScatterStarMin)
-          return reduceScatterStar();
+        if (c_.algo == Algo::kDirect && starFits(kReduceScatterStarMin)) return reduceScatterStar();
         return reduceScatterRing();
       case Coll::kBroadcast:
         if (c_.algo == Algo::kDirect && n_ > 2 && a_.count * es_ >= kBroadcastStarMin) return broadcastStar();
@@ -108,6 +110,8 @@ class Runner {
   }
 
  private:
+  // The star algorithms' range: 3 to kDirectMaxRanks ranks, count from `min` bytes.
+  bool starFits(size_t min) const { return n_ > 2 && n_ <= kDirectMaxRanks && a_.count * es_ >= min; }
   char* at(char* base, size_t elem) const { return base + elem * es_; }
   const char* at(const char* base, size_t elem) const { return base + elem * es_; }
   void reduce2(void* dst, const void* x, const void* y, size_t n) const { reduce(a_.type, a_.op, dst, x, y, n); }
@@ -231,41 +235,95 @@ class Runner {
     pairReduce(mine, theirs, recv_, [](Range) {}, [](Range) {});
   }
 
-  // ReduceScatter on one host without the ring's FIFO steps: every rank offers block q of its input to rank q
-  // (single copies the peers pull, channel 0) and pulls block r of every peer's input piece by piece into scratch
-  // slots of kStarPiece (two sets of n-1, one reduced while the other fills), reducing each piece with its own
-  // input, which goes first (dst may alias only srcs[0]: in place the output is the rank's own block, which no peer
-  // pulls).
+  // ReduceScatter on one host without the ring's FIFO steps: block r of every rank's input reduced into rank r's
+  // output (starReduce).
   void reduceScatterStar() {
+    const size_t count = a_.count;
+    starReduce([&](int q) { return Range{q * count, (q + 1) * count}; }, recv_);
+  }
+
+  // AllReduce on one host between 3 and kDirectMaxRanks ranks without the ring's FIFO steps: rank r reduces block r
+  // (split r of n) of everybody's input into its output (starReduce), then pulls every other rank's reduced block
+  // straight out of that rank's output (starGather). In place, the block a rank pulls lands on input the block's
+  // owner pulled before: the owner offers its reduced block only after reducing it, so its pulls had finished; and
+  // a rank's own block r, which it overwrites, is pulled by no peer while it reduces.
+  void allReduceStar() {
+    const size_t count = a_.count;
+    auto block = [&](int q) { return split(count, n_, q); };
+    starReduce(block, at(recv_, block(me_).begin));
+    starGather(at(recv_, block(me_).begin), block, recv_, [] {});
+  }
+
+  // AllGather on one host between 3 and kDirectMaxRanks ranks without the ring's steps: every rank pulls every
+  // peer's input straight into its output (starGather) while it copies its own (out of place).
+  void allGatherStar() {
+    const size_t count = a_.count;
+    starGather(send_, [&](int q) { return Range{q * count, (q + 1) * count}; }, recv_,
+               [&] { copyIfApart(at(recv_, me_ * count), send_, count); });
+  }
+
+  // Every rank offers block(q) of its input (elements of the send buffer) to rank q (single copies the peers pull,
+  // channel 0) and pulls block(me) of every peer's input piece by piece into scratch slots of kStarPiece (two sets
+  // of n-1, one reduced while the other fills), reducing each piece with its own input, which goes first, into `out`
+  // (element i of block(me) at out[i - block(me).begin]; out may alias only its own input block, which no peer
+  // pulls). Waits for every transfer, so the peers are done with this rank's input when it returns.
+  template <class Block>
+  void starReduce(const Block& block, char* out) {
     l_.connectAll();
-    const size_t count = a_.count, piece = std::max<size_t>(1, kStarPiece / es_);
-    const size_t nPieces = (count + piece - 1) / piece;
-    auto pieceAt = [&](size_t k) { return Range{k * piece, std::min(count, (k + 1) * piece)}; };
+    const size_t piece = std::max<size_t>(1, kStarPiece / es_);
+    auto pieceAt = [&](Range b, size_t k) { return Range{b.begin + k * piece, std::min(b.end, b.begin + (k + 1) * piece)}; };
+    auto nPieces = [&](Range b) { return (b.size() + piece - 1) / piece; };
     for (int i = 1; i < n_; ++i) {
       int to = (me_ + i) % n_;
-      for (size_t k = 0; k < nPieces; ++k) {
-        Range r = pieceAt(k);
-        send(0, to, at(send_, to * count + r.begin), r.size(), false, Copier::kPull);
+      for (size_t k = 0; k < nPieces(block(to)); ++k) {
+        Range r = pieceAt(block(to), k);
+        send(0, to, at(send_, r.begin), r.size(), false, Copier::kPull);
       }
     }
+    const Range mine = block(me_);
+    const size_t nMine = nPieces(mine);
     char* tmp = l_.scratch(2 * static_cast<size_t>(n_ - 1) * piece * es_);
     auto slot = [&](size_t k, int i) { return tmp + ((k % 2) * (n_ - 1) + (i - 1)) * piece * es_; };
     std::vector<int> h(2 * static_cast<size_t>(n_ - 1));
     auto post = [&](size_t k) {
       for (int i = 1; i < n_; ++i)
-        h[(k % 2) * (n_ - 1) + (i - 1)] = recv(0, (me_ + n_ - i) % n_, slot(k, i), pieceAt(k).size());
+        h[(k % 2) * (n_ - 1) + (i - 1)] = recv(0, (me_ + n_ - i) % n_, slot(k, i), pieceAt(mine, k).size());
     };
-    for (size_t k = 0; k < std::min<size_t>(nPieces, 2); ++k) post(k);
+    for (size_t k = 0; k < std::min<size_t>(nMine, 2); ++k) post(k);
     const void* srcs[kDirectMaxRanks];
-    for (size_t k = 0; k < nPieces; ++k) {
-      Range r = pieceAt(k);
-      srcs[0] = at(send_, me_ * count + r.begin);
+    for (size_t k = 0; k < nMine; ++k) {
+      Range r = pieceAt(mine, k);
+      char* dst = out + (r.begin - mine.begin) * es_;
+      srcs[0] = at(send_, r.begin);
       for (int i = 1; i < n_; ++i) l_.wait(h[(k % 2) * (n_ - 1) + (i - 1)]), srcs[i] = slot(k, i);
-      reduceMany(a_.type, a_.op, at(recv_, r.begin), srcs, n_, r.size());
-      avg(at(recv_, r.begin), r.size());
-      if (k + 2 < nPieces) post(k + 2);
+      reduceMany(a_.type, a_.op, dst, srcs, n_, r.size());
+      avg(dst, r.size());
+      if (k + 2 < nMine) post(k + 2);
     }
     l_.waitAll();
+  }
+
+  // Every rank offers `mine` (block(me)'s elements) to every other rank, which pulls it into block(me) of its output
+  // `dst` (one single copy per peer), and pulls block(q) of every peer q the same way, starting with the next rank
+  // so that the ranks pull from different sources at once. Waits for every transfer.
+  // local() runs once everything is started, while the peers copy.
+  template <class Block, class Local>
+  void starGather(const char* mine, const Block& block, char* dst, const Local& local) {
+    l_.connectAll();
+    offerToEveryPeer(0, mine, block(me_).size());
+    for (int i = 1; i < n_; ++i) {
+      Range r = block((me_ + i) % n_);
+      if (r.size()) recv(0, (me_ + i) % n_, at(dst, r.begin), r.size());
+    }
+    l_.start();
+    local();
+    l_.waitAll();
+  }
+
+  // Single copies every other rank pulls, starting with the next rank.
+  void offerToEveryPeer(int c, const char* p, size_t elems) {
+    if (!elems) return;
+    for (int i = 1; i < n_; ++i) send(c, (me_ + i) % n_, p, elems, false, Copier::kPull);
   }
 
   // Both ranks of a pair at once: this rank offers its input `theirs` (elements of the send buffer) to the peer,
@@ -535,7 +593,7 @@ class Runner {
         recv(c, a_.root, at(recv_, r.begin), r.size());
         continue;
       }
-      for (int i = 1; i < n_; ++i) send(c, (me_ + i) % n_, at(send_, r.begin), r.size(), false, Copier::kPull);
+      offerToEveryPeer(c, at(send_, r.begin), r.size());
     }
     rootCopyWhileSending();
     l_.waitAll();

@@ -228,9 +228,15 @@ Choice Communicator::choose(const Args& a) const {
   if (a.coll == Coll::kBroadcast && cfg.algo.empty() && hosts_.size() == 1 && nRanks_ > 2 &&
       q.bytes >= collectives::kBroadcastStarMin)
     c.algo = Algo::kDirect;
-  // Likewise ReduceScatter on one host between 3 to 8 ranks: every rank pulls its block of every peer's input.
-  if (a.coll == Coll::kReduceScatter && cfg.algo.empty() && hosts_.size() == 1 && nRanks_ > 2 &&
-      nRanks_ <= collectives::kDirectMaxRanks && a.count * sizeOf(a.type) >= collectives::kReduceScatterStarMin)
+  // Likewise AllReduce, AllGather and ReduceScatter on one host between 3 to 8 ranks from their star thresholds
+  // (bytes of the buffer, of a rank's input, of a rank's output): every rank pulls what it needs straight out of
+  // the peers' buffers (docs/collectives.md, sessions 22 and 23). The model has no constants for these yet.
+  const size_t starMin = a.coll == Coll::kAllReduce       ? collectives::kAllReduceStarMin
+                         : a.coll == Coll::kAllGather     ? collectives::kAllGatherStarMin
+                         : a.coll == Coll::kReduceScatter ? collectives::kReduceScatterStarMin
+                                                          : std::numeric_limits<size_t>::max();
+  if (cfg.algo.empty() && hosts_.size() == 1 && nRanks_ > 2 && nRanks_ <= collectives::kDirectMaxRanks &&
+      a.count * sizeOf(a.type) >= starMin)
     c.algo = Algo::kDirect;
   TC_INFO(log::kTuning, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}} (model {:.1f} us, {})",
           collectives::collName(a.coll), q.bytes, collectives::algoName(c.algo), collectives::protoName(c.proto),

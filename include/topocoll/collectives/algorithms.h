@@ -34,6 +34,13 @@ constexpr size_t kBroadcastStarMin = 64 << 10;
 /// pulls its block of every peer's input piece by piece and reduces them; below, and with Ring, the ring (measured at
 /// 4 ranks: 1.2x faster at 256 KiB a rank, level at 64 KiB).
 constexpr size_t kReduceScatterStarMin = 256 << 10;
+/// AllReduce with Direct (one host, 3 to kDirectMaxRanks ranks) from this size: the reduce-scatter of
+/// kReduceScatterStarMin on split r of the buffer, then every rank pulls the other ranks' reduced splits out of their
+/// outputs; below, Direct sends every input to every rank.
+constexpr size_t kAllReduceStarMin = 256 << 10;
+/// AllGather with Direct (one host, 3 to kDirectMaxRanks ranks) from this size of a rank's input: every rank pulls
+/// every peer's input straight into its output; below, and with Ring, the ring.
+constexpr size_t kAllGatherStarMin = 256 << 10;
 const char* algoName(Algo a);
 /// NCCL's protocol ids: LL 0, Simple 2 (LL128 is not built for host memory).
 enum class Proto : int { kLL = 0, kSimple = 2 };
