@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <thread>
 
 #include "collectives/coll_check.h"
@@ -438,11 +439,13 @@ void oneHost(bool direct, const char* algo, int r, runtime::InitOptions& o) {
   o.cfg.algo = algo;
 }
 
-// ReduceScatter on one host between more than 2 ranks from kReduceScatterStarMin (256 KiB of a rank's output): every
-// rank pulls its block of every peer's input (Direct, the auto choice); NCCL_ALGO=ring keeps the ring. 3 and 4
-// ranks, every op (int8), float32 and float16 just below, at and past the threshold (uneven last pieces), in place
-// and out of place, P2P (direct pointers) and SHM (single copies).
-TEST(Collectives, ReduceScatterFromEveryPeer) {
+// A collective that, on one host between more than 2 ranks from `minBytes` (of count), pulls what it needs straight
+// out of the peers' buffers (Direct, the auto choice); NCCL_ALGO=ring keeps the ring at the same sizes. 3 and 4
+// ranks (8 in Collectives8), every op of `types` just past the threshold (in place and out of place in turn),
+// float32 and float16 just below, at and far past it (uneven blocks and last pieces), in place and out of place, P2P
+// (direct pointers) and SHM (single copies).
+void checkStar(Coll coll, size_t minBytes, std::span<const DataType> types) {
+  const bool reduces = coll != Coll::kAllGather;
   for (int n : {3, 4})
     for (const char* algo : {"", "ring"})
       for (bool direct : {false, true}) {
@@ -451,16 +454,17 @@ TEST(Collectives, ReduceScatterFromEveryPeer) {
             [&](int r, runtime::InitOptions& o) { oneHost(direct, algo, r, o); },
             [&](Communicator& c, int r) {
               bool inPlace = false;
-              for (RedOp op : kOps) {
-                inPlace = !inPlace;
-                std::string e = checkOne(c, Coll::kReduceScatter, DataType::kInt8, op, (size_t{256} << 10) + 1,
-                                         inPlace, 0);
-                if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
-              }
+              for (DataType t : types)
+                for (RedOp op : kOps) {
+                  if (!reduces && op != RedOp::kSum) continue;
+                  inPlace = !inPlace;
+                  std::string e = checkOne(c, coll, t, op, minBytes / sizeOf(t) + 1, inPlace, 0);
+                  if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
+                }
               for (DataType t : {DataType::kFloat32, DataType::kFloat16})
-                for (size_t bytes : {(size_t{256} << 10) - 4, size_t{256} << 10, (size_t{5} << 20) + 12})
+                for (size_t bytes : {minBytes - 4, minBytes, (size_t{5} << 20) + 12})
                   for (bool inPlace : {false, true}) {
-                    std::string e = checkOne(c, Coll::kReduceScatter, t, RedOp::kSum, bytes / sizeOf(t), inPlace, 0);
+                    std::string e = checkOne(c, coll, t, RedOp::kSum, bytes / sizeOf(t), inPlace, 0);
                     if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
                   }
             });
@@ -468,6 +472,21 @@ TEST(Collectives, ReduceScatterFromEveryPeer) {
           EXPECT_EQ(errors[r], "") << n << " ranks " << (direct ? "P2P" : "SHM") << " algo '" << algo << "' rank " << r;
       }
 }
+
+// ReduceScatter from kReduceScatterStarMin (256 KiB of a rank's output): every rank pulls its block of every peer's
+// input and reduces them (reduceScatterStar). Int8 only (every type and op: a minute on 2 cores; the reduction is
+// allReduceStar's, tested with every type).
+TEST(Collectives, ReduceScatterFromEveryPeer) {
+  constexpr DataType kInt8[] = {DataType::kInt8};
+  checkStar(Coll::kReduceScatter, collectives::kReduceScatterStarMin, kInt8);
+}
+
+// AllReduce from kAllReduceStarMin: the reduce-scatter of reduceScatterStar on split r of the buffer, then every rank
+// pulls the other ranks' reduced splits out of their outputs (allReduceStar).
+TEST(Collectives, AllReduceFromEveryPeer) { checkStar(Coll::kAllReduce, collectives::kAllReduceStarMin, kTypes); }
+
+// AllGather from kAllGatherStarMin (of a rank's input): every rank pulls every peer's input (allGatherStar).
+TEST(Collectives, AllGatherFromEveryPeer) { checkStar(Coll::kAllGather, collectives::kAllGatherStarMin, kTypes); }
 
 // Broadcast on one host between more than 2 ranks from kBroadcastStarMin (64 KiB): every rank pulls from the root
 // (Direct, the auto choice); NCCL_ALGO=ring keeps the chain at the same sizes. 3 and 4 ranks, every root, in place
