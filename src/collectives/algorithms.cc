@@ -41,6 +41,19 @@ size_t collBytes(const Args& a, int nRanks) {
   return a.coll == Coll::kAllGather || a.coll == Coll::kReduceScatter ? b * static_cast<size_t>(nRanks) : b;
 }
 
+bool starApplies(const Args& a, int nRanks) {
+  const size_t bytes = a.count * sizeOf(a.type), n = static_cast<size_t>(nRanks);
+  if (nRanks <= 2) return false;
+  switch (a.coll) {
+    case Coll::kBroadcast: return bytes >= kBroadcastStarMin;
+    case Coll::kAllReduce: return nRanks <= kDirectMaxRanks && bytes >= n * kAllReduceStarMin;
+    case Coll::kAllGather: return nRanks <= kDirectMaxRanks && bytes >= kAllGatherStarMin;
+    case Coll::kReduceScatter: return nRanks <= kDirectMaxRanks && bytes >= kReduceScatterStarMin;
+    case Coll::kReduce: return false;
+  }
+  return false;
+}
+
 namespace {
 
 // Element range of part `i` of `n` (balanced).
@@ -91,27 +104,25 @@ class Runner {
   void run() {
     switch (a_.coll) {
       case Coll::kAllReduce:
-        if (c_.algo == Algo::kDirect)
-          return starFits(kAllReduceStarMin) ? allReduceStar() : allReduceDirect();
+        if (c_.algo == Algo::kDirect) return star() ? allReduceStar() : allReduceDirect();
         if (c_.algo == Algo::kDirectSplit) return allReduceDirectSplit();
         if (c_.algo == Algo::kTree && n_ > 1) return allReduceTree();
         return allReduceRing();
       case Coll::kAllGather:
-        if (c_.algo == Algo::kDirect && starFits(kAllGatherStarMin)) return allGatherStar();
+        if (star()) return allGatherStar();
         return allGatherRing();
       case Coll::kReduceScatter:
-        if (c_.algo == Algo::kDirect && starFits(kReduceScatterStarMin)) return reduceScatterStar();
+        if (star()) return reduceScatterStar();
         return reduceScatterRing();
       case Coll::kBroadcast:
-        if (c_.algo == Algo::kDirect && n_ > 2 && a_.count * es_ >= kBroadcastStarMin) return broadcastStar();
+        if (star()) return broadcastStar();
         return broadcastChain();
       case Coll::kReduce: return reduceChain();
     }
   }
 
  private:
-  // The star algorithms' range: 3 to kDirectMaxRanks ranks, count from `min` bytes.
-  bool starFits(size_t min) const { return n_ > 2 && n_ <= kDirectMaxRanks && a_.count * es_ >= min; }
+  bool star() const { return c_.algo == Algo::kDirect && starApplies(a_, n_); }
   char* at(char* base, size_t elem) const { return base + elem * es_; }
   const char* at(const char* base, size_t elem) const { return base + elem * es_; }
   void reduce2(void* dst, const void* x, const void* y, size_t n) const { reduce(a_.type, a_.op, dst, x, y, n); }

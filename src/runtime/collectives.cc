@@ -223,21 +223,11 @@ Choice Communicator::choose(const Args& a) const {
     c.proto = cfg.proto.empty() ? (perMessage <= static_cast<size_t>(cfg.p2pLlThreshold) ? Proto::kLL : Proto::kSimple)
                                 : c.proto;
   }
-  // Broadcast on one host between more than 2 ranks: every rank pulls from the root at once (Direct) instead of the
-  // chain from kBroadcastStarMin, when NCCL_ALGO leaves the choice (docs/collectives.md, session 22).
-  if (a.coll == Coll::kBroadcast && cfg.algo.empty() && hosts_.size() == 1 && nRanks_ > 2 &&
-      q.bytes >= collectives::kBroadcastStarMin)
-    c.algo = Algo::kDirect;
-  // Likewise AllReduce, AllGather and ReduceScatter on one host between 3 to 8 ranks from their star thresholds
-  // (bytes of the buffer, of a rank's input, of a rank's output): every rank pulls what it needs straight out of
-  // the peers' buffers (docs/collectives.md, sessions 22 and 23). The model has no constants for these yet.
-  const size_t starMin = a.coll == Coll::kAllReduce       ? collectives::kAllReduceStarMin
-                         : a.coll == Coll::kAllGather     ? collectives::kAllGatherStarMin
-                         : a.coll == Coll::kReduceScatter ? collectives::kReduceScatterStarMin
-                                                          : std::numeric_limits<size_t>::max();
-  if (cfg.algo.empty() && hosts_.size() == 1 && nRanks_ > 2 && nRanks_ <= collectives::kDirectMaxRanks &&
-      a.count * sizeOf(a.type) >= starMin)
-    c.algo = Algo::kDirect;
+  // On one host between more than 2 ranks, Broadcast, AllReduce, AllGather and ReduceScatter from their star
+  // thresholds: every rank pulls what it needs straight out of the peers' buffers (Direct) instead of the chain or
+  // the ring, when NCCL_ALGO leaves the choice (docs/collectives.md, sessions 22 and 23). The model has no constants
+  // for these yet.
+  if (cfg.algo.empty() && hosts_.size() == 1 && collectives::starApplies(a, nRanks_)) c.algo = Algo::kDirect;
   TC_INFO(log::kTuning, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}} (model {:.1f} us, {})",
           collectives::collName(a.coll), q.bytes, collectives::algoName(c.algo), collectives::protoName(c.proto),
           c.nChannels - 1, h.timeUs, tuning::hostLinkName(q.link));

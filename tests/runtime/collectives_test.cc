@@ -439,7 +439,8 @@ void oneHost(bool direct, const char* algo, int r, runtime::InitOptions& o) {
   o.cfg.algo = algo;
 }
 
-// A collective that, on one host between more than 2 ranks from `minBytes` (of count), pulls what it needs straight
+// A collective that, on one host between more than 2 ranks from `minBytes` (of count; AllReduce: of a rank's block,
+// count / n), pulls what it needs straight
 // out of the peers' buffers (Direct, the auto choice); NCCL_ALGO=ring keeps the ring at the same sizes. 3 and 4
 // ranks (8 in Collectives8), every op of `types` just past the threshold (in place and out of place in turn),
 // float32 and float16 just below, at and far past it (uneven blocks and last pieces), in place and out of place, P2P
@@ -449,6 +450,7 @@ void checkStar(Coll coll, size_t minBytes, std::span<const DataType> types) {
   for (int n : {3, 4})
     for (const char* algo : {"", "ring"})
       for (bool direct : {false, true}) {
+        const size_t min = coll == Coll::kAllReduce ? minBytes * n : minBytes;
         auto errors = runRanks(
             n,
             [&](int r, runtime::InitOptions& o) { oneHost(direct, algo, r, o); },
@@ -458,11 +460,11 @@ void checkStar(Coll coll, size_t minBytes, std::span<const DataType> types) {
                 for (RedOp op : kOps) {
                   if (!reduces && op != RedOp::kSum) continue;
                   inPlace = !inPlace;
-                  std::string e = checkOne(c, coll, t, op, minBytes / sizeOf(t) + 1, inPlace, 0);
+                  std::string e = checkOne(c, coll, t, op, min / sizeOf(t) + 1, inPlace, 0);
                   if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
                 }
               for (DataType t : {DataType::kFloat32, DataType::kFloat16})
-                for (size_t bytes : {minBytes - 4, minBytes, (size_t{5} << 20) + 12})
+                for (size_t bytes : {min - 4, min, (size_t{5} << 20) + 12})
                   for (bool inPlace : {false, true}) {
                     std::string e = checkOne(c, coll, t, RedOp::kSum, bytes / sizeOf(t), inPlace, 0);
                     if (!e.empty()) fail(StatusCode::kInternal, "rank {}: {}", r, e);
@@ -481,11 +483,11 @@ TEST(Collectives, ReduceScatterFromEveryPeer) {
   checkStar(Coll::kReduceScatter, collectives::kReduceScatterStarMin, kInt8);
 }
 
-// AllReduce from kAllReduceStarMin: the reduce-scatter of reduceScatterStar on split r of the buffer, then every rank
+// AllReduce from kAllReduceStarMin (64 KiB) of a rank's block: the reduce-scatter of reduceScatterStar on split r of the buffer, then every rank
 // pulls the other ranks' reduced splits out of their outputs (allReduceStar).
 TEST(Collectives, AllReduceFromEveryPeer) { checkStar(Coll::kAllReduce, collectives::kAllReduceStarMin, kTypes); }
 
-// AllGather from kAllGatherStarMin (of a rank's input): every rank pulls every peer's input (allGatherStar).
+// AllGather from kAllGatherStarMin (64 KiB of a rank's input): every rank pulls every peer's input (allGatherStar).
 TEST(Collectives, AllGatherFromEveryPeer) { checkStar(Coll::kAllGather, collectives::kAllGatherStarMin, kTypes); }
 
 // Broadcast on one host between more than 2 ranks from kBroadcastStarMin (64 KiB): every rank pulls from the root

@@ -34,13 +34,14 @@ constexpr size_t kBroadcastStarMin = 64 << 10;
 /// pulls its block of every peer's input piece by piece and reduces them; below, and with Ring, the ring (measured at
 /// 4 ranks: 1.2x faster at 256 KiB a rank, level at 64 KiB).
 constexpr size_t kReduceScatterStarMin = 256 << 10;
-/// AllReduce with Direct (one host, 3 to kDirectMaxRanks ranks) from this size: the reduce-scatter of
-/// kReduceScatterStarMin on split r of the buffer, then every rank pulls the other ranks' reduced splits out of their
-/// outputs; below, Direct sends every input to every rank.
-constexpr size_t kAllReduceStarMin = 256 << 10;
-/// AllGather with Direct (one host, 3 to kDirectMaxRanks ranks) from this size of a rank's input: every rank pulls
-/// every peer's input straight into its output; below, and with Ring, the ring.
-constexpr size_t kAllGatherStarMin = 256 << 10;
+/// AllReduce with Direct (one host, 3 to kDirectMaxRanks ranks) from this size of a rank's block (count / nRanks):
+/// the reduce-scatter of reduceScatterStar on block r of the buffer, then every rank pulls the other ranks' reduced
+/// blocks out of their outputs; below, Direct sends every input to every rank. AllGather with Direct likewise from
+/// this size of a rank's input: every rank pulls every peer's input straight into its output; below, and with Ring,
+/// the ring. Smaller blocks go through the FIFOs (below TOPOCOLL_P2P_SINGLE_COPY), where the ring is faster
+/// (measured at 3, 4 and 8 ranks: 0.3-0.9x of the ring with 32 KiB blocks, 1.2-2x from 64 KiB; docs/collectives.md).
+constexpr size_t kAllReduceStarMin = 64 << 10;
+constexpr size_t kAllGatherStarMin = 64 << 10;
 const char* algoName(Algo a);
 /// NCCL's protocol ids: LL 0, Simple 2 (LL128 is not built for host memory).
 enum class Proto : int { kLL = 0, kSimple = 2 };
@@ -101,6 +102,11 @@ class Links {
 
 /// Runs the collective `a` with `c`. Every rank calls it with the same collective, count, type, op and root.
 void run(Links& links, const Args& a, const Choice& c);
+
+/// Whether `a` between `nRanks` ranks of one host runs a star algorithm (every rank pulls what it needs straight out
+/// of the peers' buffers: AllReduce, AllGather, ReduceScatter, Broadcast) when Direct is chosen: what choose()
+/// picks Direct for when NCCL_ALGO leaves the choice.
+bool starApplies(const Args& a, int nRanks);
 
 /// Bytes NCCL's tuning counts for a collective (the message size in its "N Bytes -> Algo" line): AllGather and
 /// ReduceScatter count all ranks' data.
