@@ -67,9 +67,10 @@ nRanks "broadcast from the root" 4 12 "every root" broadcast_perf -l 65535,65536
 # ReduceScatter between more than 2 ranks from 256 KiB of a rank's output: every rank pulls its block of every peer's
 # input (every op, in place and out of place, around the threshold, odd sizes).
 nRanks "reducescatter from every peer" 3 15 "every op" reduce_scatter_perf -l 786429,786432,9437187 -d int8 -o all
-# AllReduce between more than 2 ranks from 64 KiB a rank (256 KiB at 4 ranks): reduce-scatter as above, then every rank pulls the others'
-# reduced blocks out of their outputs (every op, in place and out of place, around the threshold, odd sizes).
-nRanks "allreduce from every peer" 4 15 "every op" all_reduce_perf -l 262143,262144,3145731 -d int8 -o all
+# AllReduce between more than 2 ranks from 128 KiB a rank (512 KiB at 4 ranks): reduce-scatter as above, then every rank
+# pulls the others' reduced blocks out of their outputs (every op, in place and out of place, around the threshold, odd
+# sizes).
+nRanks "allreduce from every peer" 4 15 "every op" all_reduce_perf -l 524287,524288,3145731 -d int8 -o all
 # AllGather between more than 2 ranks from 64 KiB of a rank's input: every rank pulls every peer's input.
 nRanks "allgather from every peer" 3 3 "around the threshold" all_gather_perf -l 196605,196608,9437187 -d int8
 

@@ -316,8 +316,8 @@ TEST(OneShot, OffWhenTheConnectionsHaveNoMailboxes) {
   }
 }
 
-// A rank waiting in a one-shot collective for a peer that never calls it: abort from another thread unblocks it; without
-// abort it fails at TOPOCOLL_TIMEOUT naming the peer.
+// A rank waiting in a one-shot collective for a peer that never calls it: abort from another thread unblocks it;
+// without abort it fails at TOPOCOLL_TIMEOUT naming the peer.
 TEST(OneShotFaults, AbortAndTimeoutEndTheWait) {
   for (bool abortIt : {true, false}) {
     auto errors = runRanks(
@@ -483,8 +483,8 @@ TEST(Collectives, ReduceScatterFromEveryPeer) {
   checkStar(Coll::kReduceScatter, collectives::kReduceScatterStarMin, kInt8);
 }
 
-// AllReduce from kAllReduceStarMin (64 KiB) of a rank's block: the reduce-scatter of reduceScatterStar on split r of the buffer, then every rank
-// pulls the other ranks' reduced splits out of their outputs (allReduceStar).
+// AllReduce from kAllReduceStarMin (128 KiB) of a rank's block: the reduce-scatter of reduceScatterStar on split r of
+// the buffer, then every rank pulls the other ranks' reduced splits out of their outputs (allReduceStar).
 TEST(Collectives, AllReduceFromEveryPeer) { checkStar(Coll::kAllReduce, collectives::kAllReduceStarMin, kTypes); }
 
 // AllGather from kAllGatherStarMin (64 KiB of a rank's input): every rank pulls every peer's input (allGatherStar).
