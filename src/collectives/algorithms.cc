@@ -282,7 +282,9 @@ class Runner {
   void starReduce(const Block& block, char* out) {
     l_.connectAll();
     const size_t piece = std::max<size_t>(1, kStarPiece / es_);
-    auto pieceAt = [&](Range b, size_t k) { return Range{b.begin + k * piece, std::min(b.end, b.begin + (k + 1) * piece)}; };
+    auto pieceAt = [&](Range b, size_t k) {
+      return Range{b.begin + k * piece, std::min(b.end, b.begin + (k + 1) * piece)};
+    };
     auto nPieces = [&](Range b) { return (b.size() + piece - 1) / piece; };
     for (int i = 1; i < n_; ++i) {
       int to = (me_ + i) % n_;
@@ -316,8 +318,8 @@ class Runner {
 
   // Every rank offers `mine` (block(me)'s elements) to every other rank, which pulls it into block(me) of its output
   // `dst` (one single copy per peer), and pulls block(q) of every peer q the same way, starting with the next rank
-  // so that the ranks pull from different sources at once. Waits for every transfer.
-  // local() runs once everything is started, while the peers copy.
+  // so that the ranks pull from different sources at once; local() runs once everything is started, while the peers
+  // copy. Waits for every transfer.
   template <class Block, class Local>
   void starGather(const char* mine, const Block& block, char* dst, const Local& local) {
     l_.connectAll();

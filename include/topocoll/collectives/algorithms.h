@@ -36,11 +36,12 @@ constexpr size_t kBroadcastStarMin = 64 << 10;
 constexpr size_t kReduceScatterStarMin = 256 << 10;
 /// AllReduce with Direct (one host, 3 to kDirectMaxRanks ranks) from this size of a rank's block (count / nRanks):
 /// the reduce-scatter of reduceScatterStar on block r of the buffer, then every rank pulls the other ranks' reduced
-/// blocks out of their outputs; below, Direct sends every input to every rank (measured at 3, 4 and 8 ranks: 0.7-0.9x
-/// of the ring with 32-64 KiB blocks, level in place and 1.2x out of place at 96-128 KiB, 1.2-2x from 256 KiB).
-/// AllGather with Direct from kAllGatherStarMin of a rank's input: every rank pulls every peer's input straight into
-/// its output; below, and with Ring, the ring (0.15-0.35x of the ring out of place at 16-32 KiB, where the pulls go
-/// through the FIFOs below TOPOCOLL_P2P_SINGLE_COPY; 1.3-2x from 64 KiB). docs/collectives.md, session 23.
+/// blocks out of their outputs; below, Direct sends every input to every rank (measured at 3, 4 and 8 ranks against
+/// the ring: 0.55-0.94x with 32 KiB blocks, mixed at 64 KiB, 1.2-1.6x out of place but level in place at 85-96 KiB,
+/// 1.2-1.4x out of place and 1.0-1.7x in place from 128 KiB). AllGather with Direct from kAllGatherStarMin of a
+/// rank's input: every rank pulls every peer's input straight into its output; below, and with Ring, the ring
+/// (0.15-0.35x of the ring out of place at 16-32 KiB, where the pulls go through the FIFOs below
+/// TOPOCOLL_P2P_SINGLE_COPY; 1.4-3.4x at 64 KiB). docs/collectives.md, session 23.
 constexpr size_t kAllReduceStarMin = 128 << 10;
 constexpr size_t kAllGatherStarMin = 64 << 10;
 const char* algoName(Algo a);
