@@ -291,17 +291,46 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
 void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
   transport::Connector& c = t.connector();
   const bool net = c.conn.flags & transport::kConnNet;
-  transport::Backoff backoff(net ? 0 : opts_.spinUs, net ? 0 : opts_.yieldUs);
+  // A NET wait sleeps on the doorbell at once: the proxy, blocked in poll(), rings it when the kernel hands it the
+  // data; a yield against CPU-bound processes would wait out their time slices (docs/transport.md, NET).
+  transport::Backoff backoff(net ? 0 : opts_.spinUs, net ? 0 : opts_.yieldUs, net ? 0 : 4);
   Clock::time_point since{};  // read lazily: most transfers finish before any check
   unsigned polls = 0;
   // The other transfers of the group move too: any order of sends and receives completes.
   inlineConns_.clear();
   inlineConns_.push_back(&c);
   for (Transfer* o : others) inlineConns_.push_back(&o->connector());
+  // When every connection is NET, this thread moves them itself and blocks in poll() on their sockets: the kernel
+  // wakes it as data comes, as Gloo's threads wait (no proxy hop, no doorbell; docs/transport.md, NET).
+  netDrives_.clear();
+  for (const transport::Connector* k : inlineConns_) {
+    transport::CallerDrive* d = k->conn.drive;
+    if (!d) {
+      netDrives_.clear();
+      break;
+    }
+    if (std::find(netDrives_.begin(), netDrives_.end(), d) == netDrives_.end()) netDrives_.push_back(d);
+  }
+  struct Release {
+    std::vector<transport::CallerDrive*>& drives;
+    ~Release() {
+      for (transport::CallerDrive* d : drives) d->release();
+      drives.clear();
+    }
+  } release{netDrives_};
+  for (transport::CallerDrive* d : netDrives_) d->take();
+  auto driveNet = [&] {
+    bool moved = false;
+    for (transport::CallerDrive* d : netDrives_) moved |= d->drive();
+    return moved;
+  };
   auto step = [&] {
-    bool moved = t.progress();
+    bool moved = driveNet();  // what arrived (data, acknowledgements)
+    bool progressed = t.progress();
     for (Transfer* o : others)
-      if (o != &t && !o->finished()) moved |= o->progress();
+      if (o != &t && !o->finished()) progressed |= o->progress();
+    if (progressed && !netDrives_.empty()) driveNet();  // out goes what the step published
+    moved |= progressed;
     if (hasIncoming_.load(std::memory_order_acquire) || pending_.load(std::memory_order_acquire) != 0)
       moved |= progressOnce();  // what other threads posted since
     return moved;
@@ -329,6 +358,13 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
                            c.peer, std::chrono::duration<double>(opts_.timeout).count(), c.channel));
       if (t.finished()) break;
       polls = 200;  // from here on every few polls
+    }
+    if (!netDrives_.empty()) {
+      // Slices, as the doorbell's: deadlines, aborts and dead peers are checked between them.
+      netFds_.clear();
+      for (transport::CallerDrive* d : netDrives_) d->waitFds(netFds_);
+      ::poll(netFds_.data(), netFds_.size(), netFds_.empty() ? 1 : 20);
+      continue;
     }
     backoff.idle(*opts_.doorbell, [&] { return step() || t.finished() || (opts_.abortFlag && opts_.abortFlag->load()); });
   }
@@ -784,8 +820,8 @@ bool Engine::tryProgress() {
 }
 
 template <typename Done>
-void Engine::waitUntil(const Done& done, int spinUs, int yieldUs) {
-  transport::Backoff backoff(spinUs, yieldUs);
+void Engine::waitUntil(const Done& done, int spinUs, int yieldUs, int minYields) {
+  transport::Backoff backoff(spinUs, yieldUs, minYields);
   while (!done()) {
     if (tryProgress()) {
       backoff.reset();
@@ -800,8 +836,8 @@ template <typename Done>
 void Engine::waitAsCaller(const Done& done, bool netOnly) {
   if (done()) return;
   callers_.fetch_add(1);
-  // Operations that only the proxy moves (NET) leave the spinning to it.
-  waitUntil(done, netOnly ? 0 : opts_.spinUs, netOnly ? 0 : opts_.yieldUs);
+  // Operations that only the proxy moves (NET): sleep at once, the proxy rings the doorbell.
+  waitUntil(done, netOnly ? 0 : opts_.spinUs, netOnly ? 0 : opts_.yieldUs, netOnly ? 0 : 4);
   if (callers_.fetch_sub(1) == 1 && !idle()) {
     {
       std::lock_guard<std::mutex> lock(workerMu_);

@@ -169,7 +169,7 @@ class Engine {
   void enqueue(Op* op, transport::Transfer* t);
   void runWorker();
   template <typename Done>
-  void waitUntil(const Done& done, int spinUs, int yieldUs);
+  void waitUntil(const Done& done, int spinUs, int yieldUs, int minYields = 4);
   template <typename Done>
   void waitAsCaller(const Done& done, bool netOnly);
 
@@ -193,6 +193,9 @@ class Engine {
   // thread on one communicator would otherwise wait for each other's lock).
   std::vector<const transport::Connector*> inlineConns_;
   std::vector<transport::Transfer*> groupParts_;  // runInlineGroup's transfers (driver only)
+  // NET connections an inline caller moves itself and the sockets it blocks on (driveInline; driver only).
+  std::vector<transport::CallerDrive*> netDrives_;
+  std::vector<pollfd> netFds_;
   // Mailbox ops (driver only): [0 receives, 1 sends][peer], each in issue order; the receives from a peer that
   // gave up before their message came (a late message of theirs is skipped); the peers a caller drives inline.
   std::vector<std::deque<Op*>> shotQ_[2];

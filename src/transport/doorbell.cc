@@ -90,7 +90,7 @@ void Doorbell::sleep(ReadyRef ready, std::chrono::microseconds timeout) {
   page_->waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-Backoff::Backoff(int spinUs, int yieldUs) : spinUs_(spinUs), yieldUs_(yieldUs) {}
+Backoff::Backoff(int spinUs, int yieldUs, int minYields) : spinUs_(spinUs), yieldUs_(yieldUs), minYields_(minYields) {}
 
 Backoff::~Backoff() { reset(); }
 
@@ -128,7 +128,7 @@ void Backoff::idle(Doorbell& bell, ReadyRef ready) {
   }
   // Then yield: a peer that shares our core runs at once (ranks outnumber cores: Open MPI's vader waits this way),
   // and an answer that comes within yieldUs costs no futex wake-up on either side.
-  if (yields_ < 4 || (yieldUs_ > 0 && Clock::now() - spinStart_ < std::chrono::microseconds(yieldUs_))) {
+  if (yields_ < minYields_ || (yieldUs_ > 0 && Clock::now() - spinStart_ < std::chrono::microseconds(yieldUs_))) {
     ++yields_;
     std::this_thread::yield();
     return;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 
 #include "fifo.h"
 #include "topocoll/log.h"
@@ -53,7 +54,9 @@ struct Fifo {
   }
 };
 
-class NetConn : public ProxyConnection {
+// Moved by the proxy, or by the thread that waits on it (CallerDrive: between take() and release() the proxy leaves
+// it alone); mu_ makes the two take turns. As the connector's Waker it wakes the proxy only when the proxy moves it.
+class NetConn : public ProxyConnection, public Waker, public CallerDrive {
  public:
   NetConn(Net* net, Side side, Connector* conn, std::shared_ptr<Doorbell> bell, int rank)
       : net_(net), side_(side), conn_(conn), bell_(std::move(bell)), rank_(rank) {}
@@ -61,6 +64,7 @@ class NetConn : public ProxyConnection {
   void setup(Proxy& proxy, const void* req, size_t reqSize, void* resp, size_t respSize) override {
     auto& q = *static_cast<const SetupReq*>(req);
     auto& out = *static_cast<SetupResp*>(resp);
+    proxyWake_ = &proxy.waker();
     dev_ = q.dev;
     useAck_ = q.connIndex == 1;
     slotBytes_ = q.simpleBytes / kSteps;
@@ -101,6 +105,7 @@ class NetConn : public ProxyConnection {
   }
 
   void free(Proxy& proxy) override {
+    std::lock_guard<std::mutex> lock(mu_);
     // Acknowledgements of receives that completed must still reach the sender (its send waits for them).
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     try {
@@ -116,16 +121,71 @@ class NetConn : public ProxyConnection {
   }
 
   bool progress(Proxy& proxy) override {
-    if (!data_) return false;  // freed (or not connected yet): nothing to move
-    return side_ == Side::kSend ? progressSend() : progressRecv();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!data_ || dead_ || owned_.load(std::memory_order_relaxed) > 0) return false;  // freed, broken, or a caller's
+    return move();
   }
 
   void pollFds(std::vector<pollfd>& fds) override {
-    if (data_) net_->pollFds(*data_, fds);
-    if (ack_) net_->pollFds(*ack_, fds);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (owned_.load(std::memory_order_relaxed) == 0) socketFds(fds);
   }
 
   void failed(const std::string& why) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    failedLocked(why);
+  }
+
+  // Waker: the engine published something for this connection.
+  void ring() override {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with release()'s fence
+    if (owned_.load(std::memory_order_relaxed) == 0) proxyWake_->ringFenced();
+  }
+  void ringFenced() override {
+    if (owned_.load(std::memory_order_relaxed) == 0) proxyWake_->ringFenced();
+  }
+
+  // CallerDrive.
+  void take() override { owned_.fetch_add(1, std::memory_order_seq_cst); }
+
+  bool drive() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!data_ || dead_) return false;
+    try {
+      return move();
+    } catch (const std::exception& e) {
+      dead_ = true;
+      failedLocked(e.what());
+      return true;
+    }
+  }
+
+  void waitFds(std::vector<pollfd>& fds) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    socketFds(fds);
+  }
+
+  void release() override {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (data_ && !dead_) {
+        try {
+          move();  // the acknowledgement of what the caller consumed goes out now
+        } catch (const std::exception& e) {
+          dead_ = true;
+          failedLocked(e.what());
+        }
+      }
+      owned_.fetch_sub(1, std::memory_order_seq_cst);
+      // Pairs with ring()'s fence: a thread that posted while we owned it and did not wake the proxy is seen here.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      wake = data_ && !dead_ && !quiet();
+    }
+    if (wake) proxyWake_->ring();
+  }
+
+  void failedLocked(const std::string& why) {
     // A peer that closes an idle connection has destroyed its communicator: worth a line, not a warning.
     bool idle = side_ == Side::kSend ? posted_ == done_ && (!useAck_ || fifo_.sm()->ack.value.load() >= done_)
                                      : fifo_.sm()->head.value.load() >= posted_ && (phase_ == 0 || phase_ == 1) && !ackReq_;
@@ -138,9 +198,29 @@ class NetConn : public ProxyConnection {
   }
 
   const Fifo& fifo() const { return fifo_; }
+  CallerDrive* callerDrive() { return this; }
   size_t slotBytes() const { return slotBytes_; }
 
  private:
+  void socketFds(std::vector<pollfd>& fds) {
+    if (dead_) return;
+    if (data_) net_->pollFds(*data_, fds);
+    if (ack_) net_->pollFds(*ack_, fds);
+  }
+
+  bool move() { return side_ == Side::kSend ? progressSend() : progressRecv(); }
+
+  // Nothing for the proxy to watch: no step or acknowledgement in flight, no receive posted that waits for data
+  // (what comes later waits in the socket until a post rings the proxy, or a caller takes the connection again).
+  bool quiet() const {
+    SendMem* sm = fifo_.sm();
+    if (side_ == Side::kSend)
+      return fifo_.rm()->tail.value.load(std::memory_order_acquire) == posted_ && posted_ == done_ &&
+             (!useAck_ || sm->ack.value.load(std::memory_order_acquire) >= done_);
+    return !ackReq_ && (!ack_ || sm->ack.value.load(std::memory_order_acquire) <= ackSent_) &&
+           sm->rdv.step.load(std::memory_order_acquire) <= posted_ && (phase_ == 0 || phase_ == 1);
+  }
+
   // Each step is two messages: the slot's 64-byte header, then the chunk's data from the sender's own buffer (the
   // header's addr): no copy into the FIFO.
   bool progressSend() {
@@ -273,6 +353,10 @@ class NetConn : public ProxyConnection {
     return did || moved;
   }
 
+  std::mutex mu_;                // held by whoever moves the connection (the proxy or a waiting caller)
+  std::atomic<int> owned_{0};    // callers that took the connection (CallerDrive)
+  bool dead_ = false;            // a caller's move failed: nobody moves it any more
+  Waker* proxyWake_ = nullptr;
   Net* net_;
   Side side_;
   Connector* conn_;
@@ -351,7 +435,8 @@ class NetTransport : public Transport {
     ci.status = &f.sm()->status;
     if (c.side == Side::kRecv) ci.rdv = &f.sm()->rdv;  // our buffer, for the proxy
     ci.flags = kConnNet;
-    ci.wake = &ctx.proxy->waker();
+    ci.wake = r.pc.get();  // wakes the proxy unless a caller moves the connection
+    ci.drive = r.pc->callerDrive();
     ctx.proxy->activate(r.pc);
     return true;
   }

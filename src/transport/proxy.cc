@@ -137,7 +137,6 @@ struct Proxy::Impl {
   void servePending(size_t i);
   void answer(Pending& p);
   void peerGone(int rank, const char* how);
-  Doorbell* opts_doorbell() { return self->opts_.doorbell.get(); }
 };
 
 Proxy::Proxy(const Options& opts) : opts_(opts), impl_(std::make_unique<Impl>()) {
@@ -436,28 +435,15 @@ void Proxy::Impl::run() {
     did |= takeQueued();
     did |= progressActive();
     if (did) continue;
-    if (!active.empty()) {
-      // Something may move soon: look at the connections again after a few yields (Backoff without a spin), then
-      // sleep in poll() with the engine ringing the eventfd. No spin: a 20 us spin here is a loop of failed
-      // recvfrom() calls (130 per 8 B message) that keeps the core from the peer process and the waiting caller;
-      // blocked in poll(), the proxy is woken by the kernel as the data is queued. Over loopback under load 3.5-4.7:
-      // pingpong 8 B 191 -> 23 us, 1 MiB 663 -> 156 us (docs/performance.md, "Session 22, NET").
-      Backoff spin(0);
-      bool moved = false;
-      while (!moved && opts_doorbell()) {
-        bool sleepNext = false;
-        spin.idle(*opts_doorbell(), [&] { return sleepNext = true; });
-        if (sleepNext) break;
-        moved = progressActive() || runCalls() || takeQueued();
-      }
-      if (moved) continue;
-      sleeping.store(true, std::memory_order_seq_cst);
-      if (progressActive()) {
-        sleeping.store(false);
-        continue;
-      }
-    } else {
-      sleeping.store(true, std::memory_order_seq_cst);
+    // Nothing to do: block in poll() at once (no yield, no spin). A proxy that yields or spins re-reads its
+    // sockets (failed recvfrom calls) and, against CPU-bound processes, waits out their time slices; blocked in
+    // poll() it is woken by the kernel as data is queued, or by the engine's eventfd once `sleeping` is set.
+    // Session 22 removed the 20 us spin (pingpong 8 B 191 -> 23 us), session 23 the yields (docs/transport.md, NET).
+    sleeping.store(true, std::memory_order_seq_cst);
+    // What the engine published before it could see `sleeping` (it rings only a sleeping proxy).
+    if (!active.empty() && progressActive()) {
+      sleeping.store(false, std::memory_order_relaxed);
+      continue;
     }
     fds.clear();
     fds.push_back({efd.get(), POLLIN, 0});

@@ -73,8 +73,10 @@ class Doorbell : public Waker {
 class Backoff {
  public:
   /// `spinUs`: how long to spin when allowed (0 on an oversubscribed host); `yieldUs`: how long (from the end of the
-  /// first 64 polls) to keep yielding before sleeping, at least 4 yields.
-  explicit Backoff(int spinUs = 20, int yieldUs = 0);
+  /// first 64 polls) to keep yielding before sleeping, at least `minYields` yields. Backoff(0, 0, 0) sleeps at the
+  /// first idle call: for waits that another thread ends by a kernel event (NET: the proxy blocks in poll() and
+  /// rings the doorbell), where a yield against CPU-bound processes costs their time slice.
+  explicit Backoff(int spinUs = 20, int yieldUs = 0, int minYields = 4);
   ~Backoff();
   /// Call when nothing advanced; `ready` re-checks the awaited condition before sleeping.
   void idle(Doorbell& bell, ReadyRef ready);
@@ -82,7 +84,7 @@ class Backoff {
   void reset();
 
  private:
-  int spinUs_, yieldUs_;
+  int spinUs_, yieldUs_, minYields_;
   bool spinning_ = false;
   int yields_ = 0;
   unsigned polls_ = 0;

@@ -11,6 +11,8 @@
 //   transport::setupConnections(ctx, channels, m, connIndex, graphTag);   // ncclTransportP2pSetup
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -99,6 +101,22 @@ class Waker {
   virtual void ringFenced() { ring(); }
 };
 
+/// NET: the thread that waits on a connection moves it itself and blocks in poll() on its sockets, so the kernel
+/// wakes it when data comes (no proxy hop, no doorbell: each hop is a wake-up that, against CPU-bound processes,
+/// waits for a time slice). Between take() and release() the proxy leaves the connection alone. docs/transport.md, NET.
+class CallerDrive {
+ public:
+  virtual ~CallerDrive() = default;
+  /// From now on this thread moves the connection (the proxy neither moves nor polls it).
+  virtual void take() = 0;
+  /// Moves what it can; true when anything advanced. Never throws: a failure breaks the connector.
+  virtual bool drive() = 0;
+  /// The sockets and events the connection waits for now (none when it waits only for the engine).
+  virtual void waitFds(std::vector<pollfd>& fds) = 0;
+  /// A last move (acknowledgements out), then the connection is the proxy's again (woken if it has work there).
+  virtual void release() = 0;
+};
+
 /// Shared counters of one connection side, each on its own cache line.
 struct alignas(64) Counter {
   std::atomic<uint64_t> value{0};
@@ -145,6 +163,7 @@ struct ConnInfo {
   uint32_t flags = 0;
   int peerPid = 0;
   Waker* wake = nullptr;                   // ring after publishing tail/head/ack
+  CallerDrive* drive = nullptr;            // NET: lets a waiting caller move the connection itself
   ShotArea* shot = nullptr;                // one-shot mailbox (oneshot.h), in the receiver's block; null over NET
   uint64_t shotSeq = 0;                    // this side's last mailbox message (sent or taken)
   uint64_t shotFree = 0;                   // sender: the receiver's last `consumed` it read
