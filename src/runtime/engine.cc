@@ -836,8 +836,12 @@ template <typename Done>
 void Engine::waitAsCaller(const Done& done, bool netOnly) {
   if (done()) return;
   callers_.fetch_add(1);
-  // Operations that only the proxy moves (NET): sleep at once, the proxy rings the doorbell.
-  waitUntil(done, netOnly ? 0 : opts_.spinUs, netOnly ? 0 : opts_.yieldUs, netOnly ? 0 : 4);
+  // Operations that only the proxy moves (NET): sleep on the doorbell at once (no spin, no yield: against CPU-bound
+  // processes a yield waits out their time slices); the proxy rings it as it moves them. (Moving them here, blocked
+  // in poll() as driveInline does, made sendrecv 1 MiB 2-4x slower: the engine's other driver publishes steps that
+  // this thread, in poll(), does not see.)
+  if (netOnly) waitUntil(done, 0, 0, 0);
+  else waitUntil(done, opts_.spinUs, opts_.yieldUs);
   if (callers_.fetch_sub(1) == 1 && !idle()) {
     {
       std::lock_guard<std::mutex> lock(workerMu_);

@@ -122,13 +122,14 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
 
   bool progress(Proxy& proxy) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!data_ || dead_ || owned_.load(std::memory_order_relaxed) > 0) return false;  // freed, broken, or a caller's
+    // Freed, broken, a caller's, or nothing to do until the engine posts (which rings the proxy).
+    if (!data_ || dead_ || owned_.load(std::memory_order_relaxed) > 0 || quiet()) return false;
     return move();
   }
 
   void pollFds(std::vector<pollfd>& fds) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (owned_.load(std::memory_order_relaxed) == 0) socketFds(fds);
+    if (owned_.load(std::memory_order_relaxed) == 0 && !quiet()) socketFds(fds);
   }
 
   void failed(const std::string& why) override {
@@ -217,8 +218,8 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
     if (side_ == Side::kSend)
       return fifo_.rm()->tail.value.load(std::memory_order_acquire) == posted_ && posted_ == done_ &&
              (!useAck_ || sm->ack.value.load(std::memory_order_acquire) >= done_);
-    return !ackReq_ && (!ack_ || sm->ack.value.load(std::memory_order_acquire) <= ackSent_) &&
-           sm->rdv.step.load(std::memory_order_acquire) <= posted_ && (phase_ == 0 || phase_ == 1);
+    return !ackReq_ && (!ack_ || sm->ack.value.load(std::memory_order_acquire) <= ackSent_) && (phase_ == 0 || phase_ == 1) &&
+           lastDone_ && sm->rdv.step.load(std::memory_order_acquire) <= posted_;
   }
 
   // Each step is two messages: the slot's 64-byte header, then the chunk's data from the sender's own buffer (the
@@ -292,6 +293,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
           fail(StatusCode::kRemoteError, "a corrupt FIFO slot ({} bytes, chunk {})", sz, h->chunkBytes);
         if (h->inlined) {
           h->landed = 0;
+          lastDone_ = h->last;
           fifo_.rm()->tail.value.store(++posted_, std::memory_order_release);
           phase_ = 0;
           moved = true;
@@ -322,6 +324,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
       }
       if (!net_->test(req_[0], &sz)) break;
       if (sz != h->chunkBytes) fail(StatusCode::kRemoteError, "a chunk of {} bytes, its header says {}", sz, h->chunkBytes);
+      lastDone_ = h->last;
       fifo_.rm()->tail.value.store(++posted_, std::memory_order_release);
       phase_ = 0;
       moved = true;
@@ -371,6 +374,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
   NetRequest* dataReq_[kSteps] = {};  // send: the chunks' data
   uint64_t posted_ = 0, done_ = 0;
   int phase_ = 0;                     // recv: 0 post a header, 1 header posted, 3 header in, 2 data posted
+  bool lastDone_ = true;              // recv: the last step received ended its part
   std::vector<char> scratch_;         // recv: chunks the receiver drops
   NetRequest* ackReq_ = nullptr;
   AckMsg ackMsg_;

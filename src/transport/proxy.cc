@@ -454,8 +454,8 @@ void Proxy::Impl::run() {
     for (auto& w : watches) fds.push_back({w.first.get(), POLLIN, 0});
     size_t connAt = fds.size();
     for (auto& c : active) c->pollFds(fds);
-    bool canPoll = fds.size() > connAt;
-    int timeoutMs = active.empty() ? 200 : canPoll ? 50 : 1;
+    // Connections that wait only for the engine (or are quiet, or a caller's) add no fd: the engine rings efd.
+    int timeoutMs = active.empty() ? 200 : 50;
     int n = ::poll(fds.data(), fds.size(), timeoutMs);
     sleeping.store(false, std::memory_order_relaxed);
     if (n <= 0) continue;
