@@ -291,9 +291,6 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
 void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
   transport::Connector& c = t.connector();
   const bool net = c.conn.flags & transport::kConnNet;
-  // A NET wait sleeps on the doorbell at once: the proxy, blocked in poll(), rings it when the kernel hands it the
-  // data; a yield against CPU-bound processes would wait out their time slices (docs/transport.md, NET).
-  transport::Backoff backoff(net ? 0 : opts_.spinUs, net ? 0 : opts_.yieldUs, net ? 0 : 4);
   Clock::time_point since{};  // read lazily: most transfers finish before any check
   unsigned polls = 0;
   // The other transfers of the group move too: any order of sends and receives completes.
@@ -319,6 +316,11 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
     }
   } release{netDrives_};
   for (transport::CallerDrive* d : netDrives_) d->take();
+  // NET waits never yield: against CPU-bound processes a yield waits out their time slices (docs/transport.md, NET).
+  // Moved by this thread, they spin within the engine's budget (an answer within it costs no wake-up), then block
+  // in poll(); moved by the proxy, they sleep on the doorbell at once (the proxy rings it).
+  transport::Backoff backoff(!net ? opts_.spinUs : netDrives_.empty() ? 0 : opts_.spinUs, net ? 0 : opts_.yieldUs,
+                             net ? 0 : 4);
   auto driveNet = [&] {
     bool moved = false;
     for (transport::CallerDrive* d : netDrives_) moved |= d->drive();
@@ -360,6 +362,9 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
       polls = 200;  // from here on every few polls
     }
     if (!netDrives_.empty()) {
+      bool block = false;
+      backoff.idle(*opts_.doorbell, [&] { return block = true; });  // spins, or says it is time to block
+      if (!block) continue;
       // Slices, as the doorbell's: deadlines, aborts and dead peers are checked between them.
       netFds_.clear();
       for (transport::CallerDrive* d : netDrives_) d->waitFds(netFds_);
@@ -836,10 +841,10 @@ template <typename Done>
 void Engine::waitAsCaller(const Done& done, bool netOnly) {
   if (done()) return;
   callers_.fetch_add(1);
-  // Operations that only the proxy moves (NET): sleep on the doorbell at once (no spin, no yield: against CPU-bound
-  // processes a yield waits out their time slices); the proxy rings it as it moves them. (Moving them here, blocked
-  // in poll() as driveInline does, made sendrecv 1 MiB 2-4x slower: the engine's other driver publishes steps that
-  // this thread, in poll(), does not see.)
+  // Operations that only the proxy moves (NET): sleep on the doorbell at once (no yield: against CPU-bound processes
+  // a yield waits out their time slices; a 20 us spin first made 1 MiB no faster); the proxy rings it. Moving them
+  // here, blocked in poll() as driveInline does, made sendrecv 1 MiB 2-4x slower: steps that the engine's other
+  // driver publishes are not seen by a thread in poll().
   if (netOnly) waitUntil(done, 0, 0, 0);
   else waitUntil(done, opts_.spinUs, opts_.yieldUs);
   if (callers_.fetch_sub(1) == 1 && !idle()) {

@@ -218,8 +218,8 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
     if (side_ == Side::kSend)
       return fifo_.rm()->tail.value.load(std::memory_order_acquire) == posted_ && posted_ == done_ &&
              (!useAck_ || sm->ack.value.load(std::memory_order_acquire) >= done_);
-    return !ackReq_ && (!ack_ || sm->ack.value.load(std::memory_order_acquire) <= ackSent_) && (phase_ == 0 || phase_ == 1) &&
-           lastDone_ && sm->rdv.step.load(std::memory_order_acquire) <= posted_;
+    return !ackReq_ && (!ack_ || sm->ack.value.load(std::memory_order_acquire) <= ackSent_) &&
+           (phase_ == 0 || phase_ == 1) && lastDone_ && sm->rdv.step.load(std::memory_order_acquire) <= posted_;
   }
 
   // Each step is two messages: the slot's 64-byte header, then the chunk's data from the sender's own buffer (the
