@@ -250,6 +250,73 @@ bool Engine::runInline(const std::vector<transport::Connector*>& conns, bool sen
   return true;
 }
 
+bool Engine::runInlineParts(const std::vector<transport::Connector*>& conns, bool send, void* buf,
+                            const transport::MessageDesc& msg, const transport::TransferOptions& topts, int nParts) {
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||
+      hasIncoming_.load(std::memory_order_acquire) || nParts < 1 || static_cast<size_t>(nParts) > conns.size())
+    return false;
+  const Transfer::Dir dir = send ? Transfer::Dir::kSend : Transfer::Dir::kRecv;
+  std::vector<std::unique_ptr<Transfer>> parts;
+  for (int i = 0; i < nParts; ++i) {
+    transport::MessageDesc d = msg;
+    d.nParts = nParts;
+    d.part = i;
+    size_t b, e;
+    transport::p2pPartBounds(nParts, i, msg.bytes, &b, &e);
+    d.partOffset = b;
+    d.partBytes = e - b;
+    parts.push_back(std::make_unique<Transfer>(*conns[i], dir, static_cast<char*>(buf) + b, d, topts, !send && i > 0));
+  }
+  std::vector<Transfer*> ts;
+  auto driveAll = [&](size_t from) {
+    ts.clear();
+    for (size_t i = from; i < parts.size(); ++i) ts.push_back(parts[i].get());
+    for (Transfer* t : ts) {
+      driveInline(*t, ts);
+      if (t->failed() && !t->mismatch())  // the others cannot complete the message: stop them
+        for (Transfer* o : ts)
+          if (!o->finished()) o->fail(t->errorCode(), t->error());
+    }
+  };
+  if (send) {
+    driveAll(0);
+  } else {
+    // The first part says how the sender split its message (Engine::validate for the queued path).
+    driveInline(*parts[0], {});
+    Transfer& first = *parts[0];
+    const bool drain = first.mismatch();
+    size_t senderParts = drain ? first.senderHeader().nParts : parts.size();
+    if (first.failed() && !drain) senderParts = 0;
+    if (senderParts > conns.size()) {
+      first.connector().markBroken(fmt::format("the sender split the message in {} parts, at most {} are possible",
+                                               senderParts, conns.size()));
+      throw Error(StatusCode::kRemoteError,
+                  describe(false, msg.count, msg.dtype, conns[0]->peer,
+                           fmt::format("the sender split the message in {} parts, at most {} are possible",
+                                       senderParts, conns.size())));
+    }
+    for (size_t i = 1; i < parts.size(); ++i) {
+      if (i < senderParts) parts[i]->open(drain);
+      else parts[i]->cancel();  // the sender did not use this channel
+    }
+    for (size_t i = parts.size(); i < senderParts; ++i) {
+      transport::MessageDesc d = msg;
+      d.part = static_cast<int>(i);
+      d.partBytes = 0;
+      parts.push_back(std::make_unique<Transfer>(*conns[i], dir, nullptr, d, topts, true));
+      parts.back()->open(true);
+    }
+    driveAll(1);
+  }
+  // The first failure names the operation (a mismatch first: it is the cause the user can act on).
+  const Transfer* bad = nullptr;
+  for (auto& t : parts)
+    if (t->failed() && (!bad || (t->mismatch() && !bad->mismatch()))) bad = t.get();
+  if (bad) throw Error(bad->errorCode(), describe(send, msg.count, msg.dtype, conns[0]->peer, bad->error()));
+  return true;
+}
+
 bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
   std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
   if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||

@@ -120,6 +120,11 @@ class Engine {
   /// the transfer's error like wait().
   bool runInline(const std::vector<transport::Connector*>& conns, bool send, void* buf,
                  const transport::MessageDesc& msg, const transport::TransferOptions& topts);
+  /// A blocking NET operation split in `nParts` parts (conns[i] carries part i): the caller drives them itself, as
+  /// runInline (a receive opens its other parts once the first has finished and says how the sender split it). The
+  /// queued path costs a proxy hop and a doorbell per message (docs/transport.md, NET). False when the engine is busy.
+  bool runInlineParts(const std::vector<transport::Connector*>& conns, bool send, void* buf,
+                      const transport::MessageDesc& msg, const transport::TransferOptions& topts, int nParts);
   /// The same for a group of single-part operations on distinct connectors (a sendrecv, an all-to-all of small
   /// messages): driven together by the caller. False when the engine is busy or the group does not qualify.
   bool runInlineGroup(const std::vector<Op*>& ops);

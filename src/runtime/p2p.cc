@@ -178,9 +178,12 @@ bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, 
     return false;  // the general path says what is wrong, or connects
   size_t bytes = count * sizeOf(type);
   const auto& conns = p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
-  if (transport::p2pParts(bytes, p2pChunk_, static_cast<int>(hosts_.size()), p2pMinChannels_,
-                          static_cast<int>(conns.size())) != 1)
-    return false;
+  const int nParts = transport::p2pParts(bytes, p2pChunk_, static_cast<int>(hosts_.size()), p2pMinChannels_,
+                                         static_cast<int>(conns.size()));
+  // Several parts: inline only over NET (the caller moves the sockets itself; docs/transport.md, NET).
+  if (nParts != 1)
+    for (int i = 0; i < nParts; ++i)
+      if (i >= static_cast<int>(conns.size()) || !conns[i]->conn.drive) return false;
   transport::MessageDesc d;
   d.bytes = d.partBytes = bytes;
   d.count = count;
@@ -191,7 +194,8 @@ bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, 
   o.netChunkBytes = static_cast<size_t>(ctx_->cfg.netChunkSize);
   o.singleCopyMin = ctx_->cfg.p2pSingleCopy;
   uint32_t index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;  // counted whatever happens
-  if (!engine_->runInline(conns, send, buf, d, o)) issue(makeOp(send, buf, count, type, peer, index), true);
+  bool ran = nParts == 1 ? engine_->runInline(conns, send, buf, d, o) : engine_->runInlineParts(conns, send, buf, d, o, nParts);
+  if (!ran) issue(makeOp(send, buf, count, type, peer, index), true);
   return true;
 }
 
