@@ -355,6 +355,84 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
   return true;
 }
 
+bool Engine::runInlineGroupParts(const std::vector<Op*>& ops) {
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||
+      hasIncoming_.load(std::memory_order_acquire))
+    return false;
+  std::vector<Transfer*> ts;
+  std::vector<Op*> owner;  // of ts[i]
+  bool multi = false;
+  for (Op* op : ops) {
+    if (op->peer == opts_.rank || op->parts.empty()) return false;
+    multi |= op->parts.size() > 1;
+    for (auto& p : op->parts) {
+      if (!p->connector().conn.drive) return false;
+      for (Transfer* t : ts)
+        if (&t->connector() == &p->connector()) return false;
+      ts.push_back(p.get());
+      owner.push_back(op);
+    }
+  }
+  if (!multi) return false;
+  for (Op* op : ops) {
+    op->engine = this;
+    op->parts[0]->open(false);  // a receive's other parts wait for its first (gated)
+  }
+  // A failed part (not a mismatch) fails the other parts of its operation: they cannot complete the message.
+  auto settle = [&](Transfer& t, Op& op) {
+    if (!t.failed() || t.mismatch()) return;
+    for (auto& p : op.parts)
+      if (!p->finished()) p->fail(t.errorCode(), t.error());
+  };
+  // 1. The receives' first parts, every other transfer moving along (sends complete only once the peer's receives
+  //    opened all their parts: waiting for them here could deadlock two ranks).
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (!owner[i]->send && ts[i] == owner[i]->parts[0].get()) {
+      driveInline(*ts[i], ts);
+      settle(*ts[i], *owner[i]);
+    }
+  // 2. Open the receives' other parts as the sender split (Engine::validate), then drive everything to the end.
+  for (Op* op : ops) {
+    if (op->send) continue;
+    Transfer& first = *op->parts[0];
+    const bool drain = first.mismatch();
+    size_t senderParts = drain ? first.senderHeader().nParts : op->parts.size();
+    if (first.failed() && !drain) senderParts = 0;
+    if (senderParts > op->partConns.size()) {
+      failOp(*op, StatusCode::kRemoteError,
+             fmt::format("the sender split the message in {} parts, at most {} are possible", senderParts,
+                         op->partConns.size()));
+      first.connector().markBroken(op->error);
+      senderParts = 0;
+    }
+    for (size_t i = 1; i < op->parts.size(); ++i) {
+      if (i < senderParts) op->parts[i]->open(drain);
+      else op->parts[i]->cancel();
+    }
+    for (size_t i = op->parts.size(); i < senderParts; ++i) {
+      transport::MessageDesc d = op->partDescs[0];
+      d.part = static_cast<int>(i);
+      d.partBytes = 0;
+      op->parts.push_back(std::make_unique<Transfer>(*op->partConns[i], Transfer::Dir::kRecv, nullptr, d, op->opts, true));
+      op->parts.back()->open(true);
+      ts.push_back(op->parts.back().get());
+      owner.push_back(op);
+    }
+  }
+  for (size_t i = 0; i < ts.size(); ++i) {
+    driveInline(*ts[i], ts);
+    settle(*ts[i], *owner[i]);
+  }
+  for (Op* op : ops) {
+    for (auto& p : op->parts)
+      if (p->failed() && (p->mismatch() || op->code == StatusCode::kOk))
+        failOp(*op, p->mismatch() ? StatusCode::kInvalidUsage : p->errorCode(), p->error());
+    op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
+  }
+  return true;
+}
+
 void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
   transport::Connector& c = t.connector();
   const bool net = c.conn.flags & transport::kConnNet;

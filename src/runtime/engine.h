@@ -128,6 +128,10 @@ class Engine {
   /// The same for a group of single-part operations on distinct connectors (a sendrecv, an all-to-all of small
   /// messages): driven together by the caller. False when the engine is busy or the group does not qualify.
   bool runInlineGroup(const std::vector<Op*>& ops);
+  /// A group with operations split in several parts, every connector NET and distinct: driven by the caller as
+  /// runInlineGroup (the receives' first parts first, then their other parts with the sends'). False when the
+  /// engine is busy or the group does not qualify.
+  bool runInlineGroupParts(const std::vector<Op*>& ops);
   /// A blocking mailbox send or receive (Op::shot) in the caller's thread, not posted: false (nothing done) when
   /// another thread drives the engine or holds mailbox ops for that peer and direction; throws its error.
   bool runShotInline(Op& op);

@@ -267,7 +267,7 @@ bool Communicator::runGroupInline(const std::vector<Op*>& ops) {
   }
   if (abort_.load()) return false;
   if (shots == static_cast<int>(ops.size())) return engine_->runShotGroup(ops);  // small messages only
-  return shots == 0 && engine_->runInlineGroup(ops);
+  return shots == 0 && (engine_->runInlineGroup(ops) || engine_->runInlineGroupParts(ops));
 }
 
 void Communicator::waitOps(const std::vector<Op*>& ops) { engine_->waitAll(ops); }
