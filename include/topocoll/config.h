@@ -101,6 +101,7 @@ struct Config {
   long long directSplitMin = -1;   // TOPOCOLL_DIRECT_SPLIT_MIN (AllReduce bytes from which DirectSplit is used)
   int directSplitRanks = 4;
   int p2pMailboxMax = 256;         // TOPOCOLL_P2P_MAILBOX_MAX (bytes up to which sends/receives use the mailboxes)
+  int membarrier = 1;              // TOPOCOLL_MEMBARRIER (asymmetric doorbell fence: membarrier on the sleeping side)
   int oneShotMax = 256;            // TOPOCOLL_ONESHOT_MAX (per-peer bytes up to which collectives use the mailboxes)        // TOPOCOLL_DIRECT_SPLIT_RANKS (... with at least this many ranks on one host)
   std::string hostTuning;          // TOPOCOLL_HOST_TUNING (the host cost model's constants: bench/host_calibrate's JSON)
   // Debug (the logger reads these itself; they are here so that bad values fail at the API edge)

@@ -374,6 +374,11 @@ std::vector<Knob> buildRegistry() {
       "sends and receives of at most this many bytes between ranks whose connection has a mailbox (shared memory, "
       "P2P; not NET) go eagerly through the connection's point-to-point mailbox: the send returns once written, the "
       "receive polls; larger ones through the FIFO. Every rank must use the same value; 0 never"));
+  r.push_back(intKnob<&Config::membarrier>(
+      "TOPOCOLL_MEMBARRIER", "transport", 0, 1,
+      "1: a thread about to sleep on its process's doorbell issues membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED), so "
+      "that publishers in registered processes ring it without a fence (falls back to the fence where the kernel "
+      "refuses); 0: every ring issues a seq_cst fence. The process's first communicator decides"));
   r.push_back(intKnob<&Config::oneShotMax>(
       "TOPOCOLL_ONESHOT_MAX", "collectives", 0, 256,
       "collectives whose message to each peer is at most this many bytes, with every rank on one host and neither "

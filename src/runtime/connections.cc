@@ -123,7 +123,7 @@ void Communicator::setupTransports(const InitOptions& opts, const search::NodeGr
   ctx.abortFlag = &abort_;
   ctx.timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeoutSec * 1000));
   ctx.peerGone = std::make_shared<std::vector<std::atomic<bool>>>(nRanks_);
-  ctx.doorbell = transport::Doorbell::process();
+  ctx.doorbell = transport::Doorbell::process(cfg.membarrier != 0);
   transport::Proxy::Options po;
   po.rank = rank_;
   po.nRanks = nRanks_;

@@ -160,15 +160,21 @@ bool Communicator::runOneShot(const Args& a) {
     }
     if (sent | took) {
       // Wake the receivers of what was sent, and the senders of what was taken (one waiting for a free slot may
-      // sleep): one fence, then each distinct doorbell once (ranks of one process share theirs).
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      // sleep): each distinct doorbell once (ranks of one process share theirs), after one seq_cst fence if any of
+      // them needs one (none where the sleepers issue membarrier: transport/doorbell.cc).
       transport::Waker* rung[2 * collectives::kDirectMaxRanks];
       int nRung = 0;
+      bool fenced = false;
       for (int q = 0; q < n; ++q)
         for (transport::Waker* w : {sent >> q & 1 ? shotSend_[q]->conn.wake : nullptr,
                                     took >> q & 1 ? shotRecv_[q]->conn.wake : nullptr}) {
           if (!w || std::find(rung, rung + nRung, w) != rung + nRung) continue;
           rung[nRung++] = w;
+          if (w->needsFence() && !fenced) {
+            std::atomic_thread_fence(std::memory_order_seq_cst);
+            fenced = true;
+          }
+          std::atomic_signal_fence(std::memory_order_seq_cst);
           w->ringFenced();
         }
     }

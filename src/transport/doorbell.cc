@@ -1,7 +1,9 @@
 #include "topocoll/transport/doorbell.h"
 
+#include <linux/membarrier.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <mutex>
@@ -44,15 +46,80 @@ void limitSpinners(int n) {
   }
 }
 
-std::shared_ptr<Doorbell> Doorbell::process() {
+// The asymmetric fence. A ring and a sleep form a Dekker pair:
+//   publisher P: store X (what the sleeper waits for, release); [barrier]; load waiters -> ring only if > 0
+//   sleeper   S: waiters++ (seq_cst RMW);                      [barrier]; load X (ready()) -> sleep only if not there
+// Each side needs a full barrier between its store and its load, or both loads may see the old values: P skips the
+// wake-up and S sleeps. With membarrier, the frequent side (P: every publish) uses only a compiler barrier, and the
+// rare side (S: a thread about to sleep, after spinning and yielding) calls membarrier(GLOBAL_EXPEDITED) in its
+// place: when it returns, every thread of a registered process has passed a full barrier at some point b of its
+// program order since the call began (an IPI on the CPUs that run one; a thread that was not running passed the
+// scheduler's barriers). For a registered P:
+//   - b before P's store of X: S's waiters++ (before the call) is visible to every load P makes after b, so P's load
+//     of waiters sees it and P rings;
+//   - b between P's store and its load: P had a full barrier there, and S one (the syscall): the classic pairing;
+//   - b after P's load: P's store of X is visible to S's loads after the call returns, so ready() sees X.
+// In every case S does not sleep through what P published. The futex word keeps the rest as before: S reads `seq`
+// after the barrier and before ready(); a P that saw it waiting bumps `seq` (a locked RMW, after its store of X) then
+// wakes, so S's futex_wait either returns at once (seq changed) or is woken. Across processes the pairing holds only
+// if P's process is registered (so it gets the IPI) and S issues the membarrier: the page says whether its sleepers
+// do (the owner sets `membarrier` once, before the page is exported, after registering), and a ring skips the fence
+// only when both hold (needsFence_ false); everything else fences as before. Should the call fail in a sleeper (a
+// seccomp filter installed later), it clears the page's flag (rings fence from then on) and that sleep lasts at most
+// 1 ms: a ring that read the flag before the clear and lost the race is then late by at most that, and in any case a
+// wait sleeps in slices (Backoff: 20 ms) and re-checks its condition after each, so a wake-up is never lost for good.
+namespace {
+long membarrierCall(int cmd) { return ::syscall(SYS_membarrier, cmd, 0, 0); }
+}  // namespace
+
+bool membarrierAll() { return membarrierCall(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0; }
+
+bool Doorbell::membarrierRegistered() {
+  // Per process: fork copies this memory but the registration is the kernel's per-mm state, so a child registers
+  // again (registering twice is harmless).
+  static std::atomic<pid_t> registeredPid{0};
   static std::mutex mu;
-  static std::weak_ptr<Doorbell> current;
+  const pid_t pid = ::getpid();
+  if (registeredPid.load(std::memory_order_acquire) == pid) return true;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto d = current.lock()) return d;
+  static pid_t refusedPid = 0;
+  if (refusedPid == pid) return false;
+  if (registeredPid.load(std::memory_order_relaxed) == pid) return true;
+  long cmds = membarrierCall(MEMBARRIER_CMD_QUERY);
+  if (cmds < 0 || !(cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) || !(cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) ||
+      membarrierCall(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) != 0) {
+    refusedPid = pid;
+    return false;
+  }
+  registeredPid.store(pid, std::memory_order_release);
+  return true;
+}
+
+namespace {
+std::atomic<bool> gMembarrierOff{false};  // TOPOCOLL_MEMBARRIER=0 for the process's doorbell: every ring fences
+}  // namespace
+
+std::shared_ptr<Doorbell> Doorbell::make(bool membarrier) {
   std::shared_ptr<Doorbell> d(new Doorbell());
   os::Fd fd = os::createMemfd("topocoll-doorbell", sizeof(DoorbellPage));
   d->page_ = new (os::mapShared(fd.get(), sizeof(DoorbellPage))) DoorbellPage();
   d->fd_ = fd.release();
+  if (membarrier && membarrierRegistered()) {
+    d->page_->membarrier.store(1, std::memory_order_relaxed);  // before the fd leaves the process
+    d->needsFence_ = false;
+  }
+  return d;
+}
+
+std::shared_ptr<Doorbell> Doorbell::create(bool membarrier) { return make(membarrier); }
+
+std::shared_ptr<Doorbell> Doorbell::process(bool membarrier) {
+  static std::mutex mu;
+  static std::weak_ptr<Doorbell> current;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto d = current.lock()) return d;
+  gMembarrierOff.store(!membarrier, std::memory_order_relaxed);
+  auto d = make(membarrier);
   current = d;
   return d;
 }
@@ -63,6 +130,8 @@ std::shared_ptr<Doorbell> Doorbell::fromFd(int fd) {
     fail(StatusCode::kRemoteError, "a peer's doorbell is {} bytes, {} expected", os::fileSize(fd), sizeof(DoorbellPage));
   std::shared_ptr<Doorbell> d(new Doorbell());
   d->page_ = static_cast<DoorbellPage*>(os::mapShared(fd, sizeof(DoorbellPage)));
+  d->needsFence_ = gMembarrierOff.load(std::memory_order_relaxed) ||
+                   d->page_->membarrier.load(std::memory_order_relaxed) == 0 || !membarrierRegistered();
   return d;
 }
 
@@ -72,22 +141,35 @@ Doorbell::~Doorbell() {
 }
 
 void Doorbell::ring() {
-  // Pairs with the fence implied by the sleeper's fetch_add: either it sees what we published, or we see it waiting.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Pairs with the sleeper's fetch_add (a full barrier) or, without the fence, its membarrier (see above): either it
+  // sees what we published, or we see it waiting.
+  if (needsFence_)
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  else
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler keeps the publish before the load
   ringFenced();
 }
 
 void Doorbell::ringFenced() {
+  // A page whose sleepers stopped issuing membarrier: fence (rare; the flag's line is only read).
+  if (!needsFence_ && page_->membarrier.load(std::memory_order_relaxed) == 0)
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   if (page_->waiters.load(std::memory_order_relaxed) == 0) return;
   page_->seq.fetch_add(1, std::memory_order_seq_cst);
   os::futexWakeAll(&page_->seq);
 }
 
-void Doorbell::sleep(ReadyRef ready, std::chrono::microseconds timeout) {
+bool Doorbell::sleep(ReadyRef ready, std::chrono::microseconds timeout) {
   page_->waiters.fetch_add(1, std::memory_order_seq_cst);
+  if (page_->membarrier.load(std::memory_order_relaxed) != 0 && !membarrierAll()) {
+    page_->membarrier.store(0, std::memory_order_seq_cst);  // rings fence from now on
+    timeout = std::min<std::chrono::microseconds>(timeout, std::chrono::milliseconds(1));
+  }
   uint32_t seq = page_->seq.load(std::memory_order_seq_cst);
-  if (!ready()) os::futexWait(&page_->seq, seq, timeout);
+  bool woken = true;
+  if (!ready()) woken = os::futexWait(&page_->seq, seq, timeout);
   page_->waiters.fetch_sub(1, std::memory_order_seq_cst);
+  return woken;
 }
 
 Backoff::Backoff(int spinUs, int yieldUs, int minYields) : spinUs_(spinUs), yieldUs_(yieldUs), minYields_(minYields) {}

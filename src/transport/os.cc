@@ -56,9 +56,10 @@ size_t fileSize(int fd) {
   return static_cast<size_t>(st.st_size);
 }
 
-void futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds timeout) {
+bool futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds timeout) {
   timespec ts{static_cast<time_t>(timeout.count() / 1000000), static_cast<long>(timeout.count() % 1000000) * 1000};
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  long r = ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  return r == 0 || errno != ETIMEDOUT;
 }
 
 void futexWakeAll(std::atomic<uint32_t>* word) {

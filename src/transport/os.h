@@ -39,8 +39,8 @@ void* mapShared(int fd, size_t size);
 size_t fileSize(int fd);
 
 /// futex(FUTEX_WAIT) on a word that may be shared between processes; returns on a wake, a changed value or the
-/// timeout.
-void futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds timeout);
+/// timeout (false: the timeout).
+bool futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds timeout);
 void futexWakeAll(std::atomic<uint32_t>* word);
 
 /// Abstract-namespace Unix stream sockets: no file in the file system, gone with the process.

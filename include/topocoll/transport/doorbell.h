@@ -1,6 +1,7 @@
 // Waiting without busy-polling, across processes. Every process has one doorbell: a futex word in a shared page
 // (a memfd the proxies hand to the peers of the host). Whoever publishes a counter another process waits on rings
-// the doorbell of that process; it costs a fence and a load unless somebody sleeps. Threads that wait first spin a
+// the doorbell of that process; it costs a load unless somebody sleeps (plus a seq_cst fence where the asymmetric
+// fence is off: doorbell.cc explains the pairing with the sleeper's membarrier). Threads that wait first spin a
 // little (at most as many spinning threads as the CPUs the process may run on), then yield, then sleep on the
 // doorbell, so ranks sharing a host's cores do not starve each other.
 //
@@ -39,15 +40,25 @@ class ReadyRef {
 struct DoorbellPage {
   std::atomic<uint32_t> seq{0};      // the futex word, bumped by every ring that finds sleepers
   std::atomic<uint32_t> waiters{0};  // threads between "I may sleep" and "I woke up"
+  // Set by the owner once, before the page is exported: 1 when its sleepers issue
+  // membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) between `waiters++` and their last check. Cleared if that call ever
+  // fails (then every ring fences again).
+  std::atomic<uint32_t> membarrier{0};
 };
 
 class Doorbell : public Waker {
  public:
   /// This process's doorbell, created on first use and shared by every communicator of the process; it is freed
   /// (fd closed, page unmapped) with the last communicator.
-  static std::shared_ptr<Doorbell> process();
+  /// `membarrier`: whether its sleepers issue the asymmetric fence (TOPOCOLL_MEMBARRIER; the first call decides).
+  static std::shared_ptr<Doorbell> process(bool membarrier = true);
+  /// A new doorbell that is not the process's (tests): the same rules, its own page.
+  static std::shared_ptr<Doorbell> create(bool membarrier);
   /// Another process's doorbell from the memfd its proxy sent (the fd is closed here).
   static std::shared_ptr<Doorbell> fromFd(int fd);
+  /// Whether this process is registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED (registers on the first call of each
+  /// process: a forked child registers again): only then may its rings skip the fence.
+  static bool membarrierRegistered();
   ~Doorbell() override;
   Doorbell(const Doorbell&) = delete;
   Doorbell& operator=(const Doorbell&) = delete;
@@ -56,13 +67,15 @@ class Doorbell : public Waker {
   void ring() override;
   void ringFenced() override;
   /// Sleeps until a ring or `timeout`, unless `ready()` is true after this thread announced itself (so a ring
-  /// between the caller's last check and the sleep is never lost).
-  void sleep(ReadyRef ready, std::chrono::microseconds timeout);
+  /// between the caller's last check and the sleep is never lost). Returns false when it slept the whole timeout.
+  /// Only threads of the process that created the doorbell sleep on it.
+  bool sleep(ReadyRef ready, std::chrono::microseconds timeout);
   /// The memfd of this process's doorbell (for the proxy to export); -1 for an imported one.
   int fd() const { return fd_; }
 
  private:
   Doorbell() = default;
+  static std::shared_ptr<Doorbell> make(bool membarrier);
   int fd_ = -1;
   DoorbellPage* page_ = nullptr;
 };
@@ -90,6 +103,10 @@ class Backoff {
   unsigned polls_ = 0;
   std::chrono::steady_clock::time_point spinStart_{};
 };
+
+/// membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED): every thread of a registered process (Doorbell::membarrierRegistered)
+/// passes a full barrier before this returns. The slow side of an asymmetric fence; false if the kernel refused.
+bool membarrierAll();
 
 /// CPUs this process may run on (sched_getaffinity).
 int allowedCpus();

@@ -97,8 +97,15 @@ class Waker {
  public:
   virtual ~Waker() = default;
   virtual void ring() = 0;
-  /// ring() for a caller that issued a seq_cst fence after publishing (one fence for several wakers).
+  /// ring() for a caller that issued a seq_cst fence after publishing (one fence for several wakers), or that
+  /// needs none (needsFence() false).
   virtual void ringFenced() { ring(); }
+  /// Whether a publisher must issue a seq_cst fence between what it published and ringFenced(). False for a doorbell
+  /// whose sleepers issue an asymmetric fence (membarrier) for both sides (doorbell.h).
+  bool needsFence() const { return needsFence_; }
+
+ protected:
+  bool needsFence_ = true;
 };
 
 /// NET: the thread that waits on a connection moves it itself and blocks in poll() on its sockets, so the kernel
