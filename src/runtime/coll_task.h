@@ -20,6 +20,7 @@ struct CollTask {
   enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
   Communicator* comm = nullptr;
   collectives::Args args;
+  bool byOwner = false;  // submitted by the thread that owns the communicator's fast collective lock (collectives.cc)
   std::atomic<int> state{kPending};
   StatusCode code = StatusCode::kOk;
   std::string error;  // written before state turns kFailed

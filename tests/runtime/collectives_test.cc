@@ -589,6 +589,55 @@ TEST(Collectives, AsynchronousIssueCompletesInOrder) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// The collective lock's fast path (collectives.cc): the owner (the first thread to call a blocking collective) enters
+// with plain stores; other threads, and the collective thread running their tasks, take the mutex after a membarrier.
+// Every hand-over: owner blocking and asynchronous calls, another thread's blocking and asynchronous calls, the owner
+// calling while the collective thread still runs another thread's tasks. Each call's sum is checked.
+TEST(Collectives, TheCollectiveLockHandsOverBetweenThreads) {
+  auto errors = runRanks(
+      2, [](int, runtime::InitOptions& o) { o.cfg.hostId = "one-host"; },
+      [](Communicator& c, int r) {
+        int k = 0;  // every rank issues the same calls in the same order: k numbers them
+        auto blocking = [&] {
+          int32_t in = r + k, out = -1;
+          c.allReduce(&in, &out, 1, DataType::kInt32, RedOp::kSum);
+          if (out != 1 + 2 * k) fail(StatusCode::kInternal, "call {} got {}", k, out);
+          ++k;
+        };
+        struct Async {
+          std::vector<int32_t> in, out;
+          runtime::Request req;
+          int k;
+        };
+        std::vector<std::unique_ptr<Async>> pending;
+        auto async = [&] {
+          auto a = std::make_unique<Async>();
+          a->in.assign(3000, r + k);
+          a->out.assign(3000, -1);
+          a->k = k++;
+          a->req = c.iallReduce(a->in.data(), a->out.data(), 3000, DataType::kInt32, RedOp::kSum);
+          pending.push_back(std::move(a));
+        };
+        auto finish = [&] {
+          for (auto& a : pending) {
+            a->req.wait();
+            if (a->out[2999] != 1 + 2 * a->k) fail(StatusCode::kInternal, "async call {} got {}", a->k, a->out[2999]);
+          }
+          pending.clear();
+        };
+        for (int i = 0; i < 30; ++i) i % 7 == 3 ? async() : blocking();  // the owner
+        finish();
+        std::thread([&] {  // another thread: the foreign path, blocking and through the queue
+          for (int i = 0; i < 30; ++i) i % 7 == 3 ? async() : blocking();
+        }).join();
+        finish();
+        std::thread([&] { async(), async(), async(); }).join();  // queued by another thread...
+        for (int i = 0; i < 10; ++i) blocking();                  // ... while the owner calls
+        finish();
+      });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
 TEST(Collectives, GroupsOfCollectivesAndPointToPoint) {
   auto errors = runRanks(
       2, [](int, runtime::InitOptions& o) { o.cfg.hostId = "one-host"; },

@@ -297,7 +297,21 @@ class Communicator {
   void stopCollectives();
   friend class detail::CollLinks;
   std::unique_ptr<detail::CollLinks> links_;
-  std::mutex collMu_;                  // held while a collective runs
+  std::mutex collMu_;                  // held while a collective runs (or its fast path, below)
+  // The fast path of collMu_ (collectives.cc, "The collective lock"): the owner thread enters with plain stores.
+  std::atomic<uintptr_t> collOwner_{0};  // pthread_self() of the owner, 0: none yet (or membarrier unavailable)
+  std::atomic<uint32_t> collFast_{0};    // 1 while the owner is inside on the fast path (written by the owner only)
+  std::atomic<uint32_t> collForeign_{0};  // threads other than the owner that want or hold collMu_
+  bool collOwner();
+  enum class CollHoldMode { kFast, kLocked, kForeign };
+  struct CollHold {  // collMu_ or its fast path, held for a scope
+    explicit CollHold(Communicator& c, bool foreign = false);
+    ~CollHold();
+    CollHold(const CollHold&) = delete;
+    CollHold& operator=(const CollHold&) = delete;
+    Communicator& comm;
+    CollHoldMode mode;
+  };
   std::mutex queueMu_;
   std::condition_variable queueCv_;
   std::deque<std::shared_ptr<detail::CollTask>> queue_;
