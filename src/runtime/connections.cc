@@ -123,7 +123,9 @@ void Communicator::setupTransports(const InitOptions& opts, const search::NodeGr
   ctx.abortFlag = &abort_;
   ctx.timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeoutSec * 1000));
   ctx.peerGone = std::make_shared<std::vector<std::atomic<bool>>>(nRanks_);
-  ctx.doorbell = transport::Doorbell::process(cfg.membarrier != 0);
+  // The asymmetric fence makes each sleep cost a membarrier (IPIs): not where ranks outnumber cores and sleep often.
+  ctx.doorbell = transport::Doorbell::process(cfg.membarrier != 0 &&
+                                              localRanks_ <= static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   transport::Proxy::Options po;
   po.rank = rank_;
   po.nRanks = nRanks_;

@@ -23,6 +23,9 @@ using transport::ShotMessage;
 
 namespace {
 
+// How often a receiver publishes what it took (kShotSlots / 2: the sender keeps half its slots free ahead).
+constexpr uint64_t kShotPublish = transport::kShotSlots / 2;
+
 bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
 bool rooted(Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }
 
@@ -139,9 +142,25 @@ bool Communicator::runOneShot(const Args& a) {
       }
       int f = (me - i + n) % n;
       ShotMessage m;
-      if ((toRecv >> f & 1) && ShotBox(shotRecv_[f]->conn).tryRecv(recvInto(f), bytes, &m)) {
-        toRecv &= ~(1u << f);
+      if (!(toRecv >> f & 1)) continue;
+      ShotBox box(shotRecv_[f]->conn);
+      if (!box.tryRecv(recvInto(f), bytes, &m, false)) {
+        // About to wait for it: publish what was taken first (a sender that waits for a slot waits for this).
+        if (box.unpublished()) {
+          box.consume();
+          took |= 1u << f;
+        }
+        continue;
+      }
+      // Published every kShotPublish messages (or when this side finds the mailbox empty, above), not after each:
+      // the sender reads the line only when it runs out of slots, and a broadcast root always does (it only sends),
+      // so a line written after every message crossed cores twice per message.
+      if (box.seq() % kShotPublish == 0) {
+        box.consume();
         took |= 1u << f;
+      }
+      {
+        toRecv &= ~(1u << f);
         moved = true;
         const uint32_t from = m.sig >> kCallShift;
         if (from != call && static_cast<int16_t>(call - from) > 0) {

@@ -73,6 +73,8 @@ class ShotBox {
   }
   /// Receiver: publishes the message just taken as consumed (tryRecv with publish = false).
   void consume() { area_->consumed.store(seq_, std::memory_order_release); }
+  /// Receiver: whether it took messages it has not published yet (its own line: a local load).
+  bool unpublished() const { return area_->consumed.load(std::memory_order_relaxed) != seq_; }
   /// Receiver: what it waits for (signature << 32 | bytes).
   void post(uint64_t expected) { area_->posted.store(expected, std::memory_order_release); }
   /// Sender: whether the receiver waits for exactly this message.
