@@ -178,8 +178,8 @@ bool Communicator::runOneShot(const Args& a) {
       }
     }
     if (sent | took) {
-      // Wake the receivers of what was sent, and the senders of what was taken (one waiting for a free slot may
-      // sleep): each distinct doorbell once (ranks of one process share theirs), after one seq_cst fence if any of
+      // Wake the receivers of what was sent, and the senders whose slots were published (one waiting for a free slot
+      // may sleep): each distinct doorbell once (ranks of one process share theirs), after one seq_cst fence if any of
       // them needs one (none where the sleepers issue membarrier: transport/doorbell.cc).
       transport::Waker* rung[2 * collectives::kDirectMaxRanks];
       int nRung = 0;
