@@ -104,6 +104,8 @@ struct Config {
   int membarrier = 1;              // TOPOCOLL_MEMBARRIER (asymmetric doorbell fence: membarrier on the sleeping side)
   int oneShotMax = 256;            // TOPOCOLL_ONESHOT_MAX (per-peer bytes up to which collectives use the mailboxes)        // TOPOCOLL_DIRECT_SPLIT_RANKS (... with at least this many ranks on one host)
   std::string hostTuning;          // TOPOCOLL_HOST_TUNING (the host cost model's constants: bench/host_calibrate's JSON)
+  // PyTorch backend
+  int torchHugePages = 1;          // TOPOCOLL_TORCH_HUGEPAGES (THP_MEM_ALLOC_ENABLE): 2 MiB-aligned MADV_HUGEPAGE tensors
   // Debug (the logger reads these itself; they are here so that bad values fail at the API edge)
   std::string debug;               // NCCL_DEBUG
   std::string debugSubsys;         // NCCL_DEBUG_SUBSYS

@@ -4,6 +4,7 @@
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
+#include "cpu_allocator.h"
 #include "process_group.h"
 #include "topocoll/config.h"
 #include "topocoll/plan.h"
@@ -36,6 +37,27 @@ std::string planJson(const std::string& topoPath, int nodes, int gpusPerNode, co
   }
 }
 
+// Installs the huge-page CPU allocator when TOPOCOLL_TORCH_HUGEPAGES (or THP_MEM_ALLOC_ENABLE) says so.
+bool installAllocator() {
+  try {
+    return topocoll::torch_backend::installCpuAllocator(
+        topocoll::Config::fromEnv(topocoll::Env::fromProcess()).torchHugePages != 0);
+  } catch (const topocoll::Error& err) {
+    throw py::value_error(err.what());
+  }
+}
+
+py::dict allocatorStats() {
+  auto s = topocoll::torch_backend::cpuAllocatorStats();
+  py::dict d;
+  d["installed"] = s.installed;
+  d["huge_allocs"] = s.hugeAllocs;
+  d["huge_frees"] = s.hugeFrees;
+  d["huge_bytes"] = s.hugeBytes;
+  d["huge_min"] = topocoll::torch_backend::kHugeAllocMin;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -43,6 +65,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_create_process_group", &topocoll::torch_backend::ProcessGroupTopocoll::create, py::arg("store"),
         py::arg("rank"), py::arg("size"), py::arg("timeout"),
         "The constructor torch.distributed.Backend.register_backend calls.");
+  m.def("_install_cpu_allocator", &installAllocator,
+        "Installs PyTorch's CPU allocator with 2 MiB-aligned MADV_HUGEPAGE blocks from 2 MiB when "
+        "TOPOCOLL_TORCH_HUGEPAGES (or THP_MEM_ALLOC_ENABLE) is 1; returns whether it is installed.");
+  m.def("_cpu_allocator_stats", &allocatorStats, "The huge-page CPU allocator's counters (for tests).");
   m.def("_plan_json", &planJson, py::arg("topology"), py::arg("nodes") = 1, py::arg("gpus_per_node") = 0,
         py::arg("graph_in") = "", py::arg("env") = std::map<std::string, std::string>{}, py::arg("dtype") = "float32",
         py::arg("pretty") = false);

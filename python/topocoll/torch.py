@@ -11,5 +11,10 @@ from . import _C
 
 BACKEND = "topocoll"
 
+# Tensors of 2 MiB and more on 2 MiB pages (TOPOCOLL_TORCH_HUGEPAGES=1, the default; PyTorch's THP_MEM_ALLOC_ENABLE
+# when that is unset): a peer pulling them with process_vm_readv pins one page where it pinned 512. See
+# docs/pytorch.md, "Huge pages".
+HUGEPAGES = _C._install_cpu_allocator()
+
 if not hasattr(_dist.Backend, BACKEND.upper()):
     _dist.Backend.register_backend(BACKEND, _C._create_process_group)

@@ -13,7 +13,8 @@ Env Env::fromProcess() {
     if (!eq) continue;
     std::string key(*e, eq - *e);
     static const char* prefixes[] = {"NCCL_", "TOPOCOLL_", "OMPI_", "SLURM_", "PMIX_", "TORCHELASTIC_"};
-    static const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+    static const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                  "THP_MEM_ALLOC_ENABLE"};  // PyTorch's name of TOPOCOLL_TORCH_HUGEPAGES
     bool keep = false;
     for (const char* p : prefixes) keep |= key.rfind(p, 0) == 0;
     for (const char* n : names) keep |= key == n;

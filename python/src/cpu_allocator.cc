@@ -1,0 +1,111 @@
+// The backend's CPU allocator for PyTorch 1.13 (c10::Allocator): see cpu_allocator.h.
+#include "cpu_allocator.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "topocoll/log.h"
+
+namespace topocoll::torch_backend {
+namespace {
+
+std::atomic<std::uint64_t> gHugeAllocs{0}, gHugeFrees{0}, gHugeBytes{0};
+
+// Live huge blocks and their sizes (the deleter gets only the pointer). Blocks are at least 2 MiB, so there are few.
+std::mutex gHugeMu;
+std::unordered_map<void*, std::size_t>& hugeBlocks() {
+  static auto* m = new std::unordered_map<void*, std::size_t>;  // never destroyed: tensors may die after exit()
+  return *m;
+}
+
+// Frees every block this allocator made (and, through free(), any block c10's default allocator made: the same
+// free_cpu), reporting it to PyTorch's memory profiler as c10's default allocator does.
+void release(void* p) {
+  if (!p) return;
+  c10::profiledCPUMemoryReporter().Delete(p);
+  if (reinterpret_cast<std::uintptr_t>(p) % kHugeAllocMin == 0) {
+    std::lock_guard<std::mutex> lk(gHugeMu);
+    auto it = hugeBlocks().find(p);
+    if (it != hugeBlocks().end()) {
+      gHugeFrees.fetch_add(1, std::memory_order_relaxed);
+      gHugeBytes.fetch_sub(it->second, std::memory_order_relaxed);
+      hugeBlocks().erase(it);
+    }
+  }
+  c10::free_cpu(p);
+}
+
+class HugePageCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t n) const override {
+    void* p = n >= kHugeAllocMin ? allocHuge(n) : c10::alloc_cpu(n);
+    c10::profiledCPUMemoryReporter().New(p, n);
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+ private:
+  // posix_memalign at 2 MiB (glibc maps large blocks itself and reuses freed ones, as for c10's own blocks), then
+  // MADV_HUGEPAGE over the block's pages: the kernel faults it in as 2 MiB pages where it can, 4 KiB ones otherwise.
+  static void* allocHuge(std::size_t n) {
+    void* p = nullptr;
+    if (int rc = ::posix_memalign(&p, kHugeAllocMin, n); rc != 0) {
+      // c10's own out-of-memory error, as c10::alloc_cpu raises it.
+      TORCH_CHECK(false, "DefaultCPUAllocator: can't allocate memory: you tried to allocate ", n,
+                  " bytes. Error code ", rc, " (", std::strerror(rc), ")");
+    }
+    std::size_t len = (n + 4095) & ~std::size_t(4095);
+    if (::madvise(p, len, MADV_HUGEPAGE) != 0) {  // best effort: THP "never", or a kernel without THP
+      static std::once_flag once;
+      int err = errno;
+      std::call_once(once, [&] {
+        TC_INFO(log::kAlloc, "torch CPU allocator: madvise(MADV_HUGEPAGE) of {} bytes: {} (4 KiB pages)", len,
+                std::strerror(err));
+      });
+    }
+    {
+      std::lock_guard<std::mutex> lk(gHugeMu);
+      hugeBlocks()[p] = n;
+    }
+    gHugeAllocs.fetch_add(1, std::memory_order_relaxed);
+    gHugeBytes.fetch_add(n, std::memory_order_relaxed);
+    return p;
+  }
+};
+
+std::atomic<bool> gInstalled{false};
+
+}  // namespace
+
+bool installCpuAllocator(bool enable) {
+  if (!enable || gInstalled.exchange(true)) return gInstalled.load();
+  // SetCPUAllocator takes the pointer for good; the allocator is never destroyed (tensors outlive everything).
+  static HugePageCpuAllocator* alloc = new HugePageCpuAllocator;
+  // Fork safety: a child forked while another thread holds the table's lock gets it unlocked, and consistent.
+  ::pthread_atfork([] { gHugeMu.lock(); }, [] { gHugeMu.unlock(); }, [] { gHugeMu.unlock(); });
+  c10::SetCPUAllocator(alloc);
+  TC_INFO(log::kInit | log::kAlloc,
+          "torch CPU allocator: blocks from {} bytes 2 MiB-aligned with MADV_HUGEPAGE (TOPOCOLL_TORCH_HUGEPAGES=1)",
+          kHugeAllocMin);
+  return true;
+}
+
+CpuAllocatorStats cpuAllocatorStats() {
+  CpuAllocatorStats s;
+  s.installed = gInstalled.load();
+  s.hugeAllocs = gHugeAllocs.load(std::memory_order_relaxed);
+  s.hugeFrees = gHugeFrees.load(std::memory_order_relaxed);
+  s.hugeBytes = gHugeBytes.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace topocoll::torch_backend
