@@ -1,0 +1,161 @@
+"""The huge-page CPU allocator `import topocoll.torch` installs (TOPOCOLL_TORCH_HUGEPAGES, THP_MEM_ALLOC_ENABLE):
+tensors from 2 MiB start on a 2 MiB boundary and are advised huge, smaller ones are c10's; every block is freed
+(no growth over many alloc/free rounds); the knob and PyTorch's name turn it off; a forked child allocates and
+frees; tensors made before the import free after it; collectives on such tensors give Gloo's results. Each case runs
+in a fresh interpreter, so that the environment decides."""
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="python3-torch is not installed: the backend's tests cannot run")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import topocoll.torch  # noqa: E402,F401  (the spawned ranks import this module: the backend is registered there)
+
+MIB = 1 << 20
+
+
+def _run(code, **env):
+    e = dict(os.environ)
+    for k in ("TOPOCOLL_TORCH_HUGEPAGES", "THP_MEM_ALLOC_ENABLE"):
+        e.pop(k, None)
+    e.update(env)
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, f"rc {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}"
+    return p.stdout
+
+
+def _thp_mode():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "never"
+
+
+def test_large_tensors_are_aligned_and_advised_small_ones_are_not():
+    out = _run("""
+        import re, torch, topocoll.torch as tt, topocoll._C as C
+        assert tt.HUGEPAGES and C._cpu_allocator_stats()["installed"]
+        big = torch.ones((8 << 20) // 4 + 5)           # not a multiple of 2 MiB
+        small = torch.ones(1000)
+        just = torch.empty(2 << 20, dtype=torch.uint8)  # exactly 2 MiB
+        below = torch.empty((2 << 20) - 1, dtype=torch.uint8)
+        s = C._cpu_allocator_stats()
+        assert big.data_ptr() % (2 << 20) == 0 and just.data_ptr() % (2 << 20) == 0
+        assert s["huge_allocs"] == 2 and s["huge_bytes"] == big.numel() * 4 + (2 << 20), s
+        # The kernel may back the range with 4 KiB pages when no 2 MiB page is free, but it is eligible.
+        p, cur, eligible = big.data_ptr(), None, None
+        for line in open("/proc/self/smaps"):
+            m = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+            if m:
+                cur = (int(m.group(1), 16), int(m.group(2), 16))
+            elif cur and cur[0] <= p < cur[1] and line.startswith("THPeligible:"):
+                eligible = int(line.split()[1])
+        print("eligible", eligible)
+        assert float(big.sum()) == big.numel() and float(small.sum()) == 1000
+        del big, just, below, small
+        s = C._cpu_allocator_stats()
+        assert s["huge_frees"] == 2 and s["huge_bytes"] == 0, s
+    """)
+    if _thp_mode() != "never":
+        assert "eligible 1" in out, out
+
+
+def test_no_growth_over_many_allocations_and_frees():
+    _run("""
+        import gc, torch, topocoll.torch, topocoll._C as C
+        def rss():
+            return int(open("/proc/self/statm").read().split()[1]) * 4096
+        def rounds(k):
+            for i in range(k):
+                ts = [torch.ones(((2 + i % 7) << 20) // 4 + i) for _ in range(4)] + [torch.ones(96 << 18)]
+                del ts
+        rounds(20)
+        gc.collect()
+        before = rss()
+        rounds(300)   # 300 x 5 tensors, 1.3 GiB a round at most: a leak would be gigabytes
+        gc.collect()
+        after = rss()
+        s = C._cpu_allocator_stats()
+        assert s["huge_allocs"] == s["huge_frees"] == 320 * 5 and s["huge_bytes"] == 0, s
+        assert after - before < (128 << 20), (before, after)
+    """)
+
+
+@pytest.mark.parametrize("env", [{"TOPOCOLL_TORCH_HUGEPAGES": "0"}, {"THP_MEM_ALLOC_ENABLE": "0"},
+                                 {"THP_MEM_ALLOC_ENABLE": "0", "TOPOCOLL_TORCH_HUGEPAGES": "1"}])
+def test_knob_and_pytorchs_name(env):
+    on = env.get("TOPOCOLL_TORCH_HUGEPAGES", "0") == "1"  # the knob's own name wins over PyTorch's
+    _run(f"""
+        import torch, topocoll.torch as tt, topocoll._C as C
+        assert tt.HUGEPAGES == {on} and C._cpu_allocator_stats()["installed"] == {on}
+        t = torch.ones(4 << 20)
+        assert C._cpu_allocator_stats()["huge_allocs"] == {int(on)}
+    """, **env)
+
+
+def test_bad_knob_value_fails_at_import():
+    p = subprocess.run([sys.executable, "-c", "import topocoll.torch"], capture_output=True, text=True,
+                       env=dict(os.environ, TOPOCOLL_TORCH_HUGEPAGES="2"), timeout=60)
+    assert p.returncode != 0 and "TOPOCOLL_TORCH_HUGEPAGES=2: out of range" in p.stderr, p.stderr
+
+
+def test_tensors_from_before_the_import_and_a_forked_child():
+    _run("""
+        import os, torch
+        early = [torch.ones(5 << 20), torch.ones(10)]          # c10's default allocator
+        import topocoll.torch, topocoll._C as C                 # installed, never used for a collective
+        late = torch.ones(5 << 20)
+        pid = os.fork()
+        if pid == 0:  # the child allocates and frees through the inherited allocator, then frees the parent's
+            try:
+                ts = [torch.full((3 << 20,), 2.0) for _ in range(8)]
+                ok = all(float(t.sum()) == 2.0 * (3 << 20) for t in ts) and float(late.sum()) == 5 << 20
+                del ts, early[:], late
+                s = C._cpu_allocator_stats()
+                os._exit(0 if ok and s["huge_bytes"] == 0 else 3)
+            except BaseException:
+                os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        del early[:], late
+        assert C._cpu_allocator_stats()["huge_bytes"] == 0
+    """)
+
+
+def _large(rank, n, path):
+    dist.init_process_group("topocoll", init_method="file://" + path, rank=rank, world_size=n)
+    gloo = dist.new_group(backend="gloo")
+    import topocoll._C as C
+    assert C._cpu_allocator_stats()["installed"]
+    for count in ((3 * MIB) // 4 + 7, (9 * MIB) // 4 + 1):
+        for dtype in (torch.float32, torch.int32, torch.float64):
+            x = ((torch.arange(count, dtype=torch.int64) * (rank + 3)) % 11).to(dtype)
+            a, b = x.clone(), x.clone()
+            assert a.data_ptr() % (2 * MIB) == 0
+            dist.all_reduce(a)
+            dist.all_reduce(b, group=gloo)
+            assert torch.equal(a, b), f"all_reduce {dtype} {count}"
+            a, b = x.clone(), x.clone()
+            dist.broadcast(a, n - 1)
+            dist.broadcast(b, n - 1, group=gloo)
+            assert torch.equal(a, b), f"broadcast {dtype} {count}"
+            outs = [torch.empty_like(x) for _ in range(n)]
+            refs = [torch.empty_like(x) for _ in range(n)]
+            dist.all_gather(outs, x)
+            dist.all_gather(refs, x, group=gloo)
+            assert all(torch.equal(o, r) for o, r in zip(outs, refs)), f"all_gather {dtype} {count}"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_collectives_on_huge_page_tensors_match_gloo(n):
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(_large, args=(n, os.path.join(d, "init")), nprocs=n, join=True)
