@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,10 @@
 #include <unordered_map>
 
 #include "topocoll/log.h"
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25  // Linux 6.1 and later
+#endif
 
 namespace topocoll::torch_backend {
 namespace {
@@ -83,15 +88,73 @@ class HugePageCpuAllocator final : public c10::Allocator {
 };
 
 std::atomic<bool> gInstalled{false};
+std::atomic<std::uint64_t> gCollapses{0}, gCollapsesOk{0};
+
+// Uses per 2 MiB-aligned interior (begin -> length, uses, collapsed): a few entries per large tensor used in
+// collectives; emptied when it grows past kMaxTracked (a freed tensor's address may come back as another tensor's).
+struct Use {
+  std::size_t len = 0;
+  int uses = 0;
+  bool done = false;
+};
+std::mutex gUseMu;
+std::unordered_map<std::uintptr_t, Use>& uses() {
+  static auto* m = new std::unordered_map<std::uintptr_t, Use>;
+  return *m;
+}
+constexpr std::size_t kMaxTracked = 4096;
+
+bool isHugeBlock(const void* p) {
+  if (reinterpret_cast<std::uintptr_t>(p) % kHugeAllocMin != 0) return false;
+  std::lock_guard<std::mutex> lk(gHugeMu);
+  return hugeBlocks().count(const_cast<void*>(p)) != 0;
+}
 
 }  // namespace
+
+void noteTensorUse(const void* data, std::size_t bytes) {
+  if (bytes < kCollapseMin || !gInstalled.load(std::memory_order_relaxed) || isHugeBlock(data)) return;
+  const std::uintptr_t p = reinterpret_cast<std::uintptr_t>(data);
+  const std::uintptr_t b = (p + kHugeAllocMin - 1) & ~(kHugeAllocMin - 1), e = (p + bytes) & ~(kHugeAllocMin - 1);
+  if (e <= b) return;
+  {
+    std::lock_guard<std::mutex> lk(gUseMu);
+    if (uses().size() >= kMaxTracked) uses().clear();
+    Use& u = uses()[b];
+    if (u.len != e - b) u = Use{e - b, 0, false};
+    if (u.done || ++u.uses < kCollapseAfter) return;
+    u.done = true;
+  }
+  void* at = reinterpret_cast<void*>(b);
+  ::madvise(at, e - b, MADV_HUGEPAGE);  // so that the range stays huge (khugepaged, later faults)
+  auto t0 = std::chrono::steady_clock::now();
+  int rc = ::madvise(at, e - b, MADV_COLLAPSE);
+  int err = errno;
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  gCollapses.fetch_add(1, std::memory_order_relaxed);
+  if (rc == 0) gCollapsesOk.fetch_add(1, std::memory_order_relaxed);
+  TC_INFO(log::kAlloc, "torch: MADV_COLLAPSE of a tensor's {} bytes at {} after {} uses: {} ({:.1f} ms)", e - b, at,
+          kCollapseAfter, rc == 0 ? "on 2 MiB pages" : std::strerror(err), ms);
+}
 
 bool installCpuAllocator(bool enable) {
   if (!enable || gInstalled.exchange(true)) return gInstalled.load();
   // SetCPUAllocator takes the pointer for good; the allocator is never destroyed (tensors outlive everything).
   static HugePageCpuAllocator* alloc = new HugePageCpuAllocator;
   // Fork safety: a child forked while another thread holds the table's lock gets it unlocked, and consistent.
-  ::pthread_atfork([] { gHugeMu.lock(); }, [] { gHugeMu.unlock(); }, [] { gHugeMu.unlock(); });
+  ::pthread_atfork(
+      [] {
+        gUseMu.lock();
+        gHugeMu.lock();
+      },
+      [] {
+        gHugeMu.unlock();
+        gUseMu.unlock();
+      },
+      [] {
+        gHugeMu.unlock();
+        gUseMu.unlock();
+      });
   c10::SetCPUAllocator(alloc);
   TC_INFO(log::kInit | log::kAlloc,
           "torch CPU allocator: blocks from {} bytes 2 MiB-aligned with MADV_HUGEPAGE (TOPOCOLL_TORCH_HUGEPAGES=1)",
@@ -102,6 +165,8 @@ bool installCpuAllocator(bool enable) {
 CpuAllocatorStats cpuAllocatorStats() {
   CpuAllocatorStats s;
   s.installed = gInstalled.load();
+  s.collapses = gCollapses.load(std::memory_order_relaxed);
+  s.collapsesOk = gCollapsesOk.load(std::memory_order_relaxed);
   s.hugeAllocs = gHugeAllocs.load(std::memory_order_relaxed);
   s.hugeFrees = gHugeFrees.load(std::memory_order_relaxed);
   s.hugeBytes = gHugeBytes.load(std::memory_order_relaxed);

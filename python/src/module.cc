@@ -55,6 +55,8 @@ py::dict allocatorStats() {
   d["huge_frees"] = s.hugeFrees;
   d["huge_bytes"] = s.hugeBytes;
   d["huge_min"] = topocoll::torch_backend::kHugeAllocMin;
+  d["collapses"] = s.collapses;
+  d["collapses_ok"] = s.collapsesOk;
   return d;
 }
 

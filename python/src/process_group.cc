@@ -7,6 +7,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "cpu_allocator.h"
+
 namespace topocoll::torch_backend {
 
 namespace {
@@ -48,6 +50,7 @@ void checkTensor(const at::Tensor& t, const char* what) {
               "; only CPU tensors are supported by this build");
   TORCH_CHECK(t.is_contiguous(), "ProcessGroupTopocoll: ", what, " must be contiguous (call .contiguous())");
   TORCH_CHECK(!t.is_sparse(), "ProcessGroupTopocoll: ", what, " is sparse; only dense tensors are supported");
+  noteTensorUse(t.data_ptr(), t.nbytes());  // a large tensor not on huge pages is collapsed onto them once reused
 }
 
 void checkSingle(const std::vector<at::Tensor>& ts, const char* op) {

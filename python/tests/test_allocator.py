@@ -159,3 +159,53 @@ def _large(rank, n, path):
 def test_collectives_on_huge_page_tensors_match_gloo(n):
     with tempfile.TemporaryDirectory() as d:
         mp.spawn(_large, args=(n, os.path.join(d, "init")), nprocs=n, join=True)
+
+
+def test_tensor_from_before_the_import_is_collapsed_after_three_uses():
+    _run("""
+        import os, re, tempfile, torch, torch.distributed as dist
+        early = torch.ones((9 << 20) // 4 + 3)   # PyTorch's allocator: 4 KiB pages
+        small = torch.ones((3 << 20) // 4)       # under 4 MiB: never collapsed
+        import topocoll.torch, topocoll._C as C
+
+        def huge_kib(t):
+            p, end, cur, tot = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), None, 0
+            for line in open("/proc/self/smaps"):
+                m = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+                if m:
+                    cur = (int(m.group(1), 16), int(m.group(2), 16))
+                elif cur and cur[0] < end and p < cur[1] and line.startswith("AnonHugePages:"):
+                    tot += int(line.split()[1])
+            return tot
+
+        with tempfile.TemporaryDirectory() as d:
+            dist.init_process_group("topocoll", init_method="file://" + d + "/init", rank=0, world_size=1)
+            for i in range(5):
+                dist.all_reduce(early)
+                dist.broadcast(small, 0)
+                s = C._cpu_allocator_stats()
+                assert s["collapses"] == (1 if i >= 2 else 0), (i, s)
+            assert float(early.sum()) == early.numel() and float(small.sum()) == small.numel()
+            late = torch.ones(6 << 20)             # this allocator's: already huge, never collapsed
+            for _ in range(4):
+                dist.all_reduce(late)
+            s = C._cpu_allocator_stats()
+            assert s["collapses"] == 1, s
+            # The kernel may refuse (no free 2 MiB page: EAGAIN/ENOMEM); when it did not, at least 6 of the 9 MiB are huge.
+            assert s["collapses_ok"] == 0 or huge_kib(early) >= 6144, (s, huge_kib(early))
+            dist.destroy_process_group()
+    """)
+
+
+def test_no_collapse_when_off():
+    _run("""
+        import tempfile, torch, torch.distributed as dist
+        early = torch.ones(3 << 20)
+        import topocoll.torch, topocoll._C as C
+        with tempfile.TemporaryDirectory() as d:
+            dist.init_process_group("topocoll", init_method="file://" + d + "/init", rank=0, world_size=1)
+            for _ in range(5):
+                dist.all_reduce(early)
+            assert C._cpu_allocator_stats()["collapses"] == 0
+            dist.destroy_process_group()
+    """, TOPOCOLL_TORCH_HUGEPAGES="0")

@@ -393,8 +393,10 @@ std::vector<Knob> buildRegistry() {
       "TOPOCOLL_TORCH_HUGEPAGES", "torch", 0, 1,
       "1: `import topocoll.torch` installs PyTorch's CPU allocator that starts tensors of 2 MiB and more on a 2 MiB "
       "boundary with madvise(MADV_HUGEPAGE), so that the kernel backs them with transparent huge pages and a peer "
-      "pulling them pins 2 MiB pages, not 4 KiB ones (as PyTorch 2.x's THP_MEM_ALLOC_ENABLE=1); 0: PyTorch's own "
-      "allocator. PyTorch's name THP_MEM_ALLOC_ENABLE is read when this one is not set",
+      "pulling them pins 2 MiB pages, not 4 KiB ones (as PyTorch 2.x's THP_MEM_ALLOC_ENABLE=1), and moves a tensor of "
+      "4 MiB or more that is not on them (made before the import) onto them with MADV_COLLAPSE at its third use in a "
+      "collective; 0: PyTorch's own allocator, no collapse. PyTorch's name THP_MEM_ALLOC_ENABLE is read when this one "
+      "is not set",
       {"THP_MEM_ALLOC_ENABLE"}));
   r.push_back(intKnob<&Config::nsocksPerThread>("NCCL_NSOCKS_PERTHREAD", "transport", -2, 64,
                                                 "NET/Socket: data sockets per helper thread (-2: 1)"));
