@@ -43,7 +43,8 @@ size_t collBytes(const Args& a, int nRanks) {
 
 bool starApplies(const Args& a, int nRanks) {
   const size_t bytes = a.count * sizeOf(a.type), n = static_cast<size_t>(nRanks);
-  if (nRanks <= 2) return false;
+  if (nRanks < 2) return false;
+  if (nRanks == 2) return a.coll == Coll::kAllGather && bytes >= kAllGatherPairMin;
   switch (a.coll) {
     case Coll::kBroadcast: return bytes >= kBroadcastStarMin;
     case Coll::kAllReduce: return nRanks <= kDirectMaxRanks && bytes >= n * kAllReduceStarMin;
@@ -86,6 +87,11 @@ constexpr size_t kStarPiece = 1 << 20;
 // place at 32 KiB, where the pulls are too small to be single copies).
 constexpr size_t kReduceScatterPairMin = 64 << 10;
 constexpr size_t kPairSlots = 4;
+// allGatherPair's pieces, and how many connectors they rotate over (a connector carries one single copy at a time,
+// so a piece's offer waits for the previous piece's pull on its connector). Measured at 2 ranks against 256 KiB,
+// 512 KiB and 1 MiB pieces and 1 or 2 connectors: as fast or faster from 2 to 64 MiB (docs/collectives.md, session 24).
+constexpr size_t kChainPiece = 2 << 20;
+constexpr int kChainLanes = 4;
 
 int positionOf(const int* ring, int n, int rank) {
   for (int p = 0; p < n; ++p)
@@ -109,7 +115,7 @@ class Runner {
         if (c_.algo == Algo::kTree && n_ > 1) return allReduceTree();
         return allReduceRing();
       case Coll::kAllGather:
-        if (star()) return allGatherStar();
+        if (star()) return n_ == 2 ? allGatherPair() : allGatherStar();
         return allGatherRing();
       case Coll::kReduceScatter:
         if (star()) return reduceScatterStar();
@@ -271,6 +277,30 @@ class Runner {
     const size_t count = a_.count;
     starGather(send_, [&](int q) { return Range{q * count, (q + 1) * count}; }, recv_,
                [&] { copyIfApart(at(recv_, me_ * count), send_, count); });
+  }
+
+  // AllGather between 2 ranks of one host (Direct, from kAllGatherPairMin of a rank's input): each rank copies its
+  // input into its output piece by piece and offers each piece from its output right after writing it, while the
+  // peer's pieces are pulled into its output as the peer offers them (the pulls run in the same thread, at each
+  // Links::start, and in waitAll). A piece is read from DRAM once: the peer reads it from the cache, where the
+  // owner's copy just wrote it (the ring copies the whole block first and the peer pulls it afterwards, from DRAM at
+  // these sizes). In place nothing is copied: every piece is offered from the input at once.
+  void allGatherPair() {
+    l_.connectAll();
+    const int peer = 1 - me_;
+    const size_t count = a_.count, piece = std::max<size_t>(1, kChainPiece / es_);
+    auto lane = [&](size_t b) { return static_cast<int>((b / piece) % kChainLanes); };
+    for (size_t b = 0; b < count; b += piece)
+      recv(lane(b), peer, at(recv_, peer * count + b), std::min(piece, count - b));
+    char* out = at(recv_, me_ * count);
+    const bool inPlace = out == send_;
+    for (size_t b = 0; b < count; b += piece) {
+      const size_t n = std::min(piece, count - b);
+      if (!inPlace) std::memcpy(at(out, b), at(send_, b), n * es_);  // complete before its offer is published
+      send(lane(b), peer, at(out, b), n, false, Copier::kPull);
+      if (!inPlace) l_.start();
+    }
+    l_.waitAll();
   }
 
   // Every rank offers block(q) of its input (elements of the send buffer) to rank q (single copies the peers pull,

@@ -73,6 +73,9 @@ nRanks "reducescatter from every peer" 3 15 "every op" reduce_scatter_perf -l 78
 nRanks "allreduce from every peer" 4 15 "every op" all_reduce_perf -l 524287,524288,3145731 -d int8 -o all
 # AllGather between more than 2 ranks from 64 KiB of a rank's input: every rank pulls every peer's input.
 nRanks "allgather from every peer" 3 3 "around the threshold" all_gather_perf -l 196605,196608,9437187 -d int8
+# 2-rank AllGather from 1 MiB of a rank's input: each rank copies its input to its output piece by piece and the peer
+# pulls each piece from there (in place and out of place, around the threshold, odd sizes, a short last piece).
+nRanks "allgather pair" 2 3 "around the threshold" all_gather_perf -l 2097150,2097152,10485766 -d int8
 
 # killMid NAME INDEX RANK TEST -np N: runs TEST on 64 MiB, kills the INDEX-th forked rank (rank RANK) with -9 in the
 # middle of a collective; the others must fail naming it (the survivors' lines say "rank RANK"), nobody may hang.
@@ -115,6 +118,9 @@ if [ -z "${COLL_RANKS:-}" ]; then
   killMid reduce-scatter-star 2 1 reduce_scatter_perf -np 4
   killMid all-reduce-star 3 2 all_reduce_perf -np 4
   killMid all-gather-star 1 0 all_gather_perf -np 4
+  # 2-rank AllGather in pieces: the survivor waits in a pull of the dead rank's piece or for the ack of its own.
+  killMid all-gather-pair 2 1 all_gather_perf -np 2
+  killMid all-gather-pair 1 0 all_gather_perf -np 2
 fi
 
 # New entries, except POSIX semaphores (sem.*) that tests running beside this one (Python's multiprocessing) make.

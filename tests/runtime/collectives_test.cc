@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <span>
 #include <thread>
 
@@ -445,9 +446,10 @@ void oneHost(bool direct, const char* algo, int r, runtime::InitOptions& o) {
 // ranks (8 in Collectives8), every op of `types` just past the threshold (in place and out of place in turn),
 // float32 and float16 just below, at and far past it (uneven blocks and last pieces), in place and out of place, P2P
 // (direct pointers) and SHM (single copies).
-void checkStar(Coll coll, size_t minBytes, std::span<const DataType> types) {
+void checkStar(Coll coll, size_t minBytes, std::span<const DataType> types,
+               std::initializer_list<int> ranks = {3, 4}) {
   const bool reduces = coll != Coll::kAllGather;
-  for (int n : {3, 4})
+  for (int n : ranks)
     for (const char* algo : {"", "ring"})
       for (bool direct : {false, true}) {
         const size_t min = coll == Coll::kAllReduce ? minBytes * n : minBytes;
@@ -489,6 +491,12 @@ TEST(Collectives, AllReduceFromEveryPeer) { checkStar(Coll::kAllReduce, collecti
 
 // AllGather from kAllGatherStarMin (64 KiB of a rank's input): every rank pulls every peer's input (allGatherStar).
 TEST(Collectives, AllGatherFromEveryPeer) { checkStar(Coll::kAllGather, collectives::kAllGatherStarMin, kTypes); }
+
+// 2-rank AllGather from kAllGatherPairMin (1 MiB of a rank's input): each rank copies its input into its output piece
+// by piece and the peer pulls each piece from there (allGatherPair); NCCL_ALGO=ring keeps the ring's step.
+TEST(Collectives, TwoRankAllGatherPieces) {
+  checkStar(Coll::kAllGather, collectives::kAllGatherPairMin, kTypes, {2});
+}
 
 // Broadcast on one host between more than 2 ranks from kBroadcastStarMin (64 KiB): every rank pulls from the root
 // (Direct, the auto choice); NCCL_ALGO=ring keeps the chain at the same sizes. 3 and 4 ranks, every root, in place

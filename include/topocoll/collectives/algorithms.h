@@ -44,6 +44,11 @@ constexpr size_t kReduceScatterStarMin = 256 << 10;
 /// TOPOCOLL_P2P_SINGLE_COPY; 1.4-3.4x at 64 KiB). docs/collectives.md, session 23.
 constexpr size_t kAllReduceStarMin = 128 << 10;
 constexpr size_t kAllGatherStarMin = 64 << 10;
+/// AllGather with Direct between 2 ranks of one host from this size of a rank's input: allGatherPair (each rank
+/// copies its input to its output in pieces and the peer pulls each piece from there, out of the cache) instead of
+/// the ring's one step (measured 1.3-2.5x faster at 2-16 MiB of output, level to 1.2x at 64 MiB; docs/collectives.md,
+/// session 24).
+constexpr size_t kAllGatherPairMin = 1 << 20;
 const char* algoName(Algo a);
 /// NCCL's protocol ids: LL 0, Simple 2 (LL128 is not built for host memory).
 enum class Proto : int { kLL = 0, kSimple = 2 };
@@ -106,8 +111,8 @@ class Links {
 void run(Links& links, const Args& a, const Choice& c);
 
 /// Whether `a` between `nRanks` ranks of one host runs a star algorithm (every rank pulls what it needs straight out
-/// of the peers' buffers: AllReduce, AllGather, ReduceScatter, Broadcast) when Direct is chosen: what choose()
-/// picks Direct for when NCCL_ALGO leaves the choice.
+/// of the peers' buffers: AllReduce, AllGather, ReduceScatter, Broadcast; between 2 ranks AllGather only, as
+/// allGatherPair) when Direct is chosen: what choose() picks Direct for when NCCL_ALGO leaves the choice.
 bool starApplies(const Args& a, int nRanks);
 
 /// Bytes NCCL's tuning counts for a collective (the message size in its "N Bytes -> Algo" line): AllGather and
