@@ -88,8 +88,8 @@ constexpr size_t kStarPiece = 1 << 20;
 constexpr size_t kReduceScatterPairMin = 64 << 10;
 constexpr size_t kPairSlots = 4;
 // allGatherPair's pieces, and how many connectors they rotate over (a connector carries one single copy at a time,
-// so a piece's offer waits for the previous piece's pull on its connector). Measured at 2 ranks against 256 KiB,
-// 512 KiB and 1 MiB pieces and 1 or 2 connectors: as fast or faster from 2 to 64 MiB (docs/collectives.md, session 24).
+// so a piece's offer waits for the previous piece's pull on its connector). Of the settings measured at 2 ranks
+// (256 KiB to 4 MiB pieces, 1, 2, 4 or 8 connectors) none was faster (docs/collectives.md, session 24).
 constexpr size_t kChainPiece = 2 << 20;
 constexpr int kChainLanes = 4;
 
