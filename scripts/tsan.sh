@@ -16,6 +16,7 @@ TESTS=(bootstrap_test bootstrap_wire_test collectives_reduce_test runtime_c_api_
 # The session-22 tests of allReducePair and broadcastStar (about 3 minutes under TSan together): both
 # algorithms run under TSan in the 2- and 3-rank matrix cases (1 MiB + 3 elements, auto and Ring). Likewise the
 # session-23 tests of allReduceStar and allGatherStar: both run in the 3-rank matrix cases at 1 MiB + 3 elements.
+# Session 24's allGatherPair (TwoRankAllGatherPieces) runs in the 2-rank matrix cases at 1 MiB + 3 elements.
 declare -A FILTER=([runtime_collectives_test]='-Collectives8.*:*4ranks*:*TwoRankAllReducePair*:*TwoRankReduceScatterPair*:*ReduceScatterFromEveryPeer*:*AllReduceFromEveryPeer*:*AllGatherFromEveryPeer*:*TwoRankAllGatherPieces*:*BroadcastFromTheRoot*')
 
 CC=${TSAN_CC:-gcc} CXX=${TSAN_CXX:-g++} cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOPOCOLL_TSAN=ON -DTOPOCOLL_BUILD_BENCH=OFF >/dev/null
