@@ -46,8 +46,8 @@ constexpr size_t kAllReduceStarMin = 128 << 10;
 constexpr size_t kAllGatherStarMin = 64 << 10;
 /// AllGather with Direct between 2 ranks of one host from this size of a rank's input: allGatherPair (each rank
 /// copies its input to its output in pieces and the peer pulls each piece from there, out of the cache) instead of
-/// the ring's one step (measured 1.05-2x faster at 2-4 MiB of output and in place, level within the noise at 16-64
-/// MiB out of place; docs/collectives.md, session 24).
+/// the ring's one step (measured 1.05-2.8x faster at 2-4 MiB of output, mostly faster at 16 MiB, level within the
+/// noise at 64 MiB; docs/collectives.md, session 24).
 constexpr size_t kAllGatherPairMin = 1 << 20;
 const char* algoName(Algo a);
 /// NCCL's protocol ids: LL 0, Simple 2 (LL128 is not built for host memory).
