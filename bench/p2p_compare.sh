@@ -2,11 +2,12 @@
 # Point-to-point, two processes on this machine: topocoll (each transport) against Open MPI 4.1.4 and Gloo from
 # ../shared/peers, interleaved round by round on the same sizes with the peers' timing protocol (-T, time = max over
 # ranks), plus the single-thread memcpy bound (peers' membw). Prints a markdown table of medians over the rounds and
-# of the per-round ratios, and keeps every raw row in the results folder.
+# of the per-round ratios, and keeps every raw row in the results folder. The NET rows also get the loopback TCP
+# ceiling of the same round (build/bench/net_ceiling: the best plain-socket variant per size and shape).
 #
 #   bench/p2p_compare.sh [-r ROUNDS] [-T SECONDS] [-o RESULTS_DIR] [-l SIZES]
 #
-# Needs build/topocoll-perf and the peers' binaries (PEERS_BUILD, default /tmp/peers-build; built with
+# Needs build/topocoll-perf, build/bench/net_ceiling and the peers' binaries (PEERS_BUILD, default /tmp/peers-build; built with
 # `make -C ../shared/peers BUILD=/tmp/peers-build` when missing). Open MPI binds its 2 ranks to cores; topocoll-perf
 # -np 2 does the same.
 set -u
@@ -16,7 +17,7 @@ usage() {
   cat <<USAGE
 Point-to-point between two processes of this machine: topocoll's transports (P2P single copy, SHM Simple, SHM LL,
 NET over loopback) against Open MPI 4.1.4 and Gloo (../shared/peers), interleaved round by round, pingpong and
-sendrecv, plus the single-thread memcpy bound. Prints markdown tables (medians, per-round ratios).
+sendrecv, plus the single-thread memcpy bound and the loopback TCP ceiling (bench/net_ceiling). Prints markdown tables (medians, per-round ratios).
 
 usage: bench/p2p_compare.sh [-r ROUNDS] [-T SECONDS] [-o RESULTS_DIR] [-l SIZES]
   -r ROUNDS       interleaved rounds (default $ROUNDS)
@@ -41,6 +42,8 @@ done
 PB=${PEERS_BUILD:-/tmp/peers-build}
 [ -x "$PB/mpi_p2p_bench" ] || make -C ../shared/peers BUILD="$PB" > /dev/null || exit 1
 PERF=build/topocoll-perf
+CEIL=build/bench/net_ceiling
+[ -x "$CEIL" ] || { echo "p2p_compare.sh: $CEIL missing (cmake --build build --target net_ceiling)" >&2; exit 1; }
 MPI=(mpirun --allow-run-as-root --oversubscribe -np 2)
 mkdir -p "$OUT"
 rm -f "$OUT"/*.txt
@@ -62,6 +65,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
     env NCCL_P2P_DISABLE=1 NCCL_P2P_LL_THRESHOLD=1073741824 "$PERF" ${t}_perf -np 2 -l "$SIZES" -T "$T" -a 3 2> /dev/null |
       row SHM-LL $t $r >> "$OUT/rows.txt"
     "$PERF" ${t}_perf -np 2 --hosts 2 -l "$SIZES" -T "$T" -a 3 2> /dev/null | row NET-loopback $t $r >> "$OUT/rows.txt"
+    "$CEIL" -c $t -l "$SIZES" -T "$T" -v > "$OUT/ceiling_${t}_$r.txt" 2>&1
+    row TCP-ceiling $t $r < "$OUT/ceiling_${t}_$r.txt" >> "$OUT/rows.txt"
   done
 done
 echo "# load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/env.txt"
@@ -83,13 +88,15 @@ mem = med(list(bw.values()))  # GB/s counting read + write (2N)
 print(open(f"{out}/env.txt").read().strip().replace("\n", "\n\n"))
 print(f"\nsingle-thread memcpy (membw, 64 MiB, read + write counted): median {mem:.2f} GB/s, "
       f"so one 64 MiB copy takes {2 * 64 * 2**20 / mem / 1e3:.0f} us: a bound of {mem / 2:.2f} GB/s per message\n")
-libs = ["P2P", "SHM-Simple", "SHM-LL", "NET-loopback"]
+libs = ["P2P", "SHM-Simple", "SHM-LL", "NET-loopback", "TCP-ceiling"]
 for test in ["pingpong", "sendrecv"]:
     sizes = sorted({k[2] for k in t if k[1] == test})
     print(f"\n{test} (time per message, us; median over rounds; ratio = peer time / topocoll time per round, "
-          "median (min..max), > 1: topocoll faster)\n")
-    print("| size | MPI | Gloo | " + " | ".join(libs) + " | P2P vs MPI | P2P vs Gloo | NET vs Gloo |")
-    print("|---:|---:|---:|" + "---:|" * len(libs) + "---|---|---|")
+          "median (min..max), > 1: topocoll faster; Gloo, NET of ceiling = TCP-ceiling time / their time per round: "
+          "the fraction of the loopback TCP ceiling they reach)\n")
+    print("| size | MPI | Gloo | " + " | ".join(libs) + " | P2P vs MPI | P2P vs Gloo | NET vs Gloo | Gloo of ceiling "
+          "| NET of ceiling |")
+    print("|---:|---:|---:|" + "---:|" * len(libs) + "---|---|---|---|---|")
     for s in sizes:
         cells = [f"{med(list(t[(l, test, s)].values())):.2f}" for l in ["mpi", "gloo"] + libs]
         def ratio(peer, lib):
@@ -98,10 +105,10 @@ for test in ["pingpong", "sendrecv"]:
             return f"{med(rs):.2f} ({min(rs):.2f}..{max(rs):.2f})" if rs else "-"
         name = f"{s} B" if s < 1024 else f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
         print(f"| {name} | " + " | ".join(cells) + f" | {ratio('mpi', 'P2P')} | {ratio('gloo', 'P2P')} | "
-              f"{ratio('gloo', 'NET-loopback')} |")
+              f"{ratio('gloo', 'NET-loopback')} | {ratio('TCP-ceiling', 'gloo')} | {ratio('TCP-ceiling', 'NET-loopback')} |")
     big = max(sizes)
     if test == "pingpong" and big == 64 << 20:
-        for lib in libs:
+        for lib in libs[:4]:
             us = med(list(t[(lib, test, big)].values()))
             print(f"\n{lib} 64 MiB: {big / us / 1e3:.2f} GB/s = {big / us / 1e3 / (mem / 2) * 100:.0f}% of the memcpy bound",
                   end="")
