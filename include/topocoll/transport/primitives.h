@@ -90,7 +90,7 @@ struct MessageDesc {
 struct TransferOptions {
   size_t llThreshold = 16384;        // NCCL_P2P_LL_THRESHOLD (per part)
   size_t chunkBytes = 128 << 10;     // NCCL_P2P_PCI_CHUNKSIZE / NCCL_P2P_NET_CHUNKSIZE
-  size_t netChunkBytes = 4 << 20;    // TOPOCOLL_NET_CHUNKSIZE: NET chunks go between the users' buffers
+  size_t netChunkBytes = 1 << 20;    // TOPOCOLL_NET_CHUNKSIZE: NET chunks go between the users' buffers
   long long singleCopyMin = 65536;   // TOPOCOLL_P2P_SINGLE_COPY: bytes from which single copies are used, -1 never
   /// A send whose data went into the peer's FIFO (LL lines, Simple slots; not NET, not single copies) completes
   /// without waiting for the receiver's ack, as NCCL's steps do: flow control by the FIFO counters only. For the
