@@ -7,9 +7,11 @@
 // Each size runs a set of variants (how the bytes are moved) and reports the fastest, so the ceiling is the best of
 // what was tried, not a bound: one thread with blocking calls, one thread with non-blocking calls (waiting in poll()
 // or spinning), a thread per socket and direction, 1/2/4 sockets with the message striped over them, chunk sizes per
-// call, SO_SNDBUF/SO_RCVBUF forced. The timing protocol is the peers' (../shared/peers/README.md): one op and a
-// barrier, an estimate, a warm-up, a barrier, then iters = clamp(T / estimate, 3, 10^6) back-to-back ops; time = the
-// maximum over both ranks of elapsed / iters. After the timed loop each receiver checks its buffer once (#wrong).
+// call, SO_SNDBUF/SO_RCVBUF forced; the main ones also with rank r bound to CPU r (as topocoll-perf -np and mpirun
+// -np 2 bind; the others float, as Gloo's ranks). The timing protocol is the peers' (../shared/peers/README.md): one
+// op and a barrier, an estimate, a warm-up, a barrier, then iters = clamp(T / estimate, 3, 10^6) back-to-back ops;
+// time = the maximum over both ranks of elapsed / iters. After the timed loop each receiver checks its buffer once
+// (#wrong).
 // Not tried: MSG_ZEROCOPY (over loopback the kernel copies such data anyway, see the kernel's msg_zerocopy.rst) and
 // vmsplice+splice (a probe was slower one-way: 29-31 against 23-25 ms at 64 MiB).
 //
@@ -22,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,6 +64,7 @@ struct Variant {
   int socks;     // the message is striped over this many connections
   size_t chunk;  // at most this many bytes per send/recv call; 0: all that is left
   int buf;       // SO_SNDBUF and SO_RCVBUF forced to this; 0: the kernel's autotuning
+  bool pin = false;  // rank r and its threads bound to CPU r (as topocoll-perf -np and mpirun -np 2 bind)
 };
 
 constexpr size_t kK = 1024, kM = 1024 * 1024;
@@ -80,6 +84,12 @@ const Variant kVariants[] = {
     {"block/4sock", Engine::kBlocking, 4, 0, 0},
     {"poll/1M/2sock", Engine::kPoll, 2, kM, 0},
     {"poll/1M/4sock", Engine::kPoll, 4, kM, 0},
+    {"pin/block", Engine::kBlocking, 1, 0, 0, true},
+    {"pin/poll/1M", Engine::kPoll, 1, kM, 0, true},
+    {"pin/poll/4M", Engine::kPoll, 1, 4 * kM, 0, true},
+    {"pin/block/2sock", Engine::kBlocking, 2, 0, 0, true},
+    {"pin/poll/1M/2sock", Engine::kPoll, 2, kM, 0, true},
+    {"pin/poll/1M/4sock", Engine::kPoll, 4, kM, 0, true},
 };
 
 // The control channel between the two processes (an AF_UNIX socketpair): barriers and small values.
@@ -251,6 +261,14 @@ char pattern(int rank, size_t i) { return static_cast<char>((rank + 1) * 31 + i 
 
 Result measure(const Control& ctl, int rank, bool sendrecv, size_t size, const Variant& v, double targetS) {
   ::alarm(static_cast<unsigned>(60 + 20 * targetS));  // a stuck variant kills the run instead of hanging it
+  cpu_set_t floating;
+  ::sched_getaffinity(0, sizeof floating, &floating);
+  if (v.pin) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(rank % std::max(1, static_cast<int>(std::thread::hardware_concurrency())), &one);
+    ::sched_setaffinity(0, sizeof one, &one);  // before the workers start: they inherit it
+  }
   auto fds = connectPair(ctl, rank, v.socks, v.buf);
   const size_t alloc = std::max<size_t>(size, 1);
   auto* sb = static_cast<char*>(std::aligned_alloc(4096, (alloc + 4095) / 4096 * 4096));
@@ -328,6 +346,7 @@ Result measure(const Control& ctl, int rank, bool sendrecv, size_t size, const V
   for (int s : fds) ::close(s);
   std::free(sb);
   std::free(rb);
+  ::sched_setaffinity(0, sizeof floating, &floating);
   return {el / static_cast<double>(iters) * 1e6 / (sendrecv ? 1 : 2), wrong, iters};
 }
 
