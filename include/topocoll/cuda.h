@@ -1,0 +1,36 @@
+// The GPU path's small shared vocabulary (docs/gpu.md): whether CUDA was built in, whether a device is usable, what
+// a pointer is, and CUDA errors as topocoll::Error naming the call, file and line. Every function works in a build
+// without CUDA (it then reports no device), so callers need no #ifdef; only code that calls the CUDA runtime itself
+// includes <cuda_runtime.h> under TOPOCOLL_HAVE_CUDA.
+//
+//   if (topocoll::cuda::deviceCount() > 0) { ... }
+//   auto where = topocoll::cuda::locate(ptr);            // {kDevice, dev 0} for cudaMalloc'ed memory
+//   TC_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream));   // throws Error("cudaMemcpyAsync ...: ...")
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace topocoll::cuda {
+
+/// Whether this build has the GPU path (nvcc was found at configure time).
+bool built();
+/// CUDA devices visible to this process; 0 without a CUDA build, a driver or a GPU. Never throws.
+int deviceCount();
+/// Why deviceCount() is 0 ("built without CUDA", "no CUDA driver: ...", "no GPU"), "" when a device is there.
+std::string unavailableReason();
+
+enum class MemoryKind { kHost, kDevice, kManaged };
+struct Location {
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;  // the device owning it (kDevice, kManaged)
+};
+/// Where `p` lives. Host memory (pageable, pinned, or unknown to CUDA) for every pointer when no device is usable.
+Location locate(const void* p);
+
+/// Throws Error(kSystemError) "<call> failed at <file>:<line>: <cuda error name>: <text>" when rc is not 0.
+void check(int rc, const char* call, const char* file, int line);
+
+}  // namespace topocoll::cuda
+
+#define TC_CUDA(call) ::topocoll::cuda::check(static_cast<int>(call), #call, __FILE__, __LINE__)

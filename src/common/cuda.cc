@@ -1,0 +1,88 @@
+#include "topocoll/cuda.h"
+
+#include <mutex>
+
+#include "topocoll/status.h"
+
+#ifdef TOPOCOLL_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace topocoll::cuda {
+
+namespace {
+struct Probe {
+  int count = 0;
+  std::string why;
+};
+
+const Probe& probe() {
+  static Probe p;
+  static std::once_flag once;
+  std::call_once(once, [] {
+#ifdef TOPOCOLL_HAVE_CUDA
+    int n = 0;
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess) {
+      p.why = fmt::format("no usable CUDA driver or device: {} ({})", cudaGetErrorName(rc), cudaGetErrorString(rc));
+      (void)cudaGetLastError();  // not sticky: later calls must not see it
+      n = 0;
+    } else if (n == 0) {
+      p.why = "no GPU";
+    }
+    p.count = n;
+#else
+    p.why = "built without CUDA (nvcc was not found at configure time)";
+#endif
+  });
+  return p;
+}
+}  // namespace
+
+bool built() {
+#ifdef TOPOCOLL_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int deviceCount() { return probe().count; }
+
+std::string unavailableReason() { return probe().why; }
+
+Location locate(const void* p) {
+  Location loc;
+#ifdef TOPOCOLL_HAVE_CUDA
+  if (p == nullptr || deviceCount() == 0) return loc;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return loc;
+  }
+  if (a.type == cudaMemoryTypeDevice) {
+    loc.kind = MemoryKind::kDevice;
+    loc.device = a.device;
+  } else if (a.type == cudaMemoryTypeManaged) {
+    loc.kind = MemoryKind::kManaged;
+    loc.device = a.device;
+  }
+#else
+  (void)p;
+#endif
+  return loc;
+}
+
+void check(int rc, const char* call, const char* file, int line) {
+  if (rc == 0) return;
+#ifdef TOPOCOLL_HAVE_CUDA
+  auto e = static_cast<cudaError_t>(rc);
+  (void)cudaGetLastError();
+  fail(StatusCode::kSystemError, "{} failed at {}:{}: {}: {}", call, file, line, cudaGetErrorName(e),
+       cudaGetErrorString(e));
+#else
+  fail(StatusCode::kSystemError, "{} failed at {}:{}: error {}", call, file, line, rc);
+#endif
+}
+
+}  // namespace topocoll::cuda
