@@ -24,13 +24,13 @@ using topocoll::DataType;
 using topocoll::RedOp;
 namespace device = topocoll::collectives::device;
 
-#define CHECK(call)                                                                               \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));                     \
-      std::exit(1);                                                                               \
-    }                                                                                             \
+#define CHECK(call)                                                           \
+  do {                                                                        \
+    cudaError_t e_ = (call);                                                  \
+    if (e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                           \
+    }                                                                         \
   } while (0)
 
 // Median seconds of one run of f.

@@ -33,8 +33,8 @@ void reduce(DataType type, RedOp op, void* dst, const void* const* srcs, int nSr
          nSrcs, kMaxSources);
   }
   if (avgRanks < 0) {
-    fail(StatusCode::kInvalidArgument, "device reduce of {} {}: average over {} ranks", to_string(type),
-         to_string(op), avgRanks);
+    fail(StatusCode::kInvalidArgument, "device reduce of {} {}: average over {} ranks", to_string(type), to_string(op),
+         avgRanks);
   }
   // finishAvg divides by the count cast to the element type: 256 ranks would divide one-byte integers by zero.
   bool intType = static_cast<int>(type) <= static_cast<int>(DataType::kUint64);
@@ -55,8 +55,8 @@ void reduce(DataType type, RedOp op, void* dst, const void* const* srcs, int nSr
   }
 #ifdef TOPOCOLL_HAVE_CUDA
   if (!available()) unavailable("reduce");
-  int rc = detail::launchReduce(static_cast<int>(type), static_cast<int>(op), dst, srcs, nSrcs, count, avgRanks,
-                                stream);
+  int rc =
+      detail::launchReduce(static_cast<int>(type), static_cast<int>(op), dst, srcs, nSrcs, count, avgRanks, stream);
   if (rc != 0) {
     auto e = static_cast<cudaError_t>(rc);
     (void)cudaGetLastError();

@@ -63,7 +63,7 @@ constexpr uint32_t kQuietNaN = 0x7fc00000u;
 // IEEE binary16.
 TC_HD float halfToFloat(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 0x1f) return floatOf(sign | 0x7f800000u | (m << 13));                  // inf, NaN (payload kept)
+  if (e == 0x1f) return floatOf(sign | 0x7f800000u | (m << 13));                      // inf, NaN (payload kept)
   if (e == 0) return floatOf(sign | bitsOf(mulRn(static_cast<float>(m), 0x1p-24f)));  // subnormal, exact
   return floatOf(sign | ((e + 112) << 23) | (m << 13));
 }

@@ -4,8 +4,6 @@
 // (include/topocoll/collectives/device.h): where arithmetic makes a NaN, the host's and the GPU's NaN bit patterns
 // differ (x86 returns an operand's NaN, the GPU its canonical one), so a NaN matches any NaN of the type. Skips
 // without a GPU; the argument checks run everywhere.
-#include "topocoll/collectives/device.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "topocoll/collectives/device.h"
 #include "topocoll/collectives/reduce.h"
 #include "topocoll/cuda.h"
 #include "topocoll/status.h"
@@ -92,13 +91,28 @@ constexpr uint8_t kGuard = 0xa5;
 bool isNaN(DataType t, const uint8_t* p) {
   uint16_t h;
   switch (t) {
-    case DataType::kFloat16: std::memcpy(&h, p, 2); return (h & 0x7fff) > 0x7c00;
-    case DataType::kBfloat16: std::memcpy(&h, p, 2); return (h & 0x7fff) > 0x7f80;
-    case DataType::kFloat32: { float f; std::memcpy(&f, p, 4); return f != f; }
-    case DataType::kFloat64: { double d; std::memcpy(&d, p, 8); return d != d; }
-    case DataType::kFloat8e4m3: return (*p & 0x7f) == 0x7f;
-    case DataType::kFloat8e5m2: return (*p & 0x7f) > 0x7c;
-    default: return false;
+    case DataType::kFloat16:
+      std::memcpy(&h, p, 2);
+      return (h & 0x7fff) > 0x7c00;
+    case DataType::kBfloat16:
+      std::memcpy(&h, p, 2);
+      return (h & 0x7fff) > 0x7f80;
+    case DataType::kFloat32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f != f;
+    }
+    case DataType::kFloat64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d != d;
+    }
+    case DataType::kFloat8e4m3:
+      return (*p & 0x7f) == 0x7f;
+    case DataType::kFloat8e5m2:
+      return (*p & 0x7f) > 0x7c;
+    default:
+      return false;
   }
 }
 
@@ -121,12 +135,24 @@ std::vector<uint8_t> makeSource(DataType t, size_t count, uint64_t seed) {
     uint16_t h;
     uint8_t c;
     switch (t) {
-      case DataType::kFloat16: h = floatToHalf(f), std::memcpy(p, &h, 2); break;
-      case DataType::kBfloat16: h = floatToBf16(f), std::memcpy(p, &h, 2); break;
-      case DataType::kFloat32: std::memcpy(p, &f, 4); break;
-      case DataType::kFloat64: d = d * (1 + 1e-9 * static_cast<double>(r >> 40)), std::memcpy(p, &d, 8); break;
-      case DataType::kFloat8e4m3: c = floatToFp8e4m3(f), *p = c; break;
-      default: c = floatToFp8e5m2(f), *p = c; break;
+      case DataType::kFloat16:
+        h = floatToHalf(f), std::memcpy(p, &h, 2);
+        break;
+      case DataType::kBfloat16:
+        h = floatToBf16(f), std::memcpy(p, &h, 2);
+        break;
+      case DataType::kFloat32:
+        std::memcpy(p, &f, 4);
+        break;
+      case DataType::kFloat64:
+        d = d * (1 + 1e-9 * static_cast<double>(r >> 40)), std::memcpy(p, &d, 8);
+        break;
+      case DataType::kFloat8e4m3:
+        c = floatToFp8e4m3(f), *p = c;
+        break;
+      default:
+        c = floatToFp8e5m2(f), *p = c;
+        break;
     }
   }
   return out;
@@ -146,10 +172,14 @@ struct DeviceBuffer {
 enum class Layout { kAligned, kSameOffset, kMixedOffsets, kInPlace };
 const char* to_string(Layout l) {
   switch (l) {
-    case Layout::kAligned: return "aligned";
-    case Layout::kSameOffset: return "same-offset";
-    case Layout::kMixedOffsets: return "mixed-offsets";
-    default: return "in-place";
+    case Layout::kAligned:
+      return "aligned";
+    case Layout::kSameOffset:
+      return "same-offset";
+    case Layout::kMixedOffsets:
+      return "mixed-offsets";
+    default:
+      return "in-place";
   }
 }
 
@@ -200,8 +230,8 @@ TEST_P(DeviceReduce, BitIdenticalToTheHost) {
           CUDA_OK(cudaMemset(out.p, kGuard, bytes + kSlack));
           CUDA_OK(cudaDeviceSynchronize());  // the uploads and memset ran on the legacy stream, the reduce does not
           uint8_t* dst = layout == Layout::kInPlace ? dev[0]->at(0) : out.at(offset(-1));
-          std::string what = fmt::format("{} {} n={} count={} {}", topocoll::to_string(t), topocoll::to_string(op),
-                                         n, count, to_string(layout));
+          std::string what = fmt::format("{} {} n={} count={} {}", topocoll::to_string(t), topocoll::to_string(op), n,
+                                         count, to_string(layout));
           ASSERT_NO_THROW(device::reduce(t, op, dst, ds.data(), n, count, avg, stream)) << what;
           CUDA_OK(cudaStreamSynchronize(stream));
           // The result and kGuardBytes either side, which must be untouched (the in-place dst has no guards).
@@ -244,9 +274,9 @@ TEST_P(DeviceReduce, BitIdenticalToTheHost) {
 std::string typeName(const ::testing::TestParamInfo<DataType>& info) { return topocoll::to_string(info.param); }
 INSTANTIATE_TEST_SUITE_P(EveryType, DeviceReduce,
                          ::testing::Values(DataType::kInt8, DataType::kUint8, DataType::kInt32, DataType::kUint32,
-                                           DataType::kInt64, DataType::kUint64, DataType::kFloat16,
-                                           DataType::kFloat32, DataType::kFloat64, DataType::kBfloat16,
-                                           DataType::kFloat8e4m3, DataType::kFloat8e5m2),
+                                           DataType::kInt64, DataType::kUint64, DataType::kFloat16, DataType::kFloat32,
+                                           DataType::kFloat64, DataType::kBfloat16, DataType::kFloat8e4m3,
+                                           DataType::kFloat8e5m2),
                          typeName);
 
 TEST(DeviceCopy, CopiesOnTheStream) {
