@@ -34,12 +34,7 @@ topology::XmlDoc loadTopology(const std::string& flag, const Config& cfg, std::s
     return topology::loadXmlFile(path);
   }
   *name = "<discovered>";
-  topology::DiscoveryOptions opts;
-  opts.hostId = cfg.hostId;
-  opts.socketIfname = cfg.socketIfname;
-  opts.socketFamily = cfg.socketFamily;
-  opts.commId = cfg.commId;
-  return topology::discoverLocalTopology(opts);
+  return topology::discoverLocalTopology(topology::discoveryOptions(cfg));
 }
 
 void writeOut(const std::string& path, const std::string& content) {

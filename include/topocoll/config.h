@@ -30,6 +30,7 @@ struct Config {
   // Topology
   std::string topoFile;          // NCCL_TOPO_FILE
   std::string topoDumpFile;      // NCCL_TOPO_DUMP_FILE
+  std::string discoveryRules = "2.30";  // TOPOCOLL_DISCOVERY_RULES: whose discovery rules: NCCL 2.30 or 2.28
   std::string netMergeLevel;     // NCCL_NET_MERGE_LEVEL (path type name), empty = PORT
   int netMergeLevelValue = 1;    //   its path type value (PATH_PORT)
   std::string netForceMerge;     // NCCL_NET_FORCE_MERGE

@@ -107,6 +107,15 @@ std::vector<Knob> buildRegistry() {
                                             "Topology XML to load instead of discovering the machine"));
   r.push_back(stringKnob<&Config::topoDumpFile>("NCCL_TOPO_DUMP_FILE", "topology",
                                                 "Where `topo dump` writes when --out is not given"));
+  r.push_back(choiceKnob<&Config::discoveryRules>(
+      "TOPOCOLL_DISCOVERY_RULES", "topology", "2.30 | 2.28",
+      "Which NCCL release's discovery rules the local topology follows: 2.30 (NCCL 2.30.7: a GPU's link speed and "
+      "width from NVML, <cpu affinity> always written, <gpu mlopart>) or 2.28 (NCCL 2.28.x, e.g. PyTorch's 2.28.9: "
+      "link speed and width from sysfs, affinity only when the NUMA node's cpumap is readable, no mlopart)",
+      [](const std::string& v) {
+        if (v != "2.30" && v != "2.28")
+          fail(StatusCode::kInvalidArgument, "TOPOCOLL_DISCOVERY_RULES={}: expected 2.30 or 2.28", v);
+      }));
   {
     Knob k = stringKnob<&Config::netMergeLevel>("NCCL_NET_MERGE_LEVEL", "topology",
                                                 "Fuse NET ports at most this far apart into one virtual NIC (LOC disables)",

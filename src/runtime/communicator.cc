@@ -229,12 +229,7 @@ void Communicator::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topolo
   me.nonce = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   *gpuMode = opts.cfg.simulateGpus != 0;
   if (!*gpuMode) {
-    topology::DiscoveryOptions dopts;
-    dopts.hostId = opts.cfg.hostId;
-    dopts.socketIfname = opts.cfg.socketIfname;
-    dopts.socketFamily = opts.cfg.socketFamily;
-    dopts.commId = opts.cfg.commId;
-    topology::XmlDoc local = topology::discoverLocalTopology(dopts);
+    topology::XmlDoc local = topology::discoverLocalTopology(topology::discoveryOptions(opts.cfg));
     if (!topology::gpuDevs(local).empty()) {
       *gpuMode = true;
       *doc = opts.cfg.topoFile.empty() ? std::move(local) : topology::loadXmlFile(opts.cfg.topoFile);

@@ -1,6 +1,7 @@
-// Local discovery from sysfs (the files NCCL reads) and NVML loaded with dlopen. The order of operations and the
-// attributes follow NCCL 2.30.7 src/graph/xml.cc and src/os/linux.cc (Apache-2.0, see NOTICE); the code is ours.
-// docs/topology.md says what each source contributes.
+// Local discovery from sysfs (the files NCCL reads), NVML and the CUDA driver loaded with dlopen. The order of
+// operations and the attributes follow NCCL 2.30.7 src/graph/xml.cc, src/graph/topo.cc (ncclTopoGetSystem),
+// src/os/linux.cc and src/misc/utils.cc (getHostHash), and NCCL 2.28.9's xml.cc where TOPOCOLL_DISCOVERY_RULES=2.28
+// asks for it (Apache-2.0, see NOTICE); the code is ours. docs/topology.md says what each source contributes.
 #include "topocoll/topology/discovery.h"
 
 #include <dirent.h>
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -77,11 +79,39 @@ std::string lower(std::string s) {
   return s;
 }
 
-uint64_t djb2(const std::string& s) {
-  uint64_t r = 5381;
-  for (unsigned char c : s) r = ((r << 5) + r) ^ c;
-  return r;
-}
+// The CUDA driver calls NCCL's ncclGpuGdrSupport amounts to (cudaDevAttrGPUDirectRDMASupported), by PCI bus id.
+class CudaDriver {
+ public:
+  explicit CudaDriver(const std::string& library) {
+    lib_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) return;
+    auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib_, "cuInit"));
+    byBusId_ = reinterpret_cast<int (*)(int*, const char*)>(dlsym(lib_, "cuDeviceGetByPCIBusId"));
+    attribute_ = reinterpret_cast<int (*)(int*, int, int)>(dlsym(lib_, "cuDeviceGetAttribute"));
+    ok_ = init && byBusId_ && attribute_ && init(0) == 0;
+    if (!ok_) TC_INFO(log::kGraph, "CUDA driver: {} found but not usable; GPU Direct RDMA taken from nv_peermem", library);
+  }
+  ~CudaDriver() {
+    if (lib_) dlclose(lib_);
+  }
+  CudaDriver(const CudaDriver&) = delete;
+  CudaDriver& operator=(const CudaDriver&) = delete;
+
+  // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED of the GPU at `busId`; nullopt when the driver cannot say.
+  std::optional<bool> gdrSupported(const std::string& busId) const {
+    constexpr int kGpuDirectRdmaSupported = 116;
+    int dev = 0, v = 0;
+    if (!ok_ || byBusId_(&dev, busId.c_str()) != 0 || attribute_(&v, kGpuDirectRdmaSupported, dev) != 0)
+      return std::nullopt;
+    return v != 0;
+  }
+
+ private:
+  void* lib_ = nullptr;
+  int (*byBusId_)(int*, const char*) = nullptr;
+  int (*attribute_)(int*, int, int) = nullptr;
+  bool ok_ = false;
+};
 
 // The NVML calls NCCL makes during discovery, resolved with dlopen so that nothing depends on a GPU driver.
 class Nvml {
@@ -106,6 +136,7 @@ class Nvml {
     bind(nvlRemote, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
     bind(linkGen, "nvmlDeviceGetCurrPcieLinkGeneration");
     bind(linkWidth, "nvmlDeviceGetCurrPcieLinkWidth");
+    bind(name, "nvmlDeviceGetName");
     ok_ = init_ && count && byIndex && pci && cc && init_() == 0;
     if (!ok_) TC_INFO(log::kGraph, "NVML: {} found but not usable; no GPU discovered", library);
   }
@@ -125,6 +156,7 @@ class Nvml {
   int (*nvlRemote)(Dev, unsigned, PciInfo*) = nullptr;
   int (*linkGen)(Dev, unsigned*) = nullptr;
   int (*linkWidth)(Dev, unsigned*) = nullptr;
+  int (*name)(Dev, char*, unsigned) = nullptr;
 
  private:
   template <typename F>
@@ -141,6 +173,13 @@ std::string sysfsBusId(const char* nvmlBusId) {
   std::string b = lower(nvmlBusId);
   return b.size() > 12 ? b.substr(b.size() - 12) : b;
 }
+
+// A GPU's PCIe link as NCCL 2.30.7 reads it from NVML: the current generation's speed (none past gen 6, "16.0 GT/s"
+// when NVML cannot say) and the current width (16 when NVML cannot say).
+struct NvmlLink {
+  std::optional<std::string> speed;
+  std::string width;
+};
 
 class Discoverer {
  public:
@@ -165,12 +204,19 @@ class Discoverer {
 
   std::string pciPath(const std::string& busId) const { return realPath(o_.sysfsRoot + "/bus/pci/devices/" + busId); }
 
-  // NCCL's ncclTopoGetXmlFromCpu: affinity of the NUMA node (empty when unknown, e.g. numaid -1), arch, and on
-  // x86 the vendor, family and model as CPUID reports them (family = base + extended << 4, like NCCL).
+  // NCCL's ncclTopoGetXmlFromCpu: affinity of the NUMA node, arch, and on x86 the vendor, family and model as
+  // CPUID reports them (family = base + extended << 4, like NCCL). An unreadable cpumap (numaid -1 on a VM) gives
+  // affinity="" in 2.30 (node<unsigned numaid>) and no affinity at all in 2.28 (node<numaid as written>).
   void fillCpu(XmlNode* c) {
     if (!c->has("affinity")) {
-      unsigned long n = std::strtoul(c->attr("numaid")->c_str(), nullptr, 0);
-      c->set("affinity", readSys(fmt::format("{}/devices/system/node/node{}", o_.sysfsRoot, n), "cpumap"));
+      const std::string& numa = *c->attr("numaid");
+      if (o_.rules == DiscoveryRules::kNccl228) {
+        std::string a = readSys(fmt::format("{}/devices/system/node/node{}", o_.sysfsRoot, numa), "cpumap");
+        if (!a.empty()) c->set("affinity", a);
+      } else {
+        auto n = static_cast<unsigned>(std::strtoul(numa.c_str(), nullptr, 0));
+        c->set("affinity", readSys(fmt::format("{}/devices/system/node/node{}", o_.sysfsRoot, n), "cpumap"));
+      }
     }
 #if defined(__powerpc64__)
     c->setIfUnset("arch", "ppc64");
@@ -208,8 +254,9 @@ class Discoverer {
     return c;
   }
 
-  // The <pci> element of `busId` (created, with its attributes and its parents, on first use).
-  XmlNode* pciNode(const std::string& busId) {
+  // The <pci> element of `busId` (created, with its attributes and its parents, on first use). `nvmlLink`: a GPU's
+  // link speed and width as NVML gives them (2.30 rules), instead of sysfs.
+  XmlNode* pciNode(const std::string& busId, const NvmlLink* nvmlLink = nullptr) {
     if (auto it = pciByBus_.find(busId); it != pciByBus_.end()) return it->second;
     auto owned = std::make_unique<XmlNode>();
     XmlNode* node = owned.get();
@@ -217,7 +264,7 @@ class Discoverer {
     node->set("busid", busId);
     pciByBus_[busId] = node;
     std::string path = pciPath(busId);
-    fillPci(node, path);
+    fillPci(node, path, nvmlLink);
     XmlNode* parent = parentOf(path);
     owned->parent = parent;
     // PCI children stay ordered by bus id (NCCL issue #820).
@@ -228,18 +275,24 @@ class Discoverer {
     return node;
   }
 
-  // class, vendor, device, subsystem ids, and the slower of the device's and its port's link speed and width.
-  void fillPci(XmlNode* node, const std::string& path) {
+  // class, vendor, device, subsystem ids (sysfs values that exist; class always, the others when not known yet),
+  // and the link speed and width: NVML's for a GPU under 2.30 rules, else the slower of the device's and its port's
+  // (0 when the port has no max_link_width, as for a GPU on a VM's root bus), or "" without a sysfs path.
+  void fillPci(XmlNode* node, const std::string& path, const NvmlLink* nvmlLink) {
+    for (const char* k : {"class", "vendor", "device", "subsystem_vendor", "subsystem_device"}) {
+      if (path.empty() || (node->has(k) && std::strcmp(k, "class") != 0)) continue;
+      if (std::string v = readSys(path, k); !v.empty()) node->set(k, v);
+    }
+    if (nvmlLink) {
+      if (!node->has("link_speed") && nvmlLink->speed) node->set("link_speed", *nvmlLink->speed);
+      node->setIfUnset("link_width", nvmlLink->width);
+    }
     if (path.empty()) {
       node->setIfUnset("link_speed", "");
       node->setIfUnset("link_width", "");
       return;
     }
-    for (const char* k : {"class", "vendor", "device", "subsystem_vendor", "subsystem_device"}) {
-      std::string v = readSys(path, k);
-      if (!v.empty() || !node->has(k)) node->set(k, v);
-    }
-    if (!node->has("link_speed")) {
+    if (!node->has("link_speed") && !nvmlLink) {
       std::string dev = readSys(path, "max_link_speed"), port = readSys(path, "../max_link_speed");
       float fd = 3.4e38f, fp = 3.4e38f;
       std::sscanf(dev.c_str(), "%f GT/s", &fd);
@@ -278,20 +331,16 @@ class Discoverer {
     if (!nvml.ok()) return;
     unsigned n = 0;
     if (nvml.count(&n) != 0) return;
+    std::unique_ptr<CudaDriver> cuda;
     for (unsigned i = 0; i < n; ++i) {
       Nvml::Dev dev = nullptr;
       Nvml::PciInfo info{};
       if (nvml.byIndex(i, &dev) != 0 || nvml.pci(dev, &info) != 0) continue;
       std::string busId = sysfsBusId(info.busId);
-      XmlNode* pci = pciNode(busId);
+      std::optional<NvmlLink> link;
+      if (o_.rules == DiscoveryRules::kNccl230) link = nvmlLink(nvml, dev);
+      XmlNode* pci = pciNode(busId, link ? &*link : nullptr);
       pci->setIfUnset("class", "0x03");
-      // NCCL 2.30.7 prefers NVML's current link generation and width for GPUs (16.0 GT/s and x16 when unknown).
-      if (unsigned gen = 0; nvml.linkGen && nvml.linkGen(dev, &gen) == 0 && gen > 0 && gen <= 6) {
-        static const char* speeds[] = {"", "2.5 GT/s PCIe", "5.0 GT/s PCIe", "8.0 GT/s PCIe", "16.0 GT/s PCIe",
-                                       "32.0 GT/s PCIe", "64.0 GT/s PCIe"};
-        pci->set("link_speed", speeds[gen]);
-      }
-      if (unsigned w = 0; nvml.linkWidth && nvml.linkWidth(dev, &w) == 0 && w > 0) pci->set("link_width", std::to_string(w));
       int major = 0, minor = 0;
       nvml.cc(dev, &major, &minor);
       int sm = major * 10 + minor;
@@ -299,12 +348,40 @@ class Discoverer {
       gpu->setIfUnset("dev", std::to_string(i));
       gpu->setIfUnset("sm", std::to_string(sm));
       nvlinks(nvml, dev, sm, gpu);
-      // What ncclTopoGetSystem adds for a rank on this GPU: its rank (one rank per GPU here) and GDR support.
+      // What ncclTopoGetSystem adds for a rank on this GPU: its rank (one rank per GPU here), GDR support as
+      // ncclGpuGdrSupport asks CUDA (cudaDevAttrGPUDirectRDMASupported), and in 2.30 its MLOPart partition (the
+      // number after "MLOPart" in the device name, -1 for a whole GPU).
       gpu->setIfUnset("rank", std::to_string(i));
-      bool peermem = access((o_.sysfsRoot + "/kernel/mm/memory_peers/nv_mem/version").c_str(), F_OK) == 0 ||
-                     access((o_.sysfsRoot + "/module/nvidia_peermem").c_str(), F_OK) == 0;
-      gpu->setIfUnset("gdr", peermem ? "1" : "0");
+      if (!cuda) cuda = std::make_unique<CudaDriver>(o_.cudaLibrary);
+      gpu->setIfUnset("gdr", cuda->gdrSupported(busId).value_or(peermem()) ? "1" : "0");
+      if (o_.rules == DiscoveryRules::kNccl230) gpu->setIfUnset("mlopart", std::to_string(mloPart(nvml, dev)));
     }
+  }
+
+  bool peermem() const {
+    return access((o_.sysfsRoot + "/kernel/mm/memory_peers/nv_mem/version").c_str(), F_OK) == 0 ||
+           access((o_.sysfsRoot + "/module/nvidia_peermem").c_str(), F_OK) == 0;
+  }
+
+  static NvmlLink nvmlLink(Nvml& nvml, Nvml::Dev dev) {
+    NvmlLink l;
+    if (unsigned gen = 0; nvml.linkGen && nvml.linkGen(dev, &gen) == 0 && gen > 0) {
+      static const char* speeds[] = {"", "2.5 GT/s PCIe", "5.0 GT/s PCIe", "8.0 GT/s PCIe", "16.0 GT/s PCIe",
+                                     "32.0 GT/s PCIe", "64.0 GT/s PCIe"};
+      if (gen <= 6) l.speed = speeds[gen];
+    } else {
+      l.speed = "16.0 GT/s";
+    }
+    unsigned w = 0;
+    l.width = std::to_string(nvml.linkWidth && nvml.linkWidth(dev, &w) == 0 && w > 0 ? w : 16);
+    return l;
+  }
+
+  static int mloPart(Nvml& nvml, Nvml::Dev dev) {
+    char name[96] = {};
+    if (!nvml.name || nvml.name(dev, name, sizeof(name)) != 0) return -1;
+    const char* m = std::strstr(name, "MLOPart");
+    return m ? std::atoi(m + 7) : -1;
   }
 
   void nvlinks(Nvml& nvml, Nvml::Dev dev, int sm, XmlNode* gpu) {
@@ -362,8 +439,8 @@ class Discoverer {
     XmlNode* net = nic->addChild("net");
     net->set("name", name);
     net->set("dev", std::to_string(netCount_++));
+    net->set("latency", "0");  // ncclTopoProcessNet's order: name dev latency speed port guid maxconn gdr
     net->set("speed", std::to_string(speedMbps));
-    net->set("latency", "0");
     net->set("port", std::to_string(port));
     net->set("guid", guid.empty() ? "0x0" : guid);
     net->set("maxconn", "65536");
@@ -374,8 +451,7 @@ class Discoverer {
   // socket plugin (one device per interface chosen as the bootstrap chooses them; 10 Gb/s when the speed is unknown).
   void nics() {
     std::string ib = o_.sysfsRoot + "/class/infiniband";
-    bool gdr = access((o_.sysfsRoot + "/kernel/mm/memory_peers/nv_mem/version").c_str(), F_OK) == 0 ||
-               access((o_.sysfsRoot + "/module/nvidia_peermem").c_str(), F_OK) == 0;
+    bool gdr = peermem();
     for (auto& d : listDir(ib)) {
       std::string guid;
       for (char c : readSys(ib + "/" + d, "sys_image_guid"))
@@ -401,11 +477,40 @@ class Discoverer {
 
 }  // namespace
 
+uint64_t ncclStringHash(std::string_view bytes) {
+  // Two 64-bit accumulators fed 8 little-endian bytes at a time, mixed before each word, then finalised.
+  uint64_t a = 1 ^ bytes.size(), b = 1;
+  for (size_t at = 0; at < bytes.size(); at += 8) {
+    a += b;
+    b ^= a;
+    a = (a ^ (a >> 31)) * 0x9de62bbc8cef3ce3ULL;
+    b = (b ^ (b >> 32)) * 0x485cd6311b599e79ULL;
+    uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + at, std::min<size_t>(8, bytes.size() - at));
+    a += word;
+  }
+  uint64_t h = (a ^ (a >> 31)) * 0xbac3bd562846de6bULL + b;
+  return (h ^ (h >> 32)) * 0x995a187a14e7b445ULL;
+}
+
 uint64_t hostHash(const std::string& hostIdOverride) {
-  if (!hostIdOverride.empty()) return djb2(hostIdOverride);
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return djb2(std::string(host) + readSys("/proc/sys/kernel/random", "boot_id"));
+  if (!hostIdOverride.empty()) return ncclStringHash(hostIdOverride);
+  char host[1024] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
+  // The boot id's first whitespace-separated word (it has no spaces; NCCL reads it with %ms).
+  std::string boot = readSys("/proc/sys/kernel/random", "boot_id");
+  boot = boot.substr(0, boot.find_first_of(" \t\r\n"));
+  return ncclStringHash(std::string(host) + boot);
+}
+
+DiscoveryOptions discoveryOptions(const Config& cfg) {
+  DiscoveryOptions o;
+  o.hostId = cfg.hostId;
+  o.socketIfname = cfg.socketIfname;
+  o.socketFamily = cfg.socketFamily;
+  o.commId = cfg.commId;
+  o.rules = cfg.discoveryRules == "2.28" ? DiscoveryRules::kNccl228 : DiscoveryRules::kNccl230;
+  return o;
 }
 
 XmlDoc discoverLocalTopology(const DiscoveryOptions& opts) { return Discoverer(opts).run(); }

@@ -322,7 +322,9 @@ class Builder {
     if (width == 0) width = 16;
     bool matched = false;
     int speed = kvPrefix(speedStr, kPciGen, 60, &matched);
-    if (!matched && !speedStr.empty() && speedStr.rfind("Unknown", 0) != 0) {
+    // NCCL falls back to 8 GT/s for any string it does not know; we refuse typos but accept what NCCL writes itself:
+    // "" (no sysfs), "Unknown..." (old kernels) and "16.0 GT/s" (2.30.7's discovery when NVML has no generation).
+    if (!matched && !speedStr.empty() && speedStr.rfind("Unknown", 0) != 0 && speedStr != "16.0 GT/s") {
       fail(StatusCode::kInvalidArgument,
            "{}: link_speed=\"{}\" is not a PCIe speed NCCL knows (e.g. \"16.0 GT/s PCIe\", \"8 GT/s\")",
            doc_.where(x), speedStr);

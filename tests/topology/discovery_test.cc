@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include <fmt/format.h>
 
+#include "topocoll/status.h"
 #include "topocoll/topology/system.h"
 
 namespace topocoll::topology {
@@ -95,41 +97,104 @@ class FakeNvml {
   std::string path_;
 };
 
+// hostname + boot id of the VM whose NCCL dump is tests/fixtures/nccl-2.28.9-h100-vm.xml.
+constexpr const char* kVmHostId = "vmBOOTID";
+
 DiscoveryOptions optionsFor(const FakeSysfs& sys, std::vector<std::string> socketDevices = {}) {
   DiscoveryOptions o;
   o.sysfsRoot = sys.root();
   o.nvmlLibrary = FAKE_NVML_PATH;
+  o.cudaLibrary = FAKE_NVML_PATH;
   o.hostId = "test-host";
   o.socketDevices = std::move(socketDevices);
   return o;
 }
 
-// A one-H100 cloud VM: the GPU on the root bus with no NUMA information and no link width, a virtio NIC. NCCL's
-// dump of such a VM (2.28.9, recorded in issue 13) has the GPU under <cpu numaid="-1"> with link_width="0" and
-// eth0 at 10 Gb/s under that first CPU's <nic>.
-TEST(Discovery, CloudVmWithOneGpuAndAVirtioNic) {
-  FakeSysfs sys;
-  sys.pci("pci0000:00/0000:00:05.0", dev("0x030200", "-1", "32.0 GT/s PCIe", "0"));
-  sys.pci("pci0000:00/0000:00:03.0", dev("0x020000", "-1", "", ""));
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The one-H100 VM the GPU machine lent in session 25 is (probe of /sys, /work/.device/1/probe.txt in that session):
+// every PCI function on the root bus with numa_node -1, only the GPU with link attributes (no port above it), eth0 a
+// virtio device under 0000:00:03.0 reporting speed -1, node0 the only NUMA node.
+void cloudVm(FakeSysfs& sys) {
+  sys.numa(0, "ffff");
+  auto fn = [&](const std::string& bdf, const std::string& cls, const std::string& device) {
+    sys.pci("pci0000:00/" + bdf, {{"class", cls}, {"vendor", "0x1af4"}, {"device", device}, {"numa_node", "-1"}});
+  };
+  fn("0000:00:00.0", "0x060000", "0x0d57");
+  fn("0000:00:01.0", "0x018000", "0x1042");
+  fn("0000:00:02.0", "0x018000", "0x1042");
+  fn("0000:00:03.0", "0x020000", "0x1041");
+  fn("0000:00:04.0", "0xffff00", "0x1053");
+  fn("0000:00:05.0", "0xffff00", "0x1044");
+  sys.pci("pci0000:00/0000:00:06.0", dev("0x030200", "-1", "32.0 GT/s PCIe", "16"));
   sys.write("devices/pci0000:00/0000:00:03.0/virtio2/features", "1");
   sys.link("devices/pci0000:00/0000:00:03.0/virtio2/subsystem", "bus/virtio");
   sys.link("class/net/eth0/device", "devices/pci0000:00/0000:00:03.0/virtio2");
   sys.write("class/net/eth0/speed", "-1");
-  FakeNvml nvml("gpu 00000000:00:05.0 9 0\n");
-  XmlDoc d = discoverLocalTopology(optionsFor(sys, {"eth0"}));
-  EXPECT_EQ(portable(d),
-            "<system version=\"1\">\n"
-            "  <cpu numaid=\"-1\" affinity=\"\" arch=\"x86_64\">\n"
-            "    <pci busid=\"0000:00:05.0\" class=\"0x030200\" vendor=\"0x10de\" device=\"0x2330\" "
-            "subsystem_vendor=\"0x10de\" subsystem_device=\"0x16c1\" link_speed=\"32.0 GT/s PCIe\" link_width=\"0\">\n"
-            "      <gpu dev=\"0\" sm=\"90\" rank=\"0\" gdr=\"0\"/>\n"
-            "    </pci>\n"
-            "    <nic>\n"
-            "      <net name=\"eth0\" dev=\"0\" speed=\"10000\" latency=\"0\" port=\"0\" guid=\"0x0\" maxconn=\"65536\" "
-            "gdr=\"0\"/>\n"
-            "    </nic>\n"
-            "  </cpu>\n"
-            "</system>\n");
+}
+
+// NCCL's dump of that VM (tests/fixtures/README.md), with the CPU's CPUID attributes taken from this machine.
+std::string ncclVmDump() {
+  XmlDoc d = parseXml(readFile(FIXTURE_DIR "/nccl-2.28.9-h100-vm.xml"));
+  XmlNode* cpu = d.root->child("cpu");
+  XmlDoc here = discoverLocalTopology([] {
+    DiscoveryOptions o;
+    o.useNvml = false;
+    o.socketDevices = {"lo"};
+    return o;
+  }());
+  for (const char* k : {"vendor", "familyid", "modelid"})
+    if (const std::string* v = here.root->child("cpu")->attr(k)) cpu->set(k, *v);
+  return toString(*d.root);
+}
+
+XmlDoc discoverVm(DiscoveryRules rules) {
+  FakeSysfs sys;
+  cloudVm(sys);
+  FakeNvml nvml("gpu 00000000:00:06.0 9 0\nwidth 0 16\ngen 0 5\ngdr 0 1\n");
+  DiscoveryOptions o = optionsFor(sys, {"eth0"});
+  o.hostId = kVmHostId;
+  o.rules = rules;
+  return discoverLocalTopology(o);
+}
+
+// Under NCCL 2.28's rules our dump of the VM is NCCL 2.28.9's, element by element and attribute by attribute: the
+// GPU's link width 0 (sysfs: the root bus has no max_link_width above it), no affinity (node-1 has no cpumap),
+// gdr="1" (CUDA says the H100 supports GPU Direct RDMA), eth0 under the first CPU.
+TEST(Discovery, CloudVmUnderNccl228RulesIsNcclsDump) {
+  EXPECT_EQ(toString(*discoverVm(DiscoveryRules::kNccl228).root), ncclVmDump());
+}
+
+// NCCL 2.30.7 reads the GPU's link from NVML (x16, gen 5), writes affinity="" and the GPU's mlopart: exactly
+// those three differences (docs/topology.md).
+TEST(Discovery, CloudVmUnderNccl230RulesDiffersOnlyAsNccl230Does) {
+  std::string want = ncclVmDump();
+  auto replace = [&](const std::string& from, const std::string& to) {
+    auto at = want.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    want.replace(at, from.size(), to);
+  };
+  replace("numaid=\"-1\" arch", "numaid=\"-1\" affinity=\"\" arch");
+  replace("link_width=\"0\"", "link_width=\"16\"");
+  replace("gdr=\"1\"/>", "gdr=\"1\" mlopart=\"-1\"/>");
+  EXPECT_EQ(toString(*discoverVm(DiscoveryRules::kNccl230).root), want);
+}
+
+// The host hash is NCCL's getHostHash: its string hash of hostname + boot id (here given whole, as NCCL_HOSTID
+// would be), so the dump's host_hash is the one NCCL wrote on that boot.
+TEST(Discovery, HostHashIsNcclsHashOfHostnameAndBootId) {
+  XmlDoc nccl = parseXml(readFile(FIXTURE_DIR "/nccl-2.28.9-h100-vm.xml"));
+  EXPECT_EQ(fmt::format("{:#x}", hostHash(kVmHostId)), *nccl.root->child("cpu")->attr("host_hash"));
+  // Values NCCL 2.30.7's getHash gives for these strings.
+  EXPECT_EQ(ncclStringHash(""), 0x75b6431c590e86a2ULL);
+  EXPECT_EQ(ncclStringHash("a"), 0xf67f960500f37951ULL);
+  EXPECT_EQ(ncclStringHash("node-a"), 0xae2423acfbeb25b2ULL);
+  EXPECT_EQ(ncclStringHash("some-long-string-over-sixteen"), 0xb7a65098d683d9c0ULL);
 }
 
 // A DGX-like tray: per NUMA node a PCIe switch (upstream port, downstream ports) with two GPUs and one NIC, and
@@ -182,7 +247,7 @@ TEST(Discovery, DgxLikeTrayWithSwitchesNvlinksAndInfiniband) {
   EXPECT_EQ(*up0->subs[2]->attr("busid"), "0000:14:00.0");
   XmlNode* gpu = up0->subs[0]->child("gpu");
   ASSERT_NE(gpu, nullptr);
-  EXPECT_EQ(*gpu->attr("gdr"), "1");  // nv_peermem present
+  EXPECT_EQ(*gpu->attr("gdr"), "1");  // CUDA cannot say (no gdr line): nv_peermem present
   XmlNode* sw = gpu->childWith("nvlink", "target", "0000:00:09.0");
   ASSERT_NE(sw, nullptr);
   EXPECT_EQ(*sw->attr("count"), "9");
@@ -192,7 +257,7 @@ TEST(Discovery, DgxLikeTrayWithSwitchesNvlinksAndInfiniband) {
   EXPECT_EQ(*hidden->attr("tclass"), "0x068000");  // invisible NVLink peers are taken as NVSwitches
   XmlNode* net = up0->subs[2]->child("nic")->child("net");
   ASSERT_NE(net, nullptr);
-  EXPECT_EQ(toString(*net), "<net name=\"mlx5_0\" dev=\"0\" speed=\"400000\" latency=\"0\" port=\"1\" "
+  EXPECT_EQ(toString(*net), "<net name=\"mlx5_0\" dev=\"0\" latency=\"0\" speed=\"400000\" port=\"1\" "
                             "guid=\"0xb83fd20300aa0001\" maxconn=\"65536\" gdr=\"1\"/>\n");
   // The discovered machine builds and plans: 4 GPUs, NVSwitch, 2 NICs.
   System s = buildSystem(d);
@@ -214,8 +279,10 @@ TEST(Discovery, TwoSocketPcieBoxWithAnOnboardEthernetPort) {
   sys.pci("pci0000:00/0000:00:1f.6", dev("0x020000", "0", "", ""));
   sys.link("class/net/eno1/device", "devices/pci0000:00/0000:00:1f.6");
   sys.write("class/net/eno1/speed", "1000");
-  FakeNvml nvml("gpu 00000000:01:00.0 8 6\ngpu 00000000:81:00.0 8 6\n");
-  XmlDoc d = discoverLocalTopology(optionsFor(sys, {"eno1"}));
+  FakeNvml nvml("gpu 00000000:01:00.0 8 6\ngpu 00000000:81:00.0 8 6\ngdr 0 0\ngdr 1 0\n");
+  DiscoveryOptions o = optionsFor(sys, {"eno1"});
+  o.rules = DiscoveryRules::kNccl228;  // GPU links from sysfs, as NCCL 2.28 reads them
+  XmlDoc d = discoverLocalTopology(o);
   std::string x = portable(d);
   EXPECT_EQ(x,
             "<system version=\"1\">\n"
@@ -223,7 +290,7 @@ TEST(Discovery, TwoSocketPcieBoxWithAnOnboardEthernetPort) {
             "    <pci busid=\"0000:00:1f.6\" class=\"0x020000\" vendor=\"0x15b3\" device=\"0x2330\" "
             "subsystem_vendor=\"0x10de\" subsystem_device=\"0x16c1\" link_speed=\"\" link_width=\"0\">\n"
             "      <nic>\n"
-            "        <net name=\"eno1\" dev=\"0\" speed=\"1000\" latency=\"0\" port=\"0\" guid=\"0x0\" maxconn=\"65536\" "
+            "        <net name=\"eno1\" dev=\"0\" latency=\"0\" speed=\"1000\" port=\"0\" guid=\"0x0\" maxconn=\"65536\" "
             "gdr=\"0\"/>\n"
             "      </nic>\n"
             "    </pci>\n"
@@ -262,6 +329,15 @@ TEST(Discovery, ThisMachineGivesAValidTopologyThatLoadsAgain) {
 TEST(Discovery, HostIdOverrideIsStable) {
   EXPECT_EQ(hostHash("node-a"), hostHash("node-a"));
   EXPECT_NE(hostHash("node-a"), hostHash("node-b"));
+}
+
+TEST(Discovery, RulesKnobSelectsNcclsRelease) {
+  Config cfg;
+  EXPECT_EQ(discoveryOptions(cfg).rules, DiscoveryRules::kNccl230);
+  cfg = Config::fromEnv(Env(std::map<std::string, std::string>{{"TOPOCOLL_DISCOVERY_RULES", "2.28"}, {"NCCL_HOSTID", "h"}}));
+  EXPECT_EQ(discoveryOptions(cfg).rules, DiscoveryRules::kNccl228);
+  EXPECT_EQ(discoveryOptions(cfg).hostId, "h");
+  EXPECT_THROW(Config::fromEnv(Env(std::map<std::string, std::string>{{"TOPOCOLL_DISCOVERY_RULES", "2.29"}})), Error);
 }
 
 TEST(Discovery, NoSysfsNoNvmlStillGivesTheNicsCpu) {

@@ -1,11 +1,15 @@
-// A stand-in for libnvidia-ml.so, loaded by discovery tests through DiscoveryOptions::nvmlLibrary: it reports the
-// GPUs and NVLinks listed in the file named by FAKE_NVML_CONFIG, one per line:
+// A stand-in for libnvidia-ml.so and the few calls of libcuda.so discovery makes, loaded by discovery tests through
+// DiscoveryOptions::nvmlLibrary and ::cudaLibrary: it reports the GPUs and NVLinks listed in the file named by
+// FAKE_NVML_CONFIG, one per line:
 //   gpu <busId as NVML prints it> <cc major> <cc minor>
 //   nvlink <gpu index> <remote busId, or - for an invisible one>     (one active link each)
 //   width <gpu index> <current PCIe link width>
+//   gen <gpu index> <current PCIe link generation>
+//   gdr <gpu index> <0|1>     (CUDA's GPU Direct RDMA attribute; without it the attribute query fails)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -16,7 +20,8 @@ namespace {
 struct Gpu {
   std::string busId;
   int major = 0, minor = 0;
-  unsigned width = 0;
+  unsigned width = 0, gen = 0;
+  int gdr = -1;
   std::vector<std::string> links;
 };
 std::vector<Gpu> gpus;
@@ -59,6 +64,14 @@ int nvmlInit_v2() {
       size_t i;
       ss >> i;
       ss >> gpus.at(i).width;
+    } else if (kind == "gen") {
+      size_t i;
+      ss >> i;
+      ss >> gpus.at(i).gen;
+    } else if (kind == "gdr") {
+      size_t i;
+      ss >> i;
+      ss >> gpus.at(i).gdr;
     }
   }
   return 0;
@@ -110,6 +123,32 @@ int nvmlDeviceGetCurrPcieLinkWidth(void* dev, unsigned* width) {
   Gpu* g = of(dev);
   if (!g || g->width == 0) return 3;  // NVML_ERROR_NOT_SUPPORTED
   *width = g->width;
+  return 0;
+}
+
+int nvmlDeviceGetCurrPcieLinkGeneration(void* dev, unsigned* gen) {
+  Gpu* g = of(dev);
+  if (!g || g->gen == 0) return 3;
+  *gen = g->gen;
+  return 0;
+}
+
+int cuInit(unsigned) { return nvmlInit_v2() == 0 ? 0 : 3; }  // CUDA_ERROR_NOT_INITIALIZED
+
+int cuDeviceGetByPCIBusId(int* dev, const char* busId) {
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const std::string& b = gpus[i].busId;  // "00000000:06:00.0" matches "0000:06:00.0", in any case
+    std::string want = busId;
+    if (b.size() < want.size() || strcasecmp(b.c_str() + b.size() - want.size(), want.c_str()) != 0) continue;
+    *dev = static_cast<int>(i);
+    return 0;
+  }
+  return 101;  // CUDA_ERROR_INVALID_DEVICE
+}
+
+int cuDeviceGetAttribute(int* value, int attribute, int dev) {
+  if (dev < 0 || static_cast<size_t>(dev) >= gpus.size() || attribute != 116 || gpus[dev].gdr < 0) return 1;
+  *value = gpus[dev].gdr;
   return 0;
 }
 
