@@ -89,7 +89,8 @@ class CudaDriver {
     byBusId_ = reinterpret_cast<int (*)(int*, const char*)>(dlsym(lib_, "cuDeviceGetByPCIBusId"));
     attribute_ = reinterpret_cast<int (*)(int*, int, int)>(dlsym(lib_, "cuDeviceGetAttribute"));
     ok_ = init && byBusId_ && attribute_ && init(0) == 0;
-    if (!ok_) TC_INFO(log::kGraph, "CUDA driver: {} found but not usable; GPU Direct RDMA taken from nv_peermem", library);
+    if (!ok_)
+      TC_INFO(log::kGraph, "CUDA driver: {} found but not usable; GPU Direct RDMA taken from nv_peermem", library);
   }
   ~CudaDriver() {
     if (lib_) dlclose(lib_);

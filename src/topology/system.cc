@@ -258,7 +258,7 @@ class Builder {
   }
 
   void addCpu(const XmlNode& x) {
-    int numaId = a_.reqInt(x, "numaid", 0, kMaxNumaId);
+    int numaId = a_.reqInt(x, "numaid", -1, kMaxNumaId);  // -1: sysfs knows no NUMA node (a VM), as NCCL allows
     int systemId = systemIdFor(x);
     if (sys_.indexOf(NodeType::CPU, makeId(systemId, numaId)) >= 0)
       fail(StatusCode::kInvalidArgument, "{}: duplicate <cpu numaid=\"{}\"> on the same host", doc_.where(x), numaId);

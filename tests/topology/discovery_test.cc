@@ -98,7 +98,7 @@ class FakeNvml {
 };
 
 // hostname + boot id of the VM whose NCCL dump is tests/fixtures/nccl-2.28.9-h100-vm.xml.
-constexpr const char* kVmHostId = "vmBOOTID";
+constexpr const char* kVmHostId = "vm0c647e01-7322-4dce-9081-d7d0f990794a";
 
 DiscoveryOptions optionsFor(const FakeSysfs& sys, std::vector<std::string> socketDevices = {}) {
   DiscoveryOptions o;
@@ -168,6 +168,16 @@ XmlDoc discoverVm(DiscoveryRules rules) {
 // gdr="1" (CUDA says the H100 supports GPU Direct RDMA), eth0 under the first CPU.
 TEST(Discovery, CloudVmUnderNccl228RulesIsNcclsDump) {
   EXPECT_EQ(toString(*discoverVm(DiscoveryRules::kNccl228).root), ncclVmDump());
+}
+
+// NCCL builds its system from that dump, numaid="-1" included (the CPU's id is NCCL_TOPO_ID(0, -1)); so do we
+// (plan and comm-check on the VM refused it before).
+TEST(Discovery, CloudVmDumpBuildsASystem) {
+  System s = buildSystem(parseXml(ncclVmDump()));
+  EXPECT_EQ(s.count(NodeType::CPU), 1);
+  EXPECT_EQ(s.count(NodeType::GPU), 1);
+  EXPECT_EQ(s.count(NodeType::NET), 1);
+  EXPECT_EQ(s.of(NodeType::CPU)[0].id, makeId(0, -1));
 }
 
 // NCCL 2.30.7 reads the GPU's link from NVML (x16, gen 5), writes affinity="" and the GPU's mlopart: exactly
@@ -334,10 +344,11 @@ TEST(Discovery, HostIdOverrideIsStable) {
 TEST(Discovery, RulesKnobSelectsNcclsRelease) {
   Config cfg;
   EXPECT_EQ(discoveryOptions(cfg).rules, DiscoveryRules::kNccl230);
-  cfg = Config::fromEnv(Env(std::map<std::string, std::string>{{"TOPOCOLL_DISCOVERY_RULES", "2.28"}, {"NCCL_HOSTID", "h"}}));
+  using Vars = std::map<std::string, std::string>;
+  cfg = Config::fromEnv(Env(Vars{{"TOPOCOLL_DISCOVERY_RULES", "2.28"}, {"NCCL_HOSTID", "h"}}));
   EXPECT_EQ(discoveryOptions(cfg).rules, DiscoveryRules::kNccl228);
   EXPECT_EQ(discoveryOptions(cfg).hostId, "h");
-  EXPECT_THROW(Config::fromEnv(Env(std::map<std::string, std::string>{{"TOPOCOLL_DISCOVERY_RULES", "2.29"}})), Error);
+  EXPECT_THROW(Config::fromEnv(Env(Vars{{"TOPOCOLL_DISCOVERY_RULES", "2.29"}})), Error);
 }
 
 TEST(Discovery, NoSysfsNoNvmlStillGivesTheNicsCpu) {
