@@ -84,6 +84,7 @@ struct Config {
   int simulateGpuDev = -1;         // TOPOCOLL_SIMULATE_GPU_DEV
   std::string jobId;               // TOPOCOLL_JOB_ID
   std::string testDieAfter;        // TOPOCOLL_TEST_DIE_AFTER (tests only)
+  int allowSharedGpu = 0;          // TOPOCOLL_ALLOW_SHARED_GPU (tests only)
   // Transports
   long long buffSize = 1 << 22;    // NCCL_BUFFSIZE (Simple FIFO bytes per connection)
   long long llBuffSize = 8 * 512 * 8 * 16;  // NCCL_LL_BUFFSIZE (lines/thread x threads x steps x 16 B)

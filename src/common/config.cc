@@ -332,6 +332,10 @@ std::vector<Knob> buildRegistry() {
       "TOPOCOLL_JOB_ID", "bootstrap",
       "Name of this job, mixed into the bootstrap magic so that two jobs sharing a root address are told apart "
       "(launchers' job ids are mixed in already)"));
+  r.push_back(intKnob<&Config::allowSharedGpu>(
+      "TOPOCOLL_ALLOW_SHARED_GPU", "bootstrap", 0, 1,
+      "Tests only: 1 lets several ranks of one host use the same CUDA device (NCCL refuses: \"Duplicate GPU "
+      "detected\"); such ranks are planned as host-memory ranks and connect over CUDA IPC"));
   r.push_back(choiceKnob<&Config::testDieAfter>(
       "TOPOCOLL_TEST_DIE_AFTER", "bootstrap", "register | ring | bootstrap | peerinfo",
       "Tests only: the process exits after this init phase (registration, ring setup, bootstrap, peer-info allgather)",

@@ -16,6 +16,7 @@
 
 #include "coll_links.h"
 #include "engine.h"
+#include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/paths/paths.h"
 #include "topocoll/status.h"
@@ -24,6 +25,10 @@
 #include "topocoll/transport/net.h"
 #include "topocoll/transport/proxy.h"
 #include "topocoll/version.h"
+
+#ifdef TOPOCOLL_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace topocoll::runtime {
 
@@ -239,22 +244,65 @@ void Communicator::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topolo
       fail(StatusCode::kInvalidUsage, "TOPOCOLL_SIMULATE_GPUS=1 needs NCCL_TOPO_FILE naming the machine's topology");
     *doc = topology::loadXmlFile(opts.cfg.topoFile);
   }
-  me.cudaCompCap = *gpuMode ? 1 : 0;  // marks GPU ranks until the device is known
+  me.planGpu = *gpuMode ? 1 : 0;
+  me.cudaCompCap = *gpuMode ? 1 : 0;  // simulated GPUs: set from the topology (assignDevices)
   me.dev = opts.cfg.simulateGpus ? opts.cfg.simulateGpuDev : -1;
+  if (!opts.cfg.simulateGpus) currentCudaDevice(&me);
   timings_.topology += msSince(t);
   t = Clock::now();
   bs_->setPhase("peer-info allgather");
   bs_->allGather(peers_.data(), sizeof(PeerInfo));
   if (opts.cfg.testDieAfter == "peerinfo") std::_Exit(3);
   bs_->setPhase("node search");
-  for (int r = 0; r < nRanks_; ++r) {
+  for (int r = 0; r < nRanks_; ++r)
     if (peers_[r].rank != r) fail(StatusCode::kRemoteError, "peer info of rank {} is corrupt", r);
-    if ((peers_[r].cudaCompCap != 0) != *gpuMode)
+  // NCCL's duplicate-GPU check (init.cc), on the CUDA devices themselves. Ranks sharing a device (allowed for tests)
+  // are planned as host-memory ranks: the topology has one GPU per device.
+  bool shared = false;
+  for (int i = 0; i < nRanks_; ++i)
+    for (int j = i + 1; j < nRanks_; ++j)
+      if (peers_[i].cudaDev >= 0 && peers_[i].hostHash == peers_[j].hostHash && peers_[i].busId == peers_[j].busId &&
+          peers_[j].cudaDev >= 0) {
+        if (!opts.cfg.allowSharedGpu)
+          fail(StatusCode::kInvalidUsage,
+               "Duplicate GPU detected : rank {} and rank {} both on CUDA device {:x} (TOPOCOLL_ALLOW_SHARED_GPU=1 "
+               "allows it for tests)",
+               i, j, peers_[i].busId);
+        shared = true;
+      }
+  if (shared && *gpuMode && !opts.cfg.simulateGpus) {
+    TC_INFO(log::kInit, "ranks share a CUDA device (TOPOCOLL_ALLOW_SHARED_GPU): planned as host-memory ranks");
+    *gpuMode = false;
+    for (auto& p : peers_) p.planGpu = 0;
+  }
+  for (int r = 0; r < nRanks_; ++r) {
+    if ((peers_[r].planGpu != 0) != *gpuMode)
       fail(StatusCode::kInvalidUsage,
            "rank {} {} a GPU but rank {} {}: every rank must use a GPU (or TOPOCOLL_SIMULATE_GPUS) or none", rank_,
            *gpuMode ? "has" : "has no", r, *gpuMode ? "has none" : "has one");
   }
   timings_.allgathers += msSince(t);
+}
+
+// The process's current CUDA device (NCCL's cudaDev, busId in NCCL's int64 form, cudaCompCap), when it has one.
+void Communicator::currentCudaDevice(PeerInfo* me) {
+#ifdef TOPOCOLL_HAVE_CUDA
+  if (cuda::deviceCount() <= 0) return;
+  int dev = -1;
+  TC_CUDA(cudaGetDevice(&dev));
+  char bus[32] = {};
+  TC_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, dev));
+  int major = 0, minor = 0;
+  TC_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  TC_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  for (char* c = bus; *c; ++c) *c = static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
+  me->cudaDev = dev;
+  me->busId = topology::busIdToInt64(bus);
+  me->cudaCompCap = major * 10 + minor;
+  TC_INFO(log::kInit, "rank {} on CUDA device {} (busId {}, sm {})", rank_, dev, bus, me->cudaCompCap);
+#else
+  (void)me;
+#endif
 }
 
 // Nodes are hosts in order of first appearance; local and intra-process ranks.
@@ -292,11 +340,22 @@ void Communicator::assignDevices(const InitOptions& opts, topology::XmlDoc& doc)
       p.dev = devs[localRankOf_[r]];
     }
     topology::XmlNode* gpu = nullptr;
-    doc.root->visit([&](topology::XmlNode& n) {
-      if (!gpu && n.name == "gpu" && n.attr("dev") && std::atoi(n.attr("dev")->c_str()) == p.dev) gpu = &n;
-    });
-    p.busId = gpu && gpu->parent && gpu->parent->attr("busid") ? topology::busIdToInt64(*gpu->parent->attr("busid")) : p.dev;
-    p.cudaCompCap = gpu && gpu->attr("sm") ? std::atoi(gpu->attr("sm")->c_str()) : 0;
+    if (p.cudaDev >= 0) {  // a real device: the topology GPU on its bus
+      doc.root->visit([&](topology::XmlNode& n) {
+        if (!gpu && n.name == "gpu" && n.parent && n.parent->attr("busid") && n.attr("dev") &&
+            topology::busIdToInt64(*n.parent->attr("busid")) == p.busId)
+          gpu = &n;
+      });
+      if (gpu) p.dev = std::atoi(gpu->attr("dev")->c_str());
+    }
+    if (!gpu)
+      doc.root->visit([&](topology::XmlNode& n) {
+        if (!gpu && n.name == "gpu" && n.attr("dev") && std::atoi(n.attr("dev")->c_str()) == p.dev) gpu = &n;
+      });
+    if (p.cudaDev < 0) {
+      p.busId = gpu && gpu->parent && gpu->parent->attr("busid") ? topology::busIdToInt64(*gpu->parent->attr("busid")) : p.dev;
+      p.cudaCompCap = gpu && gpu->attr("sm") ? std::atoi(gpu->attr("sm")->c_str()) : 0;
+    }
     p.gdrSupport = gpu && gpu->attr("gdr") ? std::atoi(gpu->attr("gdr")->c_str()) : 1;
   }
   for (int i = 0; i < nRanks_; ++i)

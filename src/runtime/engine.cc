@@ -5,8 +5,13 @@
 #include <memory>
 #include <span>
 
+#include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/transport/oneshot.h"
+
+#ifdef TOPOCOLL_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace topocoll::runtime::detail {
 
@@ -32,9 +37,21 @@ void Op::recycle() {
   shot = nullptr;
   shotSig = 0;
   shotState = 0;
+  devBuf = nullptr;
   state.store(kPending, std::memory_order_relaxed);
   code = StatusCode::kOk;
   error.clear();
+}
+
+void deviceCopy(void* dst, const void* src, size_t n, void* stream) {
+#ifdef TOPOCOLL_HAVE_CUDA
+  auto st = static_cast<cudaStream_t>(stream);
+  TC_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, st));
+  TC_CUDA(cudaStreamSynchronize(st));
+#else
+  (void)dst, (void)src, (void)n, (void)stream;
+  fail(StatusCode::kInvalidUsage, "device copy in a build without CUDA");
+#endif
 }
 
 std::shared_ptr<Op> OpPool::take() {
@@ -208,7 +225,21 @@ void Engine::matchSelf() {
       complete(*r);
       continue;
     }
-    if (s->bytes && s->buf != r->buf) std::memmove(r->buf, s->buf, s->bytes);
+    if (s->bytes && s->buf != r->buf) {
+      if (s->opts.device || r->opts.device) {
+        try {
+          detail::deviceCopy(r->buf, s->buf, s->bytes, r->opts.device ? r->opts.stream : s->opts.stream);
+        } catch (const Error& e) {
+          failOp(*s, e.code(), e.what());
+          failOp(*r, e.code(), e.what());
+          complete(*s);
+          complete(*r);
+          continue;
+        }
+      } else {
+        std::memmove(r->buf, s->buf, s->bytes);
+      }
+    }
     complete(*s);
     complete(*r);
   }
@@ -586,6 +617,13 @@ bool Engine::shotProgress(Op& op) {
     bool match = ahead == 0 && m.sig == op.shotSig && m.bytes == op.bytes;
     alignas(8) char scratch[transport::kShotMaxBytes];
     if (!box.tryRecv(match ? op.buf : scratch, match ? op.bytes : sizeof scratch, &m, match)) return false;
+    if (match && op.devBuf && op.bytes) {  // a device buffer's message was staged in op.stage
+      try {
+        detail::deviceCopy(op.devBuf, op.buf, op.bytes, op.opts.stream);
+      } catch (const Error& e) {
+        failOp(op, e.code(), e.what());
+      }
+    }
     if (!match) {
       box.refuse(mine);
       box.consume();

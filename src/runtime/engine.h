@@ -17,6 +17,7 @@
 #include "topocoll/datatype.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/doorbell.h"
+#include "topocoll/transport/oneshot.h"
 #include "topocoll/transport/primitives.h"
 #include "topocoll/transport/transport.h"
 
@@ -35,6 +36,9 @@ inline int32_t shotIndexDiff(uint32_t got, uint32_t want) {
 }
 
 /// One send or recv of the user.
+/// cudaMemcpyAsync on `stream` (a cudaStream_t, null: the default stream) and its synchronisation; throws Error.
+void deviceCopy(void* dst, const void* src, size_t n, void* stream);
+
 struct Op {
   enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
   Engine* engine = nullptr;
@@ -58,6 +62,10 @@ struct Op {
   transport::Connector* shot = nullptr;
   uint32_t shotSig = 0;
   uint64_t shotState = 0;  // send: its message's sequence number once written; receive: 1 once posted
+  /// Mailbox op on a device buffer: the user's buffer; `buf` is then `stage` (host), filled before a send is posted
+  /// and copied to devBuf once a receive took its message.
+  void* devBuf = nullptr;
+  alignas(8) char stage[transport::kShotMaxBytes];
   std::atomic<int> state{kPending};
   StatusCode code = StatusCode::kOk;
   std::string error;      // written before state turns kFailed

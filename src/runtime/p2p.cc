@@ -11,10 +11,15 @@
 
 #include "coll_task.h"
 #include "engine.h"
+#include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/oneshot.h"
+
+#ifdef TOPOCOLL_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace topocoll::runtime {
 
@@ -98,6 +103,8 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
   op->count = count;
   op->dtype = type;
   op->bytes = count * elem;
+  op->opts.device = count > 0 && deviceBuffer(buf);
+  op->opts.stream = op->opts.device ? deviceStream() : nullptr;
   if (peer == rank_) {
     op->parts.clear();
     return op;
@@ -174,8 +181,9 @@ Request Communicator::irecv(void* buf, size_t count, DataType type, int peer) {
 // The latency path of a blocking send or recv outside a group: one part, nothing else queued.
 bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, int peer) {
   if (tGroup.depth > 0 || peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || abort_.load() ||
-      count > (size_t{1} << 40) || (!buf && count > 0) || !p2pConnected_[peer].load(std::memory_order_acquire))
-    return false;  // the general path says what is wrong, or connects
+      count > (size_t{1} << 40) || (!buf && count > 0) || !p2pConnected_[peer].load(std::memory_order_acquire) ||
+      (count > 0 && deviceBuffer(buf)))
+    return false;  // the general path says what is wrong, or connects (or copies device memory)
   size_t bytes = count * sizeOf(type);
   const auto& conns = p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
   const int nParts = transport::p2pParts(bytes, p2pChunk_, static_cast<int>(hosts_.size()), p2pMinChannels_,
@@ -203,7 +211,32 @@ void Communicator::chooseShot(Op& op) {
   const int max = ctx_->cfg.p2pMailboxMax;  // 0: never (not even empty messages)
   if (op.peer == rank_ || max <= 0 || op.bytes > static_cast<size_t>(max)) return;
   transport::Connector* c = p2pConnectors(op.peer, op.send ? Side::kSend : Side::kRecv)[0];
-  if (c->conn.p2pShot.area) op.shot = c;
+  if (!c->conn.p2pShot.area) return;
+  op.shot = c;
+  if (op.opts.device && !op.devBuf) {  // the mailbox is host memory: a device buffer's bytes are staged
+    op.devBuf = op.buf;
+    op.buf = op.stage;
+    if (op.send) detail::deviceCopy(op.stage, op.devBuf, op.bytes, op.opts.stream);
+  }
+}
+
+bool Communicator::deviceBuffer(const void* buf) const {
+  if (peers_[rank_].cudaDev < 0 || !buf) return false;
+  return cuda::locate(buf).kind == cuda::MemoryKind::kDevice;
+}
+
+void* Communicator::deviceStream() {
+  std::call_once(devStreamOnce_, [this] {
+#ifdef TOPOCOLL_HAVE_CUDA
+    TC_CUDA(cudaSetDevice(peers_[rank_].cudaDev));
+    // A blocking stream: what the caller queued on the legacy default stream (a cudaMemcpy from pageable memory
+    // still in flight when it returned) is done before our copies read or write its buffers.
+    cudaStream_t s = nullptr;
+    TC_CUDA(cudaStreamCreate(&s));
+    devStream_ = std::shared_ptr<void>(s, [](void* p) { (void)cudaStreamDestroy(static_cast<cudaStream_t>(p)); });
+#endif
+  });
+  return devStream_.get();
 }
 
 // The latency path of a small blocking send or recv outside groups: the message goes through the connection's
@@ -215,7 +248,7 @@ bool Communicator::tryShot(bool send, void* buf, size_t count, DataType type, in
     return false;  // the general path says what is wrong, or connects
   size_t bytes = count * sizeOf(type);
   const int max = ctx_->cfg.p2pMailboxMax;
-  if (max <= 0 || bytes > static_cast<size_t>(max)) return false;
+  if (max <= 0 || bytes > static_cast<size_t>(max) || (count > 0 && deviceBuffer(buf))) return false;
   transport::Connector* c = p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
   if (!c->conn.p2pShot.area) return false;
   uint32_t index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;

@@ -9,7 +9,12 @@
 #include <cstring>
 #include <thread>
 
+#ifdef TOPOCOLL_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "fifo.h"
+#include "topocoll/cuda.h"
 #include "os.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -100,6 +105,7 @@ const char* Transfer::modeName() const {
   switch (mode_) {
     case kModeLL: return "LL";
     case kModeSimple: return "Simple";
+    case kModeDevice: return "Simple/device";
     case kModeRead: return "single copy (read)";
     case kModeWriteAsk:
     case kModeWriteDone: return "single copy (write)";
@@ -154,6 +160,28 @@ bool Transfer::progress() {
 // and copies only if the passive side's offer (rdv.step) still stands; the passive side withdraws the offer and
 // waits for `copying` to clear. Sequentially consistent on both sides (store, then load the other word): one of
 // them sees the other. Two atomics per piece of up to kCopyPiece bytes.
+bool Transfer::copyData(void* dst, const void* src, size_t n) {
+  if (!opts_.device && mode_ != kModeDevice) {
+    std::memcpy(dst, src, n);
+    return true;
+  }
+#ifdef TOPOCOLL_HAVE_CUDA
+  try {
+    if (ci_.cudaDev >= 0) TC_CUDA(cudaSetDevice(ci_.cudaDev));
+    auto stream = static_cast<cudaStream_t>(opts_.stream);
+    TC_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream));
+    TC_CUDA(cudaStreamSynchronize(stream));
+    return true;
+  } catch (const Error& e) {
+    failWith(StatusCode::kSystemError, fmt::format("{}: {}", what(), e.what()), true);
+    return false;
+  }
+#else
+  failWith(StatusCode::kInvalidUsage, fmt::format("{}: device copy in a build without CUDA", what()), true);
+  return false;
+#endif
+}
+
 bool Transfer::copySingle(char* local, const char* remote, size_t n, bool pull) {
   Rendezvous& r = *ci_.rdv;
   const uint64_t tag = firstStep_ + 1;
@@ -200,11 +228,16 @@ bool Transfer::sendProgress() {
     firstStep_ = ci_.step;
     if (refusedEarlier()) return true;
     size_t n = msg_.partBytes;
-    bool ll = ci_.buffs[kProtoLL] != nullptr && n <= opts_.llThreshold;
+    if (opts_.device && (ci_.flags & kConnNet)) {
+      failWith(StatusCode::kInvalidUsage,
+               fmt::format("{}: device buffers do not go over NET yet (GPU ranks on different hosts)", what()), false);
+      return true;
+    }
+    bool ll = !opts_.device && ci_.buffs[kProtoLL] != nullptr && n <= opts_.llThreshold;
     const bool direct = ci_.flags & kConnDirect;
     const bool pull = direct || (ci_.canPull && ci_.canPull->load(std::memory_order_acquire) == 1);
     const bool push = direct || (ci_.canPush && ci_.canPush->load(std::memory_order_acquire) == 1);
-    bool single = n > 0 && opts_.singleCopyMin >= 0 && n >= static_cast<size_t>(opts_.singleCopyMin) &&
+    bool single = !opts_.device && n > 0 && opts_.singleCopyMin >= 0 && n >= static_cast<size_t>(opts_.singleCopyMin) &&
                   !(ci_.flags & kConnNet) && (pull || push);
     if (ll) {
       mode_ = kModeLL;
@@ -221,7 +254,7 @@ bool Transfer::sendProgress() {
       if (!wantPull && !push) wantPull = true;
       mode_ = wantPull ? kModeRead : kModeWriteAsk;
     } else {
-      mode_ = kModeSimple;
+      mode_ = opts_.device && ci_.devBuff ? kModeDevice : kModeSimple;
     }
     state_ = State::kRun;
     did = true;
@@ -229,11 +262,13 @@ bool Transfer::sendProgress() {
   if (state_ == State::kRun) {
     switch (mode_) {
       case kModeLL: did |= sendLL(); break;
-      case kModeSimple: did |= sendSimple(); break;
+      case kModeSimple:
+      case kModeDevice: did |= sendSimple(); break;
       default: did |= sendSingle(); break;
     }
   }
-  if (state_ == State::kAck && (mode_ == kModeLL || mode_ == kModeSimple) && !(ci_.flags & kConnNet) &&
+  if (state_ == State::kAck && (mode_ == kModeLL || mode_ == kModeSimple || mode_ == kModeDevice) &&
+      !(ci_.flags & kConnNet) &&
       (opts_.eager || receiverTakesIt())) {
     ci_.step = lastStep_;  // the data is in the receiver's FIFO: the head counter alone keeps the slots safe
     state_ = State::kDone;
@@ -386,8 +421,10 @@ bool Transfer::sendLL() {
 
 bool Transfer::sendSimple() {
   // NET moves the data between the users' buffers (the proxies), so its chunks need not fit a slot.
+  const bool dev = mode_ == kModeDevice;
   const size_t chunk = (ci_.flags & kConnNet) ? opts_.netChunkBytes
-                                              : std::min(opts_.chunkBytes, ci_.slotBytes[kProtoSimple] - sizeof(SlotHeader));
+                       : dev ? ci_.devSlotBytes  // one copy per slot: each step costs a synchronisation
+                             : std::min(opts_.chunkBytes, ci_.slotBytes[kProtoSimple] - sizeof(SlotHeader));
   bool did = false;
   uint64_t head = ci_.head->load(std::memory_order_acquire);
   while (true) {
@@ -398,7 +435,10 @@ bool Transfer::sendSimple() {
     // NET: the proxy sends the data from our buffer (it stays ours until the receiver's ack); else it goes in the slot.
     // Small NET chunks travel in the slot, with their header in one message: fewer system calls than zero copy.
     const bool net = (ci_.flags & kConnNet) && n > kNetInline;
-    if (n && !net) std::memcpy(reinterpret_cast<char*>(h + 1), buf_ + done_, n);
+    if (n && !net) {
+      void* dst = dev ? ci_.devBuff + (step % kSteps) * ci_.devSlotBytes : static_cast<void*>(h + 1);
+      if (!copyData(dst, buf_ + done_, n)) return true;
+    }
     h->inlined = !net;
     h->opBytes = msg_.bytes;
     h->partBytes = msg_.partBytes;
@@ -409,7 +449,7 @@ bool Transfer::sendSimple() {
     h->landed = 0;
     h->dtype = static_cast<uint32_t>(msg_.dtype);
     h->nParts = static_cast<uint16_t>(msg_.nParts);
-    h->mode = kModeSimple;
+    h->mode = mode_;
     done_ += n;
     h->last = done_ == msg_.partBytes;
     h->error = 0;
@@ -502,7 +542,8 @@ bool Transfer::recvProgress() {
   }
   switch (mode_) {
     case kModeLL: return recvLL() || did;
-    case kModeSimple: return recvSimple() || did;
+    case kModeSimple:
+    case kModeDevice: return recvSimple() || did;
     default: return recvSingle() || did;
   }
 }
@@ -546,7 +587,8 @@ bool Transfer::recvStart() {
     if (ci_.tail->load(std::memory_order_acquire) <= firstStep_) return false;
     peerHdr_ = *simpleSlot(ci_, firstStep_);
     mode_ = peerHdr_.mode;
-    if (mode_ != kModeSimple && mode_ != kModeRead && mode_ != kModeWriteAsk) {
+    if ((mode_ != kModeSimple && mode_ != kModeRead && mode_ != kModeWriteAsk && mode_ != kModeDevice) ||
+        (mode_ == kModeDevice && !ci_.devBuff)) {
       failWith(StatusCode::kRemoteError,
                fmt::format("{}: the first step has mode {} (corrupt connection)", what(), peerHdr_.mode), true);
       return true;
@@ -555,6 +597,10 @@ bool Transfer::recvStart() {
   if (!drain_ && (peerHdr_.opBytes != msg_.bytes || peerHdr_.dtype != static_cast<uint32_t>(msg_.dtype) ||
                   peerHdr_.nParts != msg_.nParts || peerHdr_.partBytes != msg_.partBytes)) {
     mismatch_ = drain_ = true;
+  }
+  if (opts_.device && mode_ != kModeSimple && mode_ != kModeDevice && !drain_) {
+    // The sender's data is in host memory for LL or a single copy, which never write device memory: refused.
+    hostOnly_ = mismatch_ = drain_ = true;
   }
   state_ = State::kRun;
   return true;
@@ -577,7 +623,13 @@ void Transfer::finish() {
   } else {
     publish(ci_.head, lastStep_);  // shared memory: the head is the ack
   }
-  if (mismatch_) {
+  if (hostOnly_) {
+    failWith(StatusCode::kInvalidUsage,
+             fmt::format("{}: this receive's buffer is device memory but rank {} sent from host memory ({}): use device "
+                         "buffers on both sides, or host buffers on both",
+                         what(), c_.peer, modeName()),
+             false);
+  } else if (mismatch_) {
     size_t elem = sizeOf(static_cast<DataType>(peerHdr_.dtype & 0xff));
     failWith(StatusCode::kInvalidUsage,
              fmt::format("size or type mismatch: this receive expects {} x {} ({} bytes), rank {} sent {} x {} ({} bytes)",
@@ -644,11 +696,16 @@ bool Transfer::recvSimple() {
     if (ci_.tail->load(std::memory_order_acquire) <= step) return did;
     const SlotHeader* h = simpleSlot(ci_, step);
     size_t n = h->chunkBytes;
-    if (h->mode != kModeSimple || (n > capacity && !h->landed && !drain_) || (!drain_ && done_ + n > msg_.partBytes)) {
+    const bool dev = mode_ == kModeDevice;
+    if (h->mode != mode_ || (n > (dev ? ci_.devSlotBytes : capacity) && !h->landed && !drain_) ||
+        (!drain_ && done_ + n > msg_.partBytes)) {
       failWith(StatusCode::kRemoteError, fmt::format("{}: step {} is corrupt", what(), step), true);
       return true;
     }
-    if (!drain_ && n && !h->landed) std::memcpy(buf_ + done_, reinterpret_cast<const char*>(h + 1), n);
+    if (!drain_ && n && !h->landed) {
+      const void* src = dev ? ci_.devBuff + (step % kSteps) * ci_.devSlotBytes : static_cast<const void*>(h + 1);
+      if (!copyData(buf_ + done_, src, n)) return true;
+    }
     done_ += n;
     ++stepsDone_;
     did = true;

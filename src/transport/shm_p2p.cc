@@ -1,11 +1,15 @@
 // The shared-memory transports: P2P (NCCL 2.30.7 src/transport/p2p.cc: read/write mode, direct pointers within a
 // process, shareable buffers allocated by the proxy and imported by the peer) and SHM (src/transport/shm.cc: the
 // receiver's buffers, never single copies), Apache-2.0; our own code for host memory. Connection lines are NCCL's.
+// Between GPU ranks P2P adds a device FIFO shared over CUDA IPC (cuda_ipc.h; p2pMap's rules).
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <random>
 
+#include "cuda_ipc.h"
 #include "fifo.h"
+#include "topocoll/cuda.h"
 #include "os.h"
 #include "topocoll/log.h"
 #include "topocoll/paths/paths.h"
@@ -13,6 +17,10 @@
 #include "topocoll/topology/system.h"
 #include "topocoll/transport/proxy.h"
 #include "transports.h"
+
+#ifdef TOPOCOLL_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace topocoll::transport {
 
@@ -49,13 +57,84 @@ class BufferConn : public ProxyConnection {
   ShareableBuffer buf_;
 };
 
+std::atomic<long> gDevAllocated{0}, gDevImported{0};
+
+// The proxy side of a device FIFO (ncclP2pAllocateShareableBuffer on the proxy thread): cudaMalloc and
+// cudaIpcGetMemHandle at setup, cudaFree at free.
+struct DevBufferReq {
+  uint64_t size = 0;
+  int32_t dev = -1;
+  int32_t pad = 0;
+};
+struct DevBufferResp {
+  uint64_t ptr = 0;
+  uint8_t handle[64] = {};
+};
+
+class DevBufferConn : public ProxyConnection {
+ public:
+  void setup(Proxy&, const void* req, size_t reqSize, void* resp, size_t respSize) override {
+    if (reqSize != sizeof(DevBufferReq) || respSize != sizeof(DevBufferResp))
+      fail(StatusCode::kInternal, "bad proxy setup");
+#ifdef TOPOCOLL_HAVE_CUDA
+    const auto& q = *static_cast<const DevBufferReq*>(req);
+    auto& a = *static_cast<DevBufferResp*>(resp);
+    dev_ = q.dev;
+    TC_CUDA(cudaSetDevice(dev_));
+    TC_CUDA(cudaMalloc(&ptr_, q.size));
+    gDevAllocated.fetch_add(1);
+    TC_CUDA(cudaMemset(ptr_, 0, q.size));
+    cudaIpcMemHandle_t h;
+    TC_CUDA(cudaIpcGetMemHandle(&h, ptr_));
+    static_assert(sizeof(h) == sizeof(a.handle), "cudaIpcMemHandle_t is 64 bytes");
+    std::memcpy(a.handle, &h, sizeof(h));
+    a.ptr = reinterpret_cast<uint64_t>(ptr_);
+#else
+    (void)req, (void)resp;
+    fail(StatusCode::kInternal, "device FIFO in a build without CUDA");
+#endif
+  }
+  void free(Proxy&) override {
+#ifdef TOPOCOLL_HAVE_CUDA
+    if (!ptr_) return;
+    (void)cudaSetDevice(dev_);
+    (void)cudaFree(ptr_);
+    (void)cudaGetLastError();
+    gDevAllocated.fetch_sub(1);
+    ptr_ = nullptr;
+#endif
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  int dev_ = -1;
+};
+
 struct ShmResources : Resources {
   Proxy* proxy = nullptr;
   std::shared_ptr<BufferConn> pc;
   char* local = nullptr;  // our block, mapped by our proxy (same process)
   Mapping remote;         // the peer's block
   bool read = false, direct = false;
+  // Between GPU ranks: the device FIFO, ours (allocated by our proxy) or the peer's (opened over CUDA IPC).
+  bool gpu = false;
+  int cudaDev = -1;
+  std::shared_ptr<DevBufferConn> dev;
+  char* devLocal = nullptr;
+  void* devImported = nullptr;
   ~ShmResources() override {
+#ifdef TOPOCOLL_HAVE_CUDA
+    if (devImported) {
+      (void)cudaSetDevice(cudaDev);
+      (void)cudaIpcCloseMemHandle(devImported);
+      (void)cudaGetLastError();
+      gDevImported.fetch_sub(1);
+    }
+#endif
+    try {
+      if (dev) proxy->callBlocking(*dev, Proxy::Msg::kFree);
+    } catch (const std::exception&) {
+    }
     try {
       if (pc) proxy->callBlocking(*pc, Proxy::Msg::kFree);
     } catch (const std::exception&) {
@@ -124,12 +203,18 @@ class SharedMemoryTransport : public Transport {
     ShmInfo info;
     ctx.proxy->callBlocking(*r->pc, Proxy::Msg::kSetup, &size, sizeof(size), &info.buf, sizeof(info.buf));
     r->local = reinterpret_cast<char*>(info.buf.ownerAddr);
-    info.nonce = randomNonce();
+    r->gpu = p2p_ && gpuPair(me, peer);
+    // GPU records carry the CUDA IPC handle: the probe nonce shrinks to the 32 bits left in the host block's entry.
+    info.nonce = r->gpu ? randomNonce() & 0xffffffffu : randomNonce();
     Probe* pr = send ? &reinterpret_cast<SendMem*>(r->local)->probe : &reinterpret_cast<RecvMem*>(r->local)->probe;
     pr->nonce = info.nonce;
     info.read = r->read;
     info.direct = r->direct;
-    std::memcpy(rec->payload, &info, sizeof(info));
+    if (r->gpu) {
+      setupDevice(ctx, c, *r, info, rec);
+    } else {
+      std::memcpy(rec->payload, &info, sizeof(info));
+    }
     const char* readStr = r->read ? "/read" : "";
     int from = send ? ctx.rank : c.peer, to = send ? c.peer : ctx.rank;
     if (!p2p_) c.via = "SHM/direct";
@@ -146,7 +231,21 @@ class SharedMemoryTransport : public Transport {
   bool connect(Context& ctx, Connector& c, const ConnectRecord& rec) const override {
     auto& r = static_cast<ShmResources&>(*c.resources);
     ShmInfo info;
-    std::memcpy(&info, rec.payload, sizeof(info));
+    CudaIpcInfo ipc;
+    if (r.gpu) {
+      std::memcpy(&ipc, rec.payload, sizeof(ipc));
+      std::string why = checkCudaIpcInfo(ipc, r.read, c.side == Side::kRecv,
+                                         sameProcess(ctx.peers[ctx.rank], ctx.peers[c.peer]), ctx.buffSizes[kProtoSimple]);
+      if (!why.empty())
+        fail(StatusCode::kRemoteError, "rank {}: refused rank {}'s CUDA IPC connect info for channel {} ({}): {}",
+             ctx.rank, c.peer, c.channel, to_string(c.side), why);
+      info.buf = ipc.buf;
+      info.nonce = ipc.buf.reserved;
+      info.read = (ipc.flags & kIpcRead) != 0;
+      info.direct = (ipc.flags & kIpcDirect) != 0;
+    } else {
+      std::memcpy(&info, rec.payload, sizeof(info));
+    }
     if (info.read != r.read)
       fail(StatusCode::kInvalidUsage, "rank {}: rank {} uses P2P {} mode, this rank {} mode (NCCL_P2P_READ_ENABLE differs?)",
            ctx.rank, c.peer, info.read ? "read" : "write", r.read ? "read" : "write");
@@ -174,6 +273,7 @@ class SharedMemoryTransport : public Transport {
     ci.peerPid = ctx.peers[c.peer].pid;
     ci.flags = (r.read ? uint32_t{kConnRead} : 0u) | (r.direct ? uint32_t{kConnDirect} : 0u);
     ci.wake = peerDoorbell(ctx, c.peer).get();
+    if (r.gpu) connectDevice(ctx, c, r, ipc);
     c.via = p2p_ ? fmt::format("P2P/{}{}", r.direct ? "direct pointer" : "IPC", r.read ? "/read" : "") : "SHM/direct";
     // Single copies between processes: each side checks it can reach the other's memory (the sender to push into
     // the receiver's buffers, the receiver to pull from the sender's); the results live in the sender's block,
@@ -192,6 +292,76 @@ class SharedMemoryTransport : public Transport {
   }
 
  private:
+  // Both ranks have a CUDA device: the device FIFO over CUDA IPC.
+  static bool gpuPair(const PeerInfo& me, const PeerInfo& peer) { return me.cudaDev >= 0 && peer.cudaDev >= 0; }
+
+  // p2pSendSetup / p2pRecvSetup for the device FIFO: its owner (the receiver in write mode, the sender in read mode)
+  // asks its proxy for it (ncclProxyMsgSetup) and puts the handle in the record.
+  static void setupDevice(Context& ctx, Connector& c, ShmResources& r, const ShmInfo& host, ConnectRecord* rec) {
+    const PeerInfo& me = ctx.peers[ctx.rank];
+    const bool same = sameProcess(me, ctx.peers[c.peer]);
+    CudaIpcInfo ipc;
+    ipc.buf = host.buf;
+    ipc.buf.reserved = static_cast<uint32_t>(host.nonce);
+    ipc.flags = (r.read ? kIpcRead : 0u) | (r.direct ? kIpcDirect : 0u) | (same ? kIpcSameProcess : 0u);
+    r.cudaDev = me.cudaDev;
+    if ((c.side == Side::kSend) == r.read) {
+      r.dev = std::make_shared<DevBufferConn>();
+      DevBufferReq req;
+      req.size = ctx.buffSizes[kProtoSimple];
+      req.dev = me.cudaDev;
+      DevBufferResp resp;
+      ctx.proxy->callBlocking(*r.dev, Proxy::Msg::kSetup, &req, sizeof(req), &resp, sizeof(resp));
+      r.devLocal = reinterpret_cast<char*>(resp.ptr);
+      if (same) std::memcpy(ipc.handle, &resp.ptr, sizeof(resp.ptr));
+      else std::memcpy(ipc.handle, resp.handle, sizeof(ipc.handle));
+      ipc.devSize = req.size;
+      ipc.flags |= kIpcOwner;
+    }
+    std::memcpy(rec->payload, &ipc, sizeof(ipc));
+  }
+
+  // p2pMap: our own FIFO; the peer's in this process by its address (peer access when on another device); the
+  // peer's in another process with cudaIpcOpenMemHandle (lazy peer access).
+  static void connectDevice(Context& ctx, Connector& c, ShmResources& r, const CudaIpcInfo& ipc) {
+    ConnInfo& ci = c.conn;
+    ci.cudaDev = r.cudaDev;
+    ci.devSlotBytes = ctx.buffSizes[kProtoSimple] / kSteps;
+    if (!(ipc.flags & kIpcOwner)) {
+      ci.devBuff = r.devLocal;
+      return;
+    }
+#ifdef TOPOCOLL_HAVE_CUDA
+    const PeerInfo& peer = ctx.peers[c.peer];
+    TC_CUDA(cudaSetDevice(r.cudaDev));
+    if (ipc.flags & kIpcSameProcess) {
+      uint64_t addr = 0;
+      std::memcpy(&addr, ipc.handle, sizeof(addr));
+      if (peer.cudaDev != r.cudaDev) {
+        cudaError_t e = cudaDeviceEnablePeerAccess(peer.cudaDev, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) TC_CUDA(e);
+        (void)cudaGetLastError();
+      }
+      ci.devBuff = reinterpret_cast<char*>(addr);
+      return;
+    }
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, ipc.handle, sizeof(h));
+    void* p = nullptr;
+    cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail(StatusCode::kSystemError, "rank {}: cudaIpcOpenMemHandle of rank {}'s FIFO (channel {}) failed: {}: {}",
+           ctx.rank, c.peer, c.channel, cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    r.devImported = p;
+    gDevImported.fetch_add(1);
+    ci.devBuff = static_cast<char*>(p);
+#else
+    fail(StatusCode::kInternal, "rank {}: CUDA IPC connection in a build without CUDA", ctx.rank);
+#endif
+  }
+
   bool useRead(const Context& ctx, const PeerInfo& me, const PeerInfo& peer) const {
     bool read = false;
     if (ctx.system) paths::checkP2p(*ctx.system, ctx.cfg, me.rank, peer.rank, &read, nullptr);
@@ -202,6 +372,30 @@ class SharedMemoryTransport : public Transport {
 };
 
 }  // namespace
+
+std::string checkCudaIpcInfo(const CudaIpcInfo& p, bool read, bool peerSends, bool sameProcess, uint64_t devSize) {
+  if (p.flags & ~kIpcKnownFlags) return fmt::format("unknown flags {:#x}", p.flags & ~kIpcKnownFlags);
+  if (((p.flags & kIpcRead) != 0) != read)
+    return fmt::format("it uses P2P {} mode, this rank {} mode (NCCL_P2P_READ_ENABLE differs?)",
+                       (p.flags & kIpcRead) ? "read" : "write", read ? "read" : "write");
+  if (((p.flags & kIpcSameProcess) != 0) != sameProcess)
+    return sameProcess ? "it says it is in another process" : "it says it is in this process";
+  const bool owner = (p.flags & kIpcOwner) != 0;
+  if (owner != (peerSends == read))
+    return owner ? "it claims the device FIFO its peer owns" : "it has no device FIFO where it must own it";
+  if (!owner && p.devSize != 0) return fmt::format("a device FIFO of {} bytes without owning one", p.devSize);
+  if (owner && p.devSize != devSize)
+    return fmt::format("its device FIFO has {} bytes, {} expected (NCCL_BUFFSIZE differs between ranks?)", p.devSize,
+                       devSize);
+  if (owner && sameProcess) {
+    uint64_t addr = 0;
+    std::memcpy(&addr, p.handle, sizeof(addr));
+    if (addr == 0) return "a null device FIFO address";
+  }
+  return "";
+}
+
+CudaIpcCounts cudaIpcCounts() { return {gDevAllocated.load(), gDevImported.load()}; }
 
 const Transport& p2pTransport() {
   static const SharedMemoryTransport t(true);

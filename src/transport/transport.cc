@@ -25,6 +25,7 @@ const char* protocolName(int proto) {
 
 int Context::devOf(int r) const {
   if (peers[r].dev >= 0) return peers[r].dev;
+  if (peers[r].cudaDev >= 0) return peers[r].cudaDev;  // ranks sharing a device, planned as host memory
   int local = 0;
   for (int i = 0; i < r; ++i) local += peers[i].hostHash == peers[r].hostHash;
   return local;

@@ -213,6 +213,7 @@ class Communicator {
   // Init phases (NCCL's initTransportsRank, in order).
   void initialise(const InitOptions& opts);
   void gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topology::XmlDoc* doc);
+  void currentCudaDevice(transport::PeerInfo* me);
   void findNodes();
   void assignDevices(const InitOptions& opts, topology::XmlDoc& doc);
   search::NodeGraphs planNode(const InitOptions& opts, const topology::XmlDoc& doc, int* nvsCount);
@@ -250,6 +251,13 @@ class Communicator {
   std::unique_ptr<topology::System> system_;  // GPU ranks: this node's system with paths
 
   // Transports and point-to-point state.
+  /// GPU ranks: the stream of device copies (sends and receives of device buffers), made at the first one; destroyed
+  /// after the engine and the connections (declared before them).
+  std::shared_ptr<void> devStream_;
+  std::once_flag devStreamOnce_;
+  void* deviceStream();
+  /// Whether `buf` is CUDA device memory of this GPU rank (host-memory ranks: never, without asking CUDA).
+  bool deviceBuffer(const void* buf) const;
   std::unique_ptr<transport::Net> net_;
   std::unique_ptr<transport::Proxy> proxy_;
   std::unique_ptr<transport::Context> ctx_;

@@ -101,12 +101,20 @@ struct TransferOptions {
   /// (the receiver pulls) or write (the sender pushes). Lets the two sides split the copying (2-rank Broadcast).
   enum class Single : uint8_t { kAsConnector, kPull, kPush };
   Single single = Single::kAsConnector;
+  /// This side's buffer is CUDA device memory: the data goes through the connection's device FIFO (P2P/IPC between
+  /// GPU ranks) or is staged through the host Simple slots, always with cudaMemcpyAsync on `stream` (a
+  /// cudaStream_t; null: the default stream), synchronised before a step is published. Never LL or single copies.
+  bool device = false;
+  void* stream = nullptr;
 };
 
 class Transfer {
  public:
   enum class Dir { kSend, kRecv };
-  enum Mode : uint8_t { kModeLL = 1, kModeSimple = 2, kModeRead = 3, kModeWriteAsk = 4, kModeWriteDone = 5 };
+  enum Mode : uint8_t {
+    kModeLL = 1, kModeSimple = 2, kModeRead = 3, kModeWriteAsk = 4, kModeWriteDone = 5,
+    kModeDevice = 6,  // Simple with the data in the device FIFO slot of the step (P2P/IPC), the header in the host slot
+  };
   enum Code : uint32_t { kOk = 0, kMismatch = 1, kCopyFailed = 2 };
 
   /// `buf` is the part's own bytes (already offset). A receiver part with `gated` waits for open() before it looks
@@ -158,6 +166,9 @@ class Transfer {
   bool recvSingle();
   /// memcpy (same process) or process_vm_readv/writev (`pull`: from the peer into `local`).
   bool copySingle(char* local, const char* remote, size_t n, bool pull);
+  /// Simple and device steps: memcpy, or cudaMemcpyAsync + synchronise when device memory is involved. False (and the
+  /// transfer failed) when CUDA reports an error.
+  bool copyData(void* dst, const void* src, size_t n);
   /// Single copy, passive side (our buffer is offered to the peer): whether the offer stands; withdraw() takes it
   /// back and returns once no piece of the peer's copy is under way.
   bool offered() const;
@@ -185,6 +196,7 @@ class Transfer {
   uint64_t addr_ = 0;                      // single copy: the peer's buffer
   uint32_t copyErr_ = 0;
   bool withdrawn_ = false;                 // single copy, active side: the peer withdrew its buffer
+  bool hostOnly_ = false;                  // receiver with a device buffer, sender's LL or single copy: drained
   SlotHeader peerHdr_;
   StatusCode errorCode_ = StatusCode::kOk;
   std::string error_;

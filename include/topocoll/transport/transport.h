@@ -45,6 +45,8 @@ struct PeerInfo {
   int32_t gdrSupport = 0;
   int32_t numaNode = 0;    // NUMA node the rank runs on
   int32_t pid = 0;         // process id (single-copy transfers between processes)
+  int32_t cudaDev = -1;    // the process's current CUDA device (NCCL's cudaDev), -1 without one
+  int32_t planGpu = 0;     // 1: planned as a GPU rank (topology GPUs); 0: as a host-memory rank
   uint64_t nonce = 0;      // random; the communicator's id is derived from every rank's
 };
 static_assert(std::has_unique_object_representations_v<PeerInfo>, "PeerInfo is sent as bytes: no padding");
@@ -175,6 +177,9 @@ struct ConnInfo {
   uint64_t shotSeq = 0;                    // this side's last mailbox message (sent or taken)
   uint64_t shotFree = 0;                   // sender: the receiver's last `consumed` it read
   ShotLane p2pShot;                        // the sends' and receives' mailbox (oneshot.h); null over NET
+  char* devBuff = nullptr;                 // P2P/IPC between GPU ranks: the device Simple FIFO (kSteps slots)
+  size_t devSlotBytes = 0;                 // bytes of one device slot
+  int cudaDev = -1;                        // this rank's CUDA device (device copies)
 };
 enum ConnFlags : uint32_t {
   kConnRead = 1u << 0,        // P2P read mode: the Simple buffer is the sender's, single copies pull
