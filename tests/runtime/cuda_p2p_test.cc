@@ -66,6 +66,8 @@ std::string gpuUnavailable() {
     if (std::string why = gpuUnavailable(); !why.empty()) GTEST_SKIP() << why; \
   } while (0)
 
+#ifdef TOPOCOLL_HAVE_CUDA
+
 // A barrier shared by the rank processes (anonymous shared memory made before the fork).
 struct Shared {
   std::atomic<int> arrived{0};
@@ -173,8 +175,6 @@ std::string describe(const ProcResult& r) {
     s += "rank " + std::to_string(i) + " exit " + std::to_string(r.exitCodes[i]) + ": " + r.output[i] + "\n";
   return s;
 }
-
-#ifdef TOPOCOLL_HAVE_CUDA
 
 // The byte pattern of (rank, message, index).
 std::vector<unsigned char> pattern(int rank, int msg, size_t n) {
@@ -482,6 +482,23 @@ TEST(CudaP2pTimingThreads, DISABLED_TimingThreadsLast) {
 }
 
 #endif  // TOPOCOLL_HAVE_CUDA
+
+// Without a GPU (CI) ranks are host-memory ranks exactly as before: no CUDA device in their peer info, host plans.
+TEST(CudaP2pRanks, HostRanksCarryNoDevice) {
+  if (gpuUnavailable().empty()) GTEST_SKIP() << "a GPU is there (this test would initialise CUDA before the forks)";
+  auto errors = testing::runRanks(
+      2, [](int, InitOptions&) {},
+      [](Communicator& comm, int) {
+        for (const auto& p : comm.peers()) {
+          EXPECT_EQ(p.cudaDev, -1);
+          EXPECT_EQ(p.planGpu, 0);
+          EXPECT_EQ(p.busId, -1);
+        }
+        EXPECT_TRUE(comm.hostMemory());
+        for (const auto& c : comm.connections()) EXPECT_EQ(c.via.find("IPC"), std::string::npos) << c.via;
+      });
+  for (auto& e : errors) EXPECT_EQ(e, "");
+}
 
 TEST(CudaP2pRanks, SkipsOrRunsCleanly) {
   // Always present, so that a build without CUDA still has this executable's tests: says why GPU tests skip.
