@@ -549,6 +549,11 @@ bool Transfer::recvProgress() {
 }
 
 bool Transfer::recvStart() {
+  if (opts_.device && (ci_.flags & kConnNet)) {  // the proxy would receive into device memory with recv()
+    failWith(StatusCode::kInvalidUsage,
+             fmt::format("{}: device buffers do not go over NET yet (GPU ranks on different hosts)", what()), false);
+    return true;
+  }
   firstStep_ = ci_.step;
   if (!postedRecv_) postReceive();
   if ((ci_.flags & kConnNet) && ci_.rdv && !posted_) {
