@@ -1,5 +1,6 @@
 // libFuzzer target: what a peer writes that a rank then reads, from a corrupt or hostile peer.
-//   - connect records (NCCL's 128-byte ncclConnect) through checkRecord, as setup receives them over the bootstrap;
+//   - connect records (NCCL's 128-byte ncclConnect) through checkRecord, as setup receives them over the bootstrap,
+//     and their payload as GPU ranks' CUDA IPC info through checkCudaIpcInfo;
 //   - a receiver's view of a connection FIFO: the LL lines, the Simple slot headers and data, the tail counter, all
 //     from the input, driven by transport::Transfer until it finishes or a step bound is reached (then failed from
 //     outside, as a timeout would). The receiver must finish, fail with a message, or stay waiting: never write
@@ -16,11 +17,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "topocoll/status.h"
 #include "topocoll/transport/primitives.h"
 #include "topocoll/transport/transport.h"
+#include "transport/cuda_ipc.h"
 
 namespace {
 
@@ -58,6 +61,12 @@ void fuzzRecord(Reader in) {
   const Side side = in.take<uint8_t>() & 1 ? Side::kSend : Side::kRecv;
   const uint64_t commId = in.take<uint64_t>();
   (void)checkRecord(r, commId, nRanks, from, me, channel, connIndex, side);
+  // Between GPU ranks the payload is the CUDA IPC info (cuda_ipc.h): checked before any handle is opened.
+  CudaIpcInfo ipc;
+  std::memcpy(&ipc, r.payload, sizeof(ipc));
+  const uint8_t bits = in.take<uint8_t>();
+  const std::string why = checkCudaIpcInfo(ipc, bits & 1, bits & 2, bits & 4, uint64_t{4} << 20);
+  if (why.empty() && (ipc.flags & ~kIpcKnownFlags)) __builtin_trap();  // accepted only when well formed
 }
 
 void fuzzFifo(Reader in) {

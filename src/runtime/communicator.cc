@@ -353,7 +353,8 @@ void Communicator::assignDevices(const InitOptions& opts, topology::XmlDoc& doc)
         if (!gpu && n.name == "gpu" && n.attr("dev") && std::atoi(n.attr("dev")->c_str()) == p.dev) gpu = &n;
       });
     if (p.cudaDev < 0) {
-      p.busId = gpu && gpu->parent && gpu->parent->attr("busid") ? topology::busIdToInt64(*gpu->parent->attr("busid")) : p.dev;
+      p.busId = gpu && gpu->parent && gpu->parent->attr("busid") ? topology::busIdToInt64(*gpu->parent->attr("busid"))
+                                                                 : p.dev;
       p.cudaCompCap = gpu && gpu->attr("sm") ? std::atoi(gpu->attr("sm")->c_str()) : 0;
     }
     p.gdrSupport = gpu && gpu->attr("gdr") ? std::atoi(gpu->attr("gdr")->c_str()) : 1;

@@ -14,8 +14,8 @@
 #endif
 
 #include "fifo.h"
-#include "topocoll/cuda.h"
 #include "os.h"
+#include "topocoll/cuda.h"
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>

@@ -9,8 +9,8 @@
 
 #include "cuda_ipc.h"
 #include "fifo.h"
-#include "topocoll/cuda.h"
 #include "os.h"
+#include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/paths/paths.h"
 #include "topocoll/status.h"
@@ -234,8 +234,9 @@ class SharedMemoryTransport : public Transport {
     CudaIpcInfo ipc;
     if (r.gpu) {
       std::memcpy(&ipc, rec.payload, sizeof(ipc));
-      std::string why = checkCudaIpcInfo(ipc, r.read, c.side == Side::kRecv,
-                                         sameProcess(ctx.peers[ctx.rank], ctx.peers[c.peer]), ctx.buffSizes[kProtoSimple]);
+      std::string why =
+          checkCudaIpcInfo(ipc, r.read, c.side == Side::kRecv, sameProcess(ctx.peers[ctx.rank], ctx.peers[c.peer]),
+                           ctx.buffSizes[kProtoSimple]);
       if (!why.empty())
         fail(StatusCode::kRemoteError, "rank {}: refused rank {}'s CUDA IPC connect info for channel {} ({}): {}",
              ctx.rank, c.peer, c.channel, to_string(c.side), why);
@@ -313,8 +314,10 @@ class SharedMemoryTransport : public Transport {
       DevBufferResp resp;
       ctx.proxy->callBlocking(*r.dev, Proxy::Msg::kSetup, &req, sizeof(req), &resp, sizeof(resp));
       r.devLocal = reinterpret_cast<char*>(resp.ptr);
-      if (same) std::memcpy(ipc.handle, &resp.ptr, sizeof(resp.ptr));
-      else std::memcpy(ipc.handle, resp.handle, sizeof(ipc.handle));
+      if (same)
+        std::memcpy(ipc.handle, &resp.ptr, sizeof(resp.ptr));
+      else
+        std::memcpy(ipc.handle, resp.handle, sizeof(ipc.handle));
       ipc.devSize = req.size;
       ipc.flags |= kIpcOwner;
     }

@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "transport/cuda_ipc.h"
 #include "runtime/ranks.h"
 #include "topocoll/bootstrap/bootstrap.h"
 #include "topocoll/cuda.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
+#include "transport/cuda_ipc.h"
 
 #ifdef TOPOCOLL_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -61,8 +61,8 @@ std::string gpuUnavailable() {
   return why;
 }
 
-#define SKIP_WITHOUT_GPU()                                                   \
-  do {                                                                       \
+#define SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                         \
     if (std::string why = gpuUnavailable(); !why.empty()) GTEST_SKIP() << why; \
   } while (0)
 
@@ -263,7 +263,8 @@ bool pingPong(Communicator& comm, int rank, int out) {
   }
   // Host buffers between GPU ranks: unchanged (the host FIFO, single copies).
   std::vector<unsigned char> h = pattern(rank, 7, (1 << 20) + 5);
-  if (rank == 0) comm.send(h.data(), h.size(), DataType::kUint8, 1);
+  if (rank == 0)
+    comm.send(h.data(), h.size(), DataType::kUint8, 1);
   else {
     std::vector<unsigned char> got(h.size());
     comm.recv(got.data(), got.size(), DataType::kUint8, 0);
@@ -314,7 +315,8 @@ TEST(CudaP2pRanks, DuplicateGpuIsRefusedWithoutTheKnob) {
           auto comm = Communicator::init(id, 2, rank, o);
         } catch (const Error& e) {
           std::string m = e.what();
-          if (m.find("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device") != std::string::npos) return true;
+          if (m.find("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device") != std::string::npos)
+            return true;
           say(out, m);
           return false;
         }
@@ -327,7 +329,8 @@ TEST(CudaP2pRanks, DuplicateGpuIsRefusedWithoutTheKnob) {
 
 TEST(CudaP2pRanks, NoDeviceMemoryLeftAfterDestroy) {
   SKIP_WITHOUT_GPU();
-  auto* sh = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* sh =
+      static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(sh, MAP_FAILED);
   new (sh) Shared();
   auto res = runProcs(
@@ -351,8 +354,8 @@ TEST(CudaP2pRanks, NoDeviceMemoryLeftAfterDestroy) {
         barrier(sh, 2, 3);
         TC_CUDA(cudaMemGetInfo(&free1, &total));
         if (c.allocated != 0 || c.imported != 0) {
-          say(out, "after destroy: " + std::to_string(c.allocated) + " FIFOs allocated, " +
-                       std::to_string(c.imported) + " imported");
+          say(out, "after destroy: " + std::to_string(c.allocated) + " FIFOs allocated, " + std::to_string(c.imported) +
+                       " imported");
           return false;
         }
         if (free1 + (2u << 20) < free0) {
@@ -375,8 +378,10 @@ TEST(CudaP2pRanks, AKilledRankMakesItsPeerFailWithinTheTimeout) {
         auto comm = Communicator::init(id, 2, rank, o);
         DevBuf b(1 << 20);
         // Connected (and the FIFO imported) first: the peer dies with the connection up.
-        if (rank == 0) comm->send(b.p, 1 << 20, DataType::kUint8, 1);
-        else comm->recv(b.p, 1 << 20, DataType::kUint8, 0);
+        if (rank == 0)
+          comm->send(b.p, 1 << 20, DataType::kUint8, 1);
+        else
+          comm->recv(b.p, 1 << 20, DataType::kUint8, 0);
         if (rank == 1) raise(SIGKILL);
         auto t0 = Clock::now();
         try {
@@ -414,8 +419,10 @@ void timeRanks(Communicator& comm, int rank, double* numbers) {
     size_t n = sizes[k];
     int iters = n >= (size_t{64} << 20) ? 5 : n >= (1u << 20) ? 20 : 200;
     auto round = [&] {
-      if (rank == 0) comm.send(b.p, n, DataType::kUint8, 1), comm.recv(b.p, n, DataType::kUint8, 1);
-      else comm.recv(b.p, n, DataType::kUint8, 0), comm.send(b.p, n, DataType::kUint8, 0);
+      if (rank == 0)
+        comm.send(b.p, n, DataType::kUint8, 1), comm.recv(b.p, n, DataType::kUint8, 1);
+      else
+        comm.recv(b.p, n, DataType::kUint8, 0), comm.send(b.p, n, DataType::kUint8, 0);
     };
     round();
     round();
@@ -449,12 +456,16 @@ class CudaP2pTiming : public ::testing::TestWithParam<long long> {};  // NCCL_BU
 
 TEST_P(CudaP2pTiming, DISABLED_TimingProcesses) {
   SKIP_WITHOUT_GPU();
-  auto* sh = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* sh =
+      static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(sh, MAP_FAILED);
   new (sh) Shared();
   const long long buff = GetParam();
   auto res = runProcs(
-      2, [&](int, Config& cfg) { if (buff) cfg.buffSize = buff; },
+      2,
+      [&](int, Config& cfg) {
+        if (buff) cfg.buffSize = buff;
+      },
       [&](int rank, const InitOptions& o, const bootstrap::UniqueId& id, int) {
         auto comm = Communicator::init(id, 2, rank, o);
         timeRanks(*comm, rank, sh->numbers);

@@ -98,7 +98,8 @@ TEST(CudaIpcRecord, SharedGpuKnobIsATestKnobOffByDefault) {
   ASSERT_NE(k, nullptr);
   EXPECT_NE(k->doc.find("Tests only"), std::string::npos) << k->doc;
   EXPECT_EQ(k->defaultText(), "0");
-  EXPECT_EQ(Config::fromEnv(Env(std::map<std::string, std::string>{{"TOPOCOLL_ALLOW_SHARED_GPU", "1"}})).allowSharedGpu, 1);
+  EXPECT_EQ(Config::fromEnv(Env(std::map<std::string, std::string>{{"TOPOCOLL_ALLOW_SHARED_GPU", "1"}})).allowSharedGpu,
+            1);
   EXPECT_THROW(Config::fromEnv(Env(std::map<std::string, std::string>{{"TOPOCOLL_ALLOW_SHARED_GPU", "2"}})), Error);
 }
 

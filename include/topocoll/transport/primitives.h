@@ -112,7 +112,11 @@ class Transfer {
  public:
   enum class Dir { kSend, kRecv };
   enum Mode : uint8_t {
-    kModeLL = 1, kModeSimple = 2, kModeRead = 3, kModeWriteAsk = 4, kModeWriteDone = 5,
+    kModeLL = 1,
+    kModeSimple = 2,
+    kModeRead = 3,
+    kModeWriteAsk = 4,
+    kModeWriteDone = 5,
     kModeDevice = 6,  // Simple with the data in the device FIFO slot of the step (P2P/IPC), the header in the host slot
   };
   enum Code : uint32_t { kOk = 0, kMismatch = 1, kCopyFailed = 2 };
