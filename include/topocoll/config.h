@@ -99,6 +99,10 @@ struct Config {
   int socketNthreads = -2;         // NCCL_SOCKET_NTHREADS
   // Collectives
   int checkCalls = 0;              // TOPOCOLL_CHECK_CALLS
+  long long deviceOneShotMax = 262144;  // TOPOCOLL_DEVICE_ONESHOT_MAX (device AllReduce bytes up to which one-shot)
+  int deviceStaged = 0;            // TOPOCOLL_DEVICE_STAGED (device collectives through pinned host memory)
+  int deviceLeader = 1;            // TOPOCOLL_DEVICE_LEADER (ranks on one GPU: rank 0 moves all the data)
+  int deviceIpcCache = 256;        // TOPOCOLL_DEVICE_IPC_CACHE (peers' buffers kept mapped per communicator)
   long long directMax = 65536;     // TOPOCOLL_DIRECT_MAX (AllReduce bytes up to which one host may use Direct)
   long long directSplitMin = -1;   // TOPOCOLL_DIRECT_SPLIT_MIN (AllReduce bytes from which DirectSplit is used)
   int directSplitRanks = 4;

@@ -370,6 +370,23 @@ std::vector<Knob> buildRegistry() {
       "TOPOCOLL_CHECK_CALLS", "collectives", 0, 1,
       "1: before every collective all ranks compare what they called (collective, count, type, op, root) and a "
       "difference fails naming both ranks (one bootstrap allgather per call)"));
+  r.push_back(sizeKnob<&Config::deviceOneShotMax>(
+      "TOPOCOLL_DEVICE_ONESHOT_MAX", "collectives", -1, 1ll << 40,
+      "Out-of-place AllReduce on device buffers of at most this many bytes is one-shot (every rank reduces the whole "
+      "vector from every rank's input: one host barrier less); larger ones are two-shot (docs/gpu.md); -1 never"));
+  r.push_back(intKnob<&Config::deviceStaged>(
+      "TOPOCOLL_DEVICE_STAGED", "collectives", 0, 1,
+      "1: collectives on device buffers go through pinned host memory and the host collectives even when every rank "
+      "is on one host (where they otherwise read each other's buffers through CUDA IPC)"));
+  r.push_back(intKnob<&Config::deviceLeader>(
+      "TOPOCOLL_DEVICE_LEADER", "collectives", 0, 1,
+      "1: when every rank's device buffers are on the same GPU, rank 0 does all of a collective's reductions and "
+      "copies (the GPU runs one process's work instead of switching between every rank's: docs/gpu.md); 0: each rank "
+      "does its share (two-shot AllReduce), as on several GPUs"));
+  r.push_back(intKnob<&Config::deviceIpcCache>(
+      "TOPOCOLL_DEVICE_IPC_CACHE", "collectives", 4, 1 << 20,
+      "Peers' device allocations a communicator keeps mapped (cudaIpcOpenMemHandle) for later collectives; beyond "
+      "it the least recently used are closed"));
   r.push_back(sizeKnob<&Config::directMax>(
       "TOPOCOLL_DIRECT_MAX", "collectives", -1, 1ll << 40,
       "AllReduce of at most this many bytes with every rank on one host may use the Direct algorithm (each rank "

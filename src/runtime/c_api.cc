@@ -16,6 +16,7 @@
 
 #include "topocoll/bootstrap/bootstrap.h"
 #include "topocoll/collectives/reduce.h"
+#include "topocoll/cuda.h"
 #include "topocoll/datatype.h"
 #include "topocoll/env.h"
 #include "topocoll/log.h"
@@ -94,9 +95,14 @@ void checkRank(tcclComm* c, int r, const char* what) {
   if (r < 0 || r >= c->comm->nRanks())
     topocoll::fail(StatusCode::kInvalidArgument, "{} {} is out of range [0, {})", what, r, c->comm->nRanks());
 }
-void checkStream(tcclStream_t s) {
-  if (s != nullptr)
+// A stream goes with device buffers (the device path synchronizes it first); with host buffers it must be NULL.
+void checkStream(tcclStream_t s, const void* a = nullptr, const void* b = nullptr) {
+  if (s == nullptr) return;
+  if (!topocoll::cuda::built())
     topocoll::fail(StatusCode::kInvalidUsage, "a stream was given but this build moves host memory only (stream must be NULL)");
+  auto dev = [](const void* p) { return p && topocoll::cuda::locate(p).kind != topocoll::cuda::MemoryKind::kHost; };
+  if (!dev(a) && !dev(b))
+    topocoll::fail(StatusCode::kInvalidUsage, "a stream was given with host buffers (stream must be NULL for them)");
 }
 size_t bytesOf(size_t count, tcclDataType_t t) {
   size_t es = topocoll::sizeOf(static_cast<DataType>(t));
@@ -257,12 +263,12 @@ tcclResult_t tcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, t
       [&] {
         checkType(datatype);
         checkOp(op);
-        checkStream(stream);
+        checkStream(stream, sendbuff, recvbuff);
         size_t b = bytesOf(count, datatype);
         checkBuf(sendbuff, b, "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] { comm->comm->allReduce(sendbuff, recvbuff, count, dt(datatype), rop(op)); });
+      [=] { comm->comm->allReduce(sendbuff, recvbuff, count, dt(datatype), rop(op), stream); });
 }
 
 tcclResult_t tcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
@@ -271,13 +277,13 @@ tcclResult_t tcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, t
       comm, "tcclBroadcast",
       [&] {
         checkType(datatype);
-        checkStream(stream);
+        checkStream(stream, sendbuff, recvbuff);
         checkRank(comm, root, "root");
         size_t b = bytesOf(count, datatype);
         if (comm->comm->rank() == root) checkBuf(sendbuff, b, "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] { comm->comm->broadcast(sendbuff, recvbuff, count, dt(datatype), root); });
+      [=] { comm->comm->broadcast(sendbuff, recvbuff, count, dt(datatype), root, stream); });
 }
 
 tcclResult_t tcclReduce(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclRedOp_t op,
@@ -287,13 +293,13 @@ tcclResult_t tcclReduce(const void* sendbuff, void* recvbuff, size_t count, tccl
       [&] {
         checkType(datatype);
         checkOp(op);
-        checkStream(stream);
+        checkStream(stream, sendbuff, recvbuff);
         checkRank(comm, root, "root");
         size_t b = bytesOf(count, datatype);
         checkBuf(sendbuff, b, "sendbuff");
         if (comm->comm->rank() == root) checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] { comm->comm->reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root); });
+      [=] { comm->comm->reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root, stream); });
 }
 
 tcclResult_t tcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tcclDataType_t datatype,
@@ -302,14 +308,14 @@ tcclResult_t tcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
       comm, "tcclAllGather",
       [&] {
         checkType(datatype);
-        checkStream(stream);
+        checkStream(stream, sendbuff, recvbuff);
         size_t b = bytesOf(sendcount, datatype);
         checkBuf(sendbuff, b, "sendbuff");
         if (sendcount > SIZE_MAX / static_cast<size_t>(comm->comm->nRanks()) / topocoll::sizeOf(static_cast<DataType>(datatype)))
           topocoll::fail(StatusCode::kInvalidArgument, "sendcount {} x {} ranks overflows", sendcount, comm->comm->nRanks());
         checkBuf(recvbuff, b * comm->comm->nRanks(), "recvbuff");
       },
-      [=] { comm->comm->allGather(sendbuff, recvbuff, sendcount, dt(datatype)); });
+      [=] { comm->comm->allGather(sendbuff, recvbuff, sendcount, dt(datatype), stream); });
 }
 
 tcclResult_t tcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tcclDataType_t datatype,
@@ -319,14 +325,14 @@ tcclResult_t tcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
       [&] {
         checkType(datatype);
         checkOp(op);
-        checkStream(stream);
+        checkStream(stream, sendbuff, recvbuff);
         size_t b = bytesOf(recvcount, datatype);
         if (recvcount > SIZE_MAX / static_cast<size_t>(comm->comm->nRanks()) / topocoll::sizeOf(static_cast<DataType>(datatype)))
           topocoll::fail(StatusCode::kInvalidArgument, "recvcount {} x {} ranks overflows", recvcount, comm->comm->nRanks());
         checkBuf(sendbuff, b * comm->comm->nRanks(), "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] { comm->comm->reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op)); });
+      [=] { comm->comm->reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op), stream); });
 }
 
 tcclResult_t tcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclComm_t comm,
@@ -335,12 +341,12 @@ tcclResult_t tcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, tc
       comm, "tcclAlltoAll",
       [&] {
         checkType(datatype);
-        checkStream(stream);
+        checkStream(stream, sendbuff, recvbuff);
         size_t b = bytesOf(count, datatype) * comm->comm->nRanks();
         checkBuf(sendbuff, b, "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] { comm->comm->allToAll(sendbuff, recvbuff, count, dt(datatype)); });
+      [=] { comm->comm->allToAll(sendbuff, recvbuff, count, dt(datatype), stream); });
 }
 
 tcclResult_t tcclGather(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,

@@ -12,6 +12,7 @@
 #include "coll_links.h"
 #include "coll_task.h"
 #include "engine.h"
+#include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
@@ -448,6 +449,22 @@ void Communicator::stopCollectives() {
 }
 
 Request Communicator::collective(const Args& a, bool blocking) {
+  if (onDevice(a)) {  // device buffers: run now, whatever the form (docs/gpu.md, "Device collectives")
+    if (blocking && groupDepth() == 0) {
+      runDevice(a);
+      return Request();
+    }
+    auto t = std::make_shared<CollTask>();
+    t->comm = this;
+    t->args = a;
+    try {
+      runDevice(a);
+      t->finish(StatusCode::kOk, "");
+    } catch (const Error& e) {
+      t->finish(e.code(), e.what());
+    }
+    return Request(t);
+  }
   if (blocking && groupDepth() == 0) {  // the latency path: nothing allocated here
     checkCollArgs(a);
     // The smallest: no task, straight to the mailboxes (unless the ranks found some lack them: then the engine).
@@ -469,8 +486,10 @@ Request Communicator::collective(const Args& a, bool blocking) {
 }
 
 namespace {
-Args args(Coll c, const void* s, void* r, size_t n, DataType t, RedOp op = RedOp::kSum, int root = 0) {
+Args args(Coll c, const void* s, void* r, size_t n, DataType t, RedOp op = RedOp::kSum, int root = 0,
+          void* stream = nullptr) {
   Args a;
+  a.stream = stream;
   a.coll = c;
   a.send = s;
   a.recv = r;
@@ -497,25 +516,32 @@ Request Communicator::iallGather(const void* s, void* r, size_t n, DataType t) {
 Request Communicator::ireduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op) {
   return collective(args(Coll::kReduceScatter, s, r, n, t, op), false);
 }
-void Communicator::allReduce(const void* s, void* r, size_t n, DataType t, RedOp op) {
-  collective(args(Coll::kAllReduce, s, r, n, t, op), true);
+void Communicator::allReduce(const void* s, void* r, size_t n, DataType t, RedOp op, void* stream) {
+  collective(args(Coll::kAllReduce, s, r, n, t, op, 0, stream), true);
 }
-void Communicator::broadcast(const void* s, void* r, size_t n, DataType t, int root) {
-  collective(args(Coll::kBroadcast, s, r, n, t, RedOp::kSum, root), true);
+void Communicator::broadcast(const void* s, void* r, size_t n, DataType t, int root, void* stream) {
+  collective(args(Coll::kBroadcast, s, r, n, t, RedOp::kSum, root, stream), true);
 }
-void Communicator::reduce(const void* s, void* r, size_t n, DataType t, RedOp op, int root) {
-  collective(args(Coll::kReduce, s, r, n, t, op, root), true);
+void Communicator::reduce(const void* s, void* r, size_t n, DataType t, RedOp op, int root, void* stream) {
+  collective(args(Coll::kReduce, s, r, n, t, op, root, stream), true);
 }
-void Communicator::allGather(const void* s, void* r, size_t n, DataType t) {
-  collective(args(Coll::kAllGather, s, r, n, t), true);
+void Communicator::allGather(const void* s, void* r, size_t n, DataType t, void* stream) {
+  collective(args(Coll::kAllGather, s, r, n, t, RedOp::kSum, 0, stream), true);
 }
-void Communicator::reduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op) {
-  collective(args(Coll::kReduceScatter, s, r, n, t, op), true);
+void Communicator::reduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op, void* stream) {
+  collective(args(Coll::kReduceScatter, s, r, n, t, op, 0, stream), true);
 }
 
-void Communicator::allToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type) {
+void Communicator::allToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type, void* stream) {
   if (!isValid(type))
     fail(StatusCode::kInvalidArgument, "rank {}: AllToAll: unknown data type {}", rank_, static_cast<int>(type));
+  if (count > 0 && cuda::deviceCount() > 0) {
+    auto s = cuda::locate(sendbuff).kind, r = cuda::locate(recvbuff).kind;
+    if ((s == cuda::MemoryKind::kHost) != (r == cuda::MemoryKind::kHost))
+      fail(StatusCode::kInvalidArgument, "rank {}: AllToAll: sendbuff is {} memory but recvbuff is {} memory", rank_,
+           s == cuda::MemoryKind::kHost ? "host" : "device", r == cuda::MemoryKind::kHost ? "host" : "device");
+    if (s != cuda::MemoryKind::kHost) return runDeviceAllToAll(sendbuff, recvbuff, count, type, stream);
+  }
   size_t bytes = count * sizeOf(type);
   // In place (or overlapping): a block may arrive before it left, so the input is copied aside first. Inside a group
   // the copy lives until the group ends (the operations use it then).

@@ -32,6 +32,7 @@ struct Options {
   int np = 0, hosts = 1;
   int bind = -1;        // -np: bind rank r to CPU r % CPUs (-1: when there are no more ranks than CPUs, as mpirun)
   bool malloc = false;  // plain heap buffers instead of runtime::memAlloc
+  bool device = false;  // --device: cudaMalloc'ed buffers and a stream (perf_device.cc)
 };
 
 /// The ranks a test runs on, with the helpers the harness needs outside the timed loops.
@@ -42,6 +43,9 @@ struct World {
   std::vector<std::string> headerLines;  // extra "#" lines under "Using devices" (rank 0 prints them)
   tcclComm_t api = nullptr;              // the C API's communicator (collectives)
   runtime::Communicator* cxx = nullptr;  // the C++ one (point-to-point tests)
+  void* stream = nullptr;                // --device: this rank's cudaStream_t
+  std::string deviceName;                // --device: the GPU's name and bus id
+  double copyGBs = 0;                    // --device: cudaMemcpy device-to-device, bytes copied per second / 1e9
 };
 
 /// Element counts of one size, as nccl-tests' getCollByteCount: what is sent, received and passed as `count`, and
@@ -88,6 +92,19 @@ void inputElement(void* dst, DataType type, RedOp op, bool reduces, int nRanks, 
 /// Wrong elements among `count` of `out`, checked against the test's sources.
 long checkOutput(const Test& t, const void* out, size_t count, DataType type, RedOp op, int me, int nRanks,
                  const Layout& l, int root);
+
+// --device (perf_device.cc): CUDA calls that throw Error naming the call; without a CUDA build they fail.
+void* deviceAlloc(size_t bytes);
+void deviceFree(void* p);
+void toDevice(void* dst, const void* src, size_t bytes);
+void toHost(void* dst, const void* src, size_t bytes);
+void* deviceStream();
+std::string deviceName();
+/// cudaMemcpy device-to-device of `bytes`, `iters` times: bytes copied per second / 1e9.
+double copyBandwidth(size_t bytes, int iters);
+/// Bytes read plus written in device memory, over all ranks, by one call of `test` on `n` ranks sharing one GPU
+/// (the device path's algorithms), `c` the bytes of paramCount elements. 0 for tests without a model.
+double copyTraffic(const std::string& test, int n, bool inPlace, double c);
 
 /// Throws Error(kRemoteError/...) with the library's message when a C API call fails.
 void check(tcclResult_t rc, const char* what);

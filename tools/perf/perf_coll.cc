@@ -54,32 +54,32 @@ Source fromEachToMe(int me, size_t j, const Layout& l, int, int) {
 const std::vector<Test> kTests = {
     {"all_reduce_perf", 1, true, true, false, whole, 1, one, ringAllReduce, reduced,
      [](World& w, const Options&, const Call& c) {
-       check(tcclAllReduce(c.send, c.recv, c.count, T(c.type), O(c.op), w.api, nullptr), "tcclAllReduce");
+       check(tcclAllReduce(c.send, c.recv, c.count, T(c.type), O(c.op), w.api, w.stream), "tcclAllReduce");
      },
      true},
     {"all_gather_perf", 1, true, false, false, gathered, 1, ranks, ring, fromEach,
      [](World& w, const Options&, const Call& c) {
-       check(tcclAllGather(c.send, c.recv, c.count, T(c.type), w.api, nullptr), "tcclAllGather");
+       check(tcclAllGather(c.send, c.recv, c.count, T(c.type), w.api, w.stream), "tcclAllGather");
      },
      true},
     {"reduce_scatter_perf", 1, true, true, false, scattered, 1, ranks, ring, reducedSlice,
      [](World& w, const Options&, const Call& c) {
-       check(tcclReduceScatter(c.send, c.recv, c.count, T(c.type), O(c.op), w.api, nullptr), "tcclReduceScatter");
+       check(tcclReduceScatter(c.send, c.recv, c.count, T(c.type), O(c.op), w.api, w.stream), "tcclReduceScatter");
      },
      true},
     {"broadcast_perf", 1, true, false, true, whole, 1, one, one, fromRoot,
      [](World& w, const Options&, const Call& c) {
-       check(tcclBroadcast(c.send, c.recv, c.count, T(c.type), c.root, w.api, nullptr), "tcclBroadcast");
+       check(tcclBroadcast(c.send, c.recv, c.count, T(c.type), c.root, w.api, w.stream), "tcclBroadcast");
      },
      true},
     {"reduce_perf", 1, true, true, true, whole, 1, one, one, reducedAtRoot,
      [](World& w, const Options&, const Call& c) {
-       check(tcclReduce(c.send, c.recv, c.count, T(c.type), O(c.op), c.root, w.api, nullptr), "tcclReduce");
+       check(tcclReduce(c.send, c.recv, c.count, T(c.type), O(c.op), c.root, w.api, w.stream), "tcclReduce");
      },
      true},
     {"alltoall_perf", 1, true, false, false, exchanged, 1, ranks, ring, fromEachToMe,
      [](World& w, const Options&, const Call& c) {
-       check(tcclAlltoAll(c.send, c.recv, c.count, T(c.type), w.api, nullptr), "tcclAlltoAll");
+       check(tcclAlltoAll(c.send, c.recv, c.count, T(c.type), w.api, w.stream), "tcclAlltoAll");
      },
      true},
 };

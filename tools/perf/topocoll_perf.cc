@@ -38,26 +38,36 @@ using Clock = std::chrono::steady_clock;
 
 double now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
-// Test buffers from runtime::memAlloc (huge pages, as ncclMemAlloc gives), or from the heap with --malloc.
+// Test buffers from runtime::memAlloc (huge pages, as ncclMemAlloc gives), from the heap with --malloc, or device
+// memory with --device (cudaMalloc, as nccl-tests; host() is then a heap shadow the data is prepared and checked in).
 class Buffer {
  public:
-  Buffer(size_t bytes, bool heap) : bytes_(std::max<size_t>(bytes, 64)), heap_(heap) {
+  Buffer(size_t bytes, bool heap, bool device = false)
+      : bytes_(std::max<size_t>(bytes, 64)), heap_(heap || device), device_(device) {
     p_ = static_cast<uint8_t*>(heap_ ? ::operator new(bytes_) : runtime::memAlloc(bytes_));
+    if (device_) d_ = static_cast<uint8_t*>(deviceAlloc(bytes_));
   }
   ~Buffer() {
+    if (device_) deviceFree(d_);
     if (heap_)
       ::operator delete(p_);
     else
       runtime::memFree(p_, bytes_);
   }
+  /// Where the collectives read and write.
+  uint8_t* data() { return device_ ? d_ : p_; }
+  /// The host copy of data() + offset (the same memory without --device).
+  uint8_t* host(const uint8_t* at) { return p_ + (at - data()); }
+  bool contains(const uint8_t* at) const { return at >= (device_ ? d_ : p_) && at < (device_ ? d_ : p_) + bytes_; }
+  bool device() const { return device_; }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  uint8_t* data() { return p_; }
 
  private:
   size_t bytes_;
-  bool heap_;
-  uint8_t* p_;
+  bool heap_, device_;
+  uint8_t* p_ = nullptr;
+  uint8_t* d_ = nullptr;
 };
 
 const Test* findTest(const std::string& name) {
@@ -107,6 +117,10 @@ const char kHelp[] =
     "  --max-iters <n>            cap of -T's iterations (default 1000000)\n"
     "  -W <n>                     bw_perf's window (default 64)\n"
     "  --malloc                   heap buffers instead of runtime::memAlloc (huge pages, like ncclMemAlloc)\n"
+    "  --device                   device buffers (cudaMalloc on the current device, as nccl-tests) and a CUDA stream\n"
+    "                             per rank; prints the device's cudaMemcpy device-to-device bandwidth (measured\n"
+    "                             first, in the same run) and, per size, busbw as % of the copy bound of the\n"
+    "                             algorithm with every rank on that one GPU (docs/gpu.md)\n"
     "Exit status: 0 when every check passed, 1 on a wrong result or a failed run, 2 on a bad command line.\n";
 
 void usage(FILE* f) { std::fputs(fmt::format(fmt::runtime(kHelp), fmt::arg("tests", testNames())).c_str(), f); }
@@ -216,6 +230,8 @@ Options parse(int argc, char** argv, int first) {
       o.bind = parseInt(a, next(), 0, 1);
     else if (is("--malloc", nullptr))
       o.malloc = true;
+    else if (is("--device", nullptr))
+      o.device = true;
     else if (is("-h", "--help")) {
       usage(stdout);
       std::exit(0);
@@ -272,23 +288,32 @@ struct Run {
   Call call;
   size_t es;
   uint8_t *sendRegion, *recvRegion;
+  Buffer &sbuf, &rbuf;
+  bool inPlace;
+  double pctBound = 0;  // --device: % of the copy bound (benchTime)
 
   Run(const Test& t, World& w, const Options& o, size_t bytes, DataType type, RedOp op, int root, bool inPlace,
-      uint8_t* sbuf, uint8_t* rbuf)
-      : test(t), w(w), o(o), es(sizeOf(type)) {
+      Buffer& sb, Buffer& rb)
+      : test(t), w(w), o(o), es(sizeOf(type)), sbuf(sb), rbuf(rb), inPlace(inPlace) {
     l = t.layout(bytes / es, es, w.nRanks, o.targetS > 0);
-    sendRegion = inPlace ? rbuf + l.sendInplace * w.rank * es : sbuf;
-    recvRegion = inPlace ? rbuf + l.recvInplace * w.rank * es : rbuf;
+    sendRegion = inPlace ? rbuf.data() + l.sendInplace * w.rank * es : sbuf.data();
+    recvRegion = inPlace ? rbuf.data() + l.recvInplace * w.rank * es : rbuf.data();
     call = {sendRegion, recvRegion, l.paramCount, type, op, root};
   }
   void op() { test.run(w, o, call); }
+  uint8_t* host(uint8_t* p) { return rbuf.contains(p) ? rbuf.host(p) : sbuf.host(p); }
   void init() {
-    std::memset(recvRegion, 0xee, l.recvCount * es);
+    std::memset(host(recvRegion), 0xee, l.recvCount * es);
     for (size_t j = 0; j < l.sendCount; ++j)
-      inputElement(sendRegion + j * es, call.type, call.op, test.reduces, w.nRanks, w.rank, j);
+      inputElement(host(sendRegion) + j * es, call.type, call.op, test.reduces, w.nRanks, w.rank, j);
+    if (o.device) {  // the receive region first: in place, the input sits inside it
+      toDevice(recvRegion, host(recvRegion), l.recvCount * es);
+      toDevice(sendRegion, host(sendRegion), l.sendCount * es);
+    }
   }
   long wrong() {
-    return checkOutput(test, recvRegion, l.recvCount, call.type, call.op, w.rank, w.nRanks, l, call.root);
+    if (o.device) toHost(host(recvRegion), recvRegion, l.recvCount * es);
+    return checkOutput(test, host(recvRegion), l.recvCount, call.type, call.op, w.rank, w.nRanks, l, call.root);
   }
   size_t printBytes() const { return std::max(l.sendCount, l.recvCount) * es; }
   double timeDiv() const { return test.timeDiv > 0 ? test.timeDiv : o.window; }
@@ -339,6 +364,9 @@ long benchTime(Run& r, World& w, const Options& o, Totals& tot, std::string& lin
   sec = overRanks(w, sec, o.average) / r.timeDiv();
   double algbw = sec > 0 ? r.algBytes() / 1e9 / sec : 0;
   double busbw = algbw * r.test.busFactor(w.nRanks);
+  if (o.device && w.copyGBs > 0 && sec > 0)  // the copy bound's time over the measured time
+    r.pctBound = 100.0 * copyTraffic(r.test.name, w.nRanks, r.inPlace, static_cast<double>(r.l.paramCount * r.es)) /
+                 (2.0 * w.copyGBs * 1e9) / sec;
   w.barrier();
   long wrong = 0;
   for (int c = 0; c < o.check && wrong == 0; ++c) {
@@ -391,14 +419,23 @@ void printHeader(World& w, const Options& o, const std::string& program) {
                 o.targetS);
   std::printf("#\n# Using devices\n");
   for (int r = 0; r < w.nRanks; ++r)
-    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] host memory\n", r, 0, all[r].pid, all[r].host,
-                -1);
+    if (o.device)
+      std::printf("#  Rank %2d Group %2d Pid %6d on %10s device buffers on %s\n", r, 0, all[r].pid, all[r].host,
+                  w.deviceName.c_str());
+    else
+      std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] host memory\n", r, 0, all[r].pid,
+                  all[r].host, -1);
+  if (o.device)
+    std::printf("# cudaMemcpy device-to-device (rank 0, 256 MiB x 20, the others waiting): %.1f GB/s (bytes copied "
+                "per second); last two columns: busbw as %% of the copy bound, out of place and in place\n",
+                w.copyGBs);
   for (auto& s : w.headerLines) std::printf("# %s\n", s.c_str());
   std::printf("#\n");
   std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
               "", "", "");
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
               "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  if (o.device) std::printf("#  (device: then %%bound out of place, %%bound in place)\n");
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "",
               "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   std::fflush(stdout);
@@ -407,6 +444,13 @@ void printHeader(World& w, const Options& o, const std::string& program) {
 int runTests(World& w, const Options& o, const Test& test, const std::string& program) {
   if (w.nRanks < test.minRanks) fail(StatusCode::kInvalidUsage, "{} needs at least {} ranks", test.name, test.minRanks);
   if (o.root >= w.nRanks) fail(StatusCode::kInvalidUsage, "-r {}: root out of range [0, {})", o.root, w.nRanks);
+  if (o.device) {  // the copy bandwidth first, on a quiet GPU: rank 0 alone
+    w.stream = deviceStream();
+    w.deviceName = deviceName();
+    w.barrier();
+    if (w.rank == 0) w.copyGBs = copyBandwidth(256u << 20, 20);
+    w.barrier();
+  }
   printHeader(w, o, program);
   std::vector<size_t> all = sizes(o);
   size_t maxBytes = 0, maxElem = 0;
@@ -415,7 +459,7 @@ int runTests(World& w, const Options& o, const Test& test, const std::string& pr
     Layout l = test.layout(s / 1, 1, w.nRanks, o.targetS > 0);  // in bytes: the most any type needs
     maxBytes = std::max({maxBytes, l.sendCount, l.recvCount, s});
   }
-  Buffer sbuf(maxBytes + maxElem * w.nRanks, o.malloc), rbuf(maxBytes + maxElem * w.nRanks, o.malloc);
+  Buffer sbuf(maxBytes + maxElem * w.nRanks, o.malloc, o.device), rbuf(maxBytes + maxElem * w.nRanks, o.malloc, o.device);
   std::vector<RedOp> ops = test.reduces ? o.ops : std::vector<RedOp>{RedOp::kSum};
   std::vector<int> roots;
   if (!test.rooted)
@@ -433,19 +477,22 @@ int runTests(World& w, const Options& o, const Test& test, const std::string& pr
         if (o.targetS <= 0 && o.warmup > 0 && !all.empty()) {
           size_t lo = *std::min_element(all.begin(), all.end()), hi = *std::max_element(all.begin(), all.end());
           for (size_t s = lo; s <= hi; s = std::max(s * 2, s + 1)) {
-            Run r(test, w, o, s, type, op, callRoot, false, sbuf.data(), rbuf.data());
+            Run r(test, w, o, s, type, op, callRoot, false, sbuf, rbuf);
             for (int i = 0; i < o.warmup; ++i) r.op();
           }
         }
         for (size_t s : all) {
-          Run out(test, w, o, s, type, op, callRoot, false, sbuf.data(), rbuf.data());
+          Run out(test, w, o, s, type, op, callRoot, false, sbuf, rbuf);
           std::string line = fmt::format("{:12}  {:12}  {:>8}  {:>6}  {:6}", out.printBytes(), out.l.paramCount,
                                          to_string(type), test.reduces ? to_string(op) : "none", root);
           long iters = benchTime(out, w, o, tot, line);
+          double inPct = 0;
           if (test.inPlace) {
-            Run in(test, w, o, s, type, op, callRoot, true, sbuf.data(), rbuf.data());
+            Run in(test, w, o, s, type, op, callRoot, true, sbuf, rbuf);
             benchTime(in, w, o, tot, line);
+            inPct = in.pctBound;
           }
+          if (o.device) line += fmt::format("  {:6.1f}  {:6.1f}", out.pctBound, inPct);
           if (o.targetS > 0) line += fmt::format("  {:8}", iters);  // the out-of-place loop's
           if (w.rank == 0) {
             std::printf("%s\n", line.c_str());

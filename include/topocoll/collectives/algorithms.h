@@ -62,6 +62,7 @@ struct Args {
   DataType type = DataType::kUint8;
   RedOp op = RedOp::kSum;
   int root = 0;
+  void* stream = nullptr;  // device buffers: the caller's cudaStream_t (runtime's device path; nullptr: legacy stream)
 };
 
 struct Choice {

@@ -76,6 +76,7 @@ class OpPool;
 class Engine;
 struct CollTask;
 class CollLinks;
+class DeviceColl;
 }
 
 /// The handle of an asynchronous send, receive or collective.
@@ -163,13 +164,22 @@ class Communicator {
   Request ireduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op, int root);
   Request iallGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType type);
   Request ireduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType type, RedOp op);
-  void allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op);
-  void broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType type, int root);
-  void reduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op, int root);
-  void allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType type);
-  void reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType type, RedOp op);
+  //
+  // Device buffers (cudaMalloc'ed; docs/gpu.md, "Device collectives"): the blocking forms take the caller's stream (a
+  // cudaStream_t; nullptr: the legacy default stream). The call first synchronizes that stream (the collective comes
+  // after the work queued on it) and returns when the collective is complete on every buffer, so it is stream-ordered
+  // trivially; the i* forms and calls inside a group do the same on the legacy stream and return a completed
+  // Request. Every rank passes device buffers or every rank host buffers; one call mixing both fails
+  // (kInvalidArgument).
+  void allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op, void* stream = nullptr);
+  void broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType type, int root, void* stream = nullptr);
+  void reduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op, int root,
+              void* stream = nullptr);
+  void allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType type, void* stream = nullptr);
+  void reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType type, RedOp op,
+                     void* stream = nullptr);
   /// `count` elements to and from every rank (a group of sends and receives, as NCCL's).
-  void allToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type);
+  void allToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type, void* stream = nullptr);
   /// Returns when every rank called it.
   void barrier();
   /// The algorithm, protocol and channels a collective would use (NCCL_DEBUG_SUBSYS=TUNING logs each choice).
@@ -305,6 +315,13 @@ class Communicator {
   void stopCollectives();
   friend class detail::CollLinks;
   std::unique_ptr<detail::CollLinks> links_;
+  // Collectives on device buffers (device_coll.cc): whether `a`'s buffers are device memory (throws on a mix), and
+  // the device path itself.
+  bool onDevice(const collectives::Args& a) const;
+  void runDevice(const collectives::Args& a);
+  void runDeviceAllToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type, void* stream);
+  friend class detail::DeviceColl;
+  std::unique_ptr<detail::DeviceColl> devColl_;
   std::mutex collMu_;                  // held while a collective runs (or its fast path, below)
   // The fast path of collMu_ (collectives.cc, "The collective lock"): the owner thread enters with plain stores.
   std::atomic<uintptr_t> collOwner_{0};  // pthread_self() of the owner, 0: none yet (or membarrier unavailable)
