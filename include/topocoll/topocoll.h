@@ -1,7 +1,8 @@
 /* topocoll's C API, with NCCL's shapes: the same argument order, enum values and result codes as nccl.h (NCCL
- * 2.30.7), under the prefix tccl, so that code written for NCCL reads the same. Buffers are host memory; `stream`
- * is reserved for device streams and must be NULL for host buffers, in which case every call returns when its
- * operation is complete (inside tcclGroupStart/End: when tcclGroupEnd returns).
+ * 2.30.7), under the prefix tccl, so that code written for NCCL reads the same. Host buffers take a NULL `stream`;
+ * the collectives also take device buffers (cudaMalloc'ed, a CUDA build) with their cudaStream_t (docs/gpu.md: the
+ * stream is synchronized first). Every call returns when its operation is complete (inside tcclGroupStart/End:
+ * host buffers when tcclGroupEnd returns).
  *
  *   tcclUniqueId id;
  *   if (rank == 0) tcclGetUniqueId(&id);            // then send `id` to every rank (MPI_Bcast, a file, ...)
@@ -45,7 +46,7 @@ typedef struct {
 } tcclUniqueId;
 
 typedef struct tcclComm* tcclComm_t;
-/* A device stream (cudaStream_t) for device buffers; NULL for host buffers. */
+/* A device stream (cudaStream_t) for device buffers (the collectives); NULL for host buffers. */
 typedef void* tcclStream_t;
 
 typedef enum TCCL_ENUM_INT {

@@ -76,6 +76,27 @@ namespace {
 
 namespace dev = collectives::device;
 
+// dev::reduce over any number of sources: kMaxSources at a time, each later pass folding the partial result (its
+// first source) with the next ones, so the order stays left to right; the average's division once, at the end.
+void reduceAll(DataType type, RedOp op, void* dst, const void* const* srcs, int n, size_t count, int avg,
+               void* stream) {
+  int done = std::min(n, dev::kMaxSources);
+  dev::reduce(type, op, dst, srcs, done, count, done == n ? avg : 0, stream);
+  std::vector<const void*> more;
+  while (done < n) {
+    int take = std::min(n - done, dev::kMaxSources - 1);
+    more.assign(1, dst);
+    more.insert(more.end(), srcs + done, srcs + done + take);
+    done += take;
+    dev::reduce(type, op, dst, more.data(), take + 1, count, done == n ? avg : 0, stream);
+  }
+}
+
+// A copy, nothing when in place (the rank's own block of an in-place AllGather, the root's in-place Broadcast).
+void copyTo(void* dst, const void* src, size_t bytes, void* stream) {
+  if (dst != src) dev::copy(dst, src, bytes, stream);
+}
+
 // The driver's calls the runtime lacks (the allocation's start, its unique id), through the runtime's entry points:
 // no link to libcuda, so the binaries still load where there is no driver.
 using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
@@ -375,40 +396,40 @@ void DeviceColl::run(const Args& a) {
     case Coll::kAllReduce:
       if (oneShot) {
         for (int q = 0; q < n; ++q) srcs[q] = v.send[q];
-        dev::reduce(a.type, a.op, a.recv, srcs.data(), n, a.count, avg, st);
+        reduceAll(a.type, a.op, a.recv, srcs.data(), n, a.count, avg, st);
         finish();
       } else {
         Slice s = slice(a.count, es, n, me);
         if (s.len) {
           for (int q = 0; q < n; ++q) srcs[q] = v.send[q] + s.begin * es;
-          dev::reduce(a.type, a.op, static_cast<char*>(a.recv) + s.begin * es, srcs.data(), n, s.len, avg, st);
+          reduceAll(a.type, a.op, static_cast<char*>(a.recv) + s.begin * es, srcs.data(), n, s.len, avg, st);
         }
         finish();  // every slice reduced: the peers' outputs hold them, and nobody reads an input any more
         for (int q = 0; q < n; ++q) {
           Slice t = slice(a.count, es, n, q);
           if (q != me && t.len)
-            dev::copy(static_cast<char*>(a.recv) + t.begin * es, v.recv[q] + t.begin * es, t.len * es, st);
+            copyTo(static_cast<char*>(a.recv) + t.begin * es, v.recv[q] + t.begin * es, t.len * es, st);
         }
         finish();
       }
       break;
     case Coll::kReduceScatter:
       for (int q = 0; q < n; ++q) srcs[q] = v.send[q] + static_cast<size_t>(me) * bytes;
-      dev::reduce(a.type, a.op, a.recv, srcs.data(), n, a.count, avg, st);
+      reduceAll(a.type, a.op, a.recv, srcs.data(), n, a.count, avg, st);
       finish();
       break;
     case Coll::kAllGather:
-      for (int q = 0; q < n; ++q) dev::copy(static_cast<char*>(a.recv) + static_cast<size_t>(q) * bytes, v.send[q], bytes, st);
+      for (int q = 0; q < n; ++q) copyTo(static_cast<char*>(a.recv) + static_cast<size_t>(q) * bytes, v.send[q], bytes, st);
       finish();
       break;
     case Coll::kBroadcast:
-      dev::copy(a.recv, v.send[a.root], bytes, st);
+      copyTo(a.recv, v.send[a.root], bytes, st);
       finish();
       break;
     case Coll::kReduce:
       if (me == a.root) {
         for (int q = 0; q < n; ++q) srcs[q] = v.send[q];
-        dev::reduce(a.type, a.op, a.recv, srcs.data(), n, a.count, avg, st);
+        reduceAll(a.type, a.op, a.recv, srcs.data(), n, a.count, avg, st);
       }
       finish();
       break;
@@ -427,25 +448,25 @@ void DeviceColl::leader(const Args& a, const Views& v, void* stream) {
   switch (a.coll) {
     case Coll::kAllReduce:
       for (int q = 0; q < n; ++q) srcs[q] = v.send[q];
-      dev::reduce(a.type, a.op, v.recv[0], srcs.data(), n, a.count, avg, stream);
-      for (int q = 1; q < n; ++q) dev::copy(v.recv[q], v.recv[0], bytes, stream);
+      reduceAll(a.type, a.op, v.recv[0], srcs.data(), n, a.count, avg, stream);
+      for (int q = 1; q < n; ++q) copyTo(v.recv[q], v.recv[0], bytes, stream);
       break;
     case Coll::kReduceScatter:
       for (int p = 0; p < n; ++p) {
         for (int q = 0; q < n; ++q) srcs[q] = v.send[q] + static_cast<size_t>(p) * bytes;
-        dev::reduce(a.type, a.op, v.recv[p], srcs.data(), n, a.count, avg, stream);
+        reduceAll(a.type, a.op, v.recv[p], srcs.data(), n, a.count, avg, stream);
       }
       break;
     case Coll::kAllGather:
       for (int p = 0; p < n; ++p)
-        for (int q = 0; q < n; ++q) dev::copy(v.recv[p] + static_cast<size_t>(q) * bytes, v.send[q], bytes, stream);
+        for (int q = 0; q < n; ++q) copyTo(v.recv[p] + static_cast<size_t>(q) * bytes, v.send[q], bytes, stream);
       break;
     case Coll::kBroadcast:
-      for (int p = 0; p < n; ++p) dev::copy(v.recv[p], v.send[a.root], bytes, stream);
+      for (int p = 0; p < n; ++p) copyTo(v.recv[p], v.send[a.root], bytes, stream);
       break;
     case Coll::kReduce:
       for (int q = 0; q < n; ++q) srcs[q] = v.send[q];
-      dev::reduce(a.type, a.op, v.recv[a.root], srcs.data(), n, a.count, avg, stream);
+      reduceAll(a.type, a.op, v.recv[a.root], srcs.data(), n, a.count, avg, stream);
       break;
   }
 }
@@ -473,7 +494,7 @@ void DeviceColl::allToAll(const void* send, void* recv, size_t count, DataType t
   const char* r = static_cast<const char*>(recv);
   if (s < r + total && r < s + total) {  // overlapping: a peer would read blocks this rank overwrites
     char* copy = scratch(total);
-    dev::copy(copy, send, total, st);
+    copyTo(copy, send, total, st);
     TC_CUDA(cudaStreamSynchronize(st));
     s = copy;
   }
@@ -484,10 +505,10 @@ void DeviceColl::allToAll(const void* send, void* recv, size_t count, DataType t
     if (me == 0)
       for (int p = 0; p < n; ++p)
         for (int q = 0; q < n; ++q)
-          dev::copy(v.recv[p] + static_cast<size_t>(q) * bytes, v.send[q] + static_cast<size_t>(p) * bytes, bytes, st);
+          copyTo(v.recv[p] + static_cast<size_t>(q) * bytes, v.send[q] + static_cast<size_t>(p) * bytes, bytes, st);
   } else {
     for (int q = 0; q < n; ++q)
-      dev::copy(static_cast<char*>(recv) + static_cast<size_t>(q) * bytes, v.send[q] + static_cast<size_t>(me) * bytes,
+      copyTo(static_cast<char*>(recv) + static_cast<size_t>(q) * bytes, v.send[q] + static_cast<size_t>(me) * bytes,
                 bytes, st);
   }
   TC_CUDA(cudaStreamSynchronize(st));
@@ -496,7 +517,7 @@ void DeviceColl::allToAll(const void* send, void* recv, size_t count, DataType t
 
 #else  // no CUDA: no buffer is ever device memory (cuda::locate), so none of this runs
 
-DeviceColl::~DeviceColl() = default;
+DeviceColl::~DeviceColl() { (void)c_, (void)calls_, (void)host_, (void)hostBytes_, (void)scratch_, (void)scratchBytes_; }
 void DeviceColl::run(const Args&) { fail(StatusCode::kInvalidUsage, "built without CUDA"); }
 void DeviceColl::allToAll(const void*, void*, size_t, DataType, void*) {
   fail(StatusCode::kInvalidUsage, "built without CUDA");
