@@ -120,7 +120,8 @@ const char kHelp[] =
     "  --device                   device buffers (cudaMalloc on the current device, as nccl-tests) and a CUDA stream\n"
     "                             per rank; prints the device's cudaMemcpy device-to-device bandwidth (measured\n"
     "                             first, in the same run) and, per size, busbw as % of the copy bound of the\n"
-    "                             algorithm with every rank on that one GPU (docs/gpu.md)\n"
+    "                             algorithm with every rank on that one GPU (docs/gpu.md; several ranks on one\n"
+    "                             GPU need TOPOCOLL_ALLOW_SHARED_GPU=1)\n"
     "Exit status: 0 when every check passed, 1 on a wrong result or a failed run, 2 on a bad command line.\n";
 
 void usage(FILE* f) { std::fputs(fmt::format(fmt::runtime(kHelp), fmt::arg("tests", testNames())).c_str(), f); }
