@@ -28,6 +28,12 @@ struct Location {
 /// Where `p` lives. Host memory (pageable, pinned, or unknown to CUDA) for every pointer when no device is usable.
 Location locate(const void* p);
 
+/// Blocks until the work queued before now on `stream` (a cudaStream_t; nullptr: the legacy default stream) is done,
+/// and, unless `stream` was created with cudaStreamNonBlocking, the work on the legacy default stream too: an operation
+/// that NCCL would enqueue on `stream` then runs after everything it would have waited for (a plain cudaMemcpy
+/// device-to-device returns before it is done). Nothing to do without a usable device.
+void waitForCaller(void* stream);
+
 /// Throws Error(kSystemError) "<call> failed at <file>:<line>: <cuda error name>: <text>" when rc is not 0.
 void check(int rc, const char* call, const char* file, int line);
 

@@ -73,6 +73,19 @@ Location locate(const void* p) {
   return loc;
 }
 
+void waitForCaller(void* stream) {
+#ifdef TOPOCOLL_HAVE_CUDA
+  if (deviceCount() == 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  TC_CUDA(cudaStreamSynchronize(st));
+  unsigned flags = 0;
+  if (st != nullptr && st != cudaStreamLegacy) TC_CUDA(cudaStreamGetFlags(st, &flags));
+  if ((flags & cudaStreamNonBlocking) == 0) TC_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+#else
+  (void)stream;
+#endif
+}
+
 void check(int rc, const char* call, const char* file, int line) {
   if (rc == 0) return;
 #ifdef TOPOCOLL_HAVE_CUDA

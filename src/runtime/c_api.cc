@@ -104,6 +104,10 @@ void checkStream(tcclStream_t s, const void* a = nullptr, const void* b = nullpt
   if (!dev(a) && !dev(b))
     topocoll::fail(StatusCode::kInvalidUsage, "a stream was given with host buffers (stream must be NULL for them)");
 }
+// Device buffers, or a stream: the operation must come after the work queued before it (cuda::waitForCaller).
+bool onDeviceOrStream(const void* buf, tcclStream_t s) {
+  return s != nullptr || (buf != nullptr && topocoll::cuda::locate(buf).kind != topocoll::cuda::MemoryKind::kHost);
+}
 size_t bytesOf(size_t count, tcclDataType_t t) {
   size_t es = topocoll::sizeOf(static_cast<DataType>(t));
   if (count > SIZE_MAX / es) topocoll::fail(StatusCode::kInvalidArgument, "count {} overflows the address space", count);
@@ -415,11 +419,14 @@ tcclResult_t tcclSend(const void* sendbuff, size_t count, tcclDataType_t datatyp
       comm, "tcclSend",
       [&] {
         checkType(datatype);
-        checkStream(stream);
+        checkStream(stream, sendbuff);
         checkRank(comm, peer, "peer");
         checkBuf(sendbuff, bytesOf(count, datatype), "sendbuff");
       },
-      [=] { comm->comm->send(sendbuff, count, dt(datatype), peer); });
+      [=] {
+        if (onDeviceOrStream(sendbuff, stream)) topocoll::cuda::waitForCaller(stream);  // after the stream's work
+        comm->comm->send(sendbuff, count, dt(datatype), peer);
+      });
 }
 
 tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int peer, tcclComm_t comm,
@@ -428,11 +435,14 @@ tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int
       comm, "tcclRecv",
       [&] {
         checkType(datatype);
-        checkStream(stream);
+        checkStream(stream, recvbuff);
         checkRank(comm, peer, "peer");
         checkBuf(recvbuff, bytesOf(count, datatype), "recvbuff");
       },
-      [=] { comm->comm->recv(recvbuff, count, dt(datatype), peer); });
+      [=] {
+        if (onDeviceOrStream(recvbuff, stream)) topocoll::cuda::waitForCaller(stream);
+        comm->comm->recv(recvbuff, count, dt(datatype), peer);
+      });
 }
 
 tcclResult_t tcclGroupStart(void) {

@@ -1,7 +1,8 @@
 // Collectives on device buffers (docs/gpu.md, "Device collectives"): host-orchestrated, CUDA-IPC-direct on the user's
 // buffers. Several processes share one GPU on the machines this was built for, and kernels of different processes
 // cannot wait on each other without MPS, so the host orders the phases:
-//   1. cudaStreamSynchronize(the caller's stream): the collective comes after the work queued there;
+//   1. cudaStreamSynchronize(the caller's stream, and the legacy default stream unless the caller's stream is
+//      non-blocking): the collective comes after the work queued before it;
 //   2. a host allGather of {IPC handle of the allocation holding each buffer, offset, pointer, pid} (the buffers'
 //      peers are opened once, through a cache: cudaIpcOpenMemHandle costs milliseconds);
 //   3. reductions and copies (collectives::device) on the caller's stream straight between the ranks' buffers, each
@@ -367,7 +368,7 @@ void DeviceColl::staged(const Args& a) {
 
 void DeviceColl::run(const Args& a) {
   auto st = static_cast<cudaStream_t>(a.stream);
-  TC_CUDA(cudaStreamSynchronize(st));
+  cuda::waitForCaller(st);  // see cuda.h: the legacy stream too, unless st is non-blocking
   if (a.count == 0) return;
   const auto& cfg = c_.ctx_->cfg;
   if (c_.nNodes() > 1 || cfg.deviceStaged) return staged(a);
@@ -485,7 +486,7 @@ void DeviceColl::stagedAllToAll(const void* send, void* recv, size_t count, Data
 
 void DeviceColl::allToAll(const void* send, void* recv, size_t count, DataType type, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
-  TC_CUDA(cudaStreamSynchronize(st));
+  cuda::waitForCaller(st);  // see cuda.h: the legacy stream too, unless st is non-blocking
   if (count == 0) return;
   if (c_.nNodes() > 1 || c_.ctx_->cfg.deviceStaged) return stagedAllToAll(send, recv, count, type, stream);
   const int n = c_.nRanks_, me = c_.rank_;

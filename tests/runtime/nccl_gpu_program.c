@@ -41,6 +41,9 @@ static int run(int rank, ncclUniqueId id) {
   cudaStream_t s;
   float *in, *out, *h = malloc(sizeof(float) * COUNT * NRANKS);
   int bad = 0, n = 0;
+  const char* firstBad = NULL; /* the first check that failed */
+#define STAGE(name) \
+  if (bad && !firstBad) firstBad = name
   CUDACHECK(cudaSetDevice(0));
   CUDACHECK(cudaStreamCreate(&s));
   CUDACHECK(cudaMalloc((void**)&in, sizeof(float) * COUNT * NRANKS));
@@ -50,16 +53,19 @@ static int run(int rank, ncclUniqueId id) {
   CHECK(ncclCommInitRank(&comm, NRANKS, id, rank));
   CHECK(ncclCommCount(comm, &n));
   if (n != NRANKS) bad++;
+  STAGE("ncclCommCount");
 
   CHECK(ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, s));
   CUDACHECK(cudaStreamSynchronize(s));
   CUDACHECK(cudaMemcpy(h, out, sizeof(float) * COUNT, cudaMemcpyDeviceToHost));
   for (int i = 0; i < COUNT; i++) bad += h[i] != (float)(NRANKS * (NRANKS + 1) / 2) * (float)(i % 5 + 1);
+  STAGE("ncclAllReduce sum");
 
   CHECK(ncclBroadcast(in, out, COUNT, ncclFloat, 1, comm, s));
   CUDACHECK(cudaStreamSynchronize(s));
   CUDACHECK(cudaMemcpy(h, out, sizeof(float) * COUNT, cudaMemcpyDeviceToHost));
   for (int i = 0; i < COUNT; i++) bad += h[i] != value(1, i);
+  STAGE("ncclBroadcast");
 
   CHECK(ncclReduce(in, out, COUNT, ncclFloat, ncclMax, 0, comm, s));
   CUDACHECK(cudaStreamSynchronize(s));
@@ -67,17 +73,20 @@ static int run(int rank, ncclUniqueId id) {
     CUDACHECK(cudaMemcpy(h, out, sizeof(float) * COUNT, cudaMemcpyDeviceToHost));
     for (int i = 0; i < COUNT; i++) bad += h[i] != value(NRANKS - 1, i);
   }
+  STAGE("ncclReduce max");
 
   CHECK(ncclAllGather(in, out, COUNT, ncclFloat, comm, s));
   CUDACHECK(cudaStreamSynchronize(s));
   CUDACHECK(cudaMemcpy(h, out, sizeof(float) * COUNT * NRANKS, cudaMemcpyDeviceToHost));
   for (int r = 0; r < NRANKS; r++)
     for (int i = 0; i < COUNT; i++) bad += h[r * COUNT + i] != value(r, i);
+  STAGE("ncclAllGather");
 
   CHECK(ncclReduceScatter(in, out, COUNT, ncclFloat, ncclSum, comm, s));
   CUDACHECK(cudaStreamSynchronize(s));
   CUDACHECK(cudaMemcpy(h, out, sizeof(float) * COUNT, cudaMemcpyDeviceToHost));
   for (int i = 0; i < COUNT; i++) bad += h[i] != (float)(NRANKS * (NRANKS + 1) / 2) * (float)((rank * COUNT + i) % 5 + 1);
+  STAGE("ncclReduceScatter");
 
   /* in place AllReduce with the average */
   CUDACHECK(cudaMemcpy(out, in, sizeof(float) * COUNT, cudaMemcpyDeviceToDevice));
@@ -86,13 +95,27 @@ static int run(int rank, ncclUniqueId id) {
   CUDACHECK(cudaMemcpy(h, out, sizeof(float) * COUNT, cudaMemcpyDeviceToHost));
   for (int i = 0; i < COUNT; i++)
     bad += h[i] != (float)(NRANKS * (NRANKS + 1) / 2) * (float)(i % 5 + 1) / (float)NRANKS;
+  STAGE("ncclAllReduce avg in place");
+
+  /* a ring of sends and receives on the stream, in a group */
+  CHECK(ncclGroupStart());
+  CHECK(ncclSend(in, COUNT, ncclFloat, (rank + 1) % NRANKS, comm, s));
+  CHECK(ncclRecv(out, COUNT, ncclFloat, (rank + NRANKS - 1) % NRANKS, comm, s));
+  CHECK(ncclGroupEnd());
+  CUDACHECK(cudaStreamSynchronize(s));
+  CUDACHECK(cudaMemcpy(h, out, sizeof(float) * COUNT, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < COUNT; i++) bad += h[i] != value((rank + NRANKS - 1) % NRANKS, i);
+  STAGE("ncclSend/ncclRecv");
 
   CHECK(ncclCommDestroy(comm));
   CUDACHECK(cudaFree(in));
   CUDACHECK(cudaFree(out));
   CUDACHECK(cudaStreamDestroy(s));
   free(h);
-  printf("rank %d: %s\n", rank, bad ? "WRONG" : "OK");
+  if (bad)
+    printf("rank %d: WRONG (%d elements; first in %s)\n", rank, bad, firstBad);
+  else
+    printf("rank %d: OK\n", rank);
   return bad ? 1 : 0;
 }
 
