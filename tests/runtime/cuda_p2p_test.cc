@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/gpu_probe.h"
 #include "runtime/ranks.h"
 #include "topocoll/bootstrap/bootstrap.h"
 #include "topocoll/cuda.h"
@@ -34,32 +35,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // "" when a GPU is usable, else why not (asked in a child, so that this process stays free of CUDA).
-std::string gpuUnavailable() {
-  static std::string why = [] {
-    if (!cuda::built()) return std::string("built without CUDA");
-    int fds[2];
-    if (pipe(fds) != 0) return std::string("pipe failed");
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
-      std::string r = cuda::deviceCount() > 0 ? "" : cuda::unavailableReason();
-      ssize_t w = write(fds[1], r.data(), r.size());
-      (void)w;
-      _exit(0);
-    }
-    close(fds[1]);
-    std::string r;
-    char buf[256];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof buf)) > 0) r.append(buf, static_cast<size_t>(n));
-    close(fds[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (!WIFEXITED(st)) return std::string("the CUDA probe crashed");
-    return r;
-  }();
-  return why;
-}
+std::string gpuUnavailable() { return gputest::gpuUnavailable(); }
 
 #define SKIP_WITHOUT_GPU()                                                     \
   do {                                                                         \

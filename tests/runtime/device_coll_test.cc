@@ -22,6 +22,7 @@
 #include "topocoll/cuda.h"
 #include "topocoll/env.h"
 #include "topocoll/runtime/communicator.h"
+#include "runtime/gpu_probe.h"
 #include "topocoll/status.h"
 
 #ifdef TOPOCOLL_HAVE_CUDA
@@ -34,30 +35,7 @@ namespace {
 using runtime::Communicator;
 
 /// Whether a device is usable, asked in a child (this process must not touch CUDA before it forks).
-std::string unavailable() {
-  if (!cuda::built()) return cuda::unavailableReason();
-  static std::string why = [] {
-    int p[2];
-    if (pipe(p) != 0) return std::string("pipe failed");
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(p[0]);
-      std::string w = cuda::deviceCount() > 0 ? "" : cuda::unavailableReason();
-      if (!w.empty() && write(p[1], w.data(), w.size()) < 0) _exit(2);
-      _exit(0);
-    }
-    close(p[1]);
-    std::string w;
-    char buf[256];
-    ssize_t k;
-    while ((k = read(p[0], buf, sizeof buf)) > 0) w.append(buf, static_cast<size_t>(k));
-    close(p[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return w;
-  }();
-  return why;
-}
+std::string unavailable() { return gputest::gpuUnavailable(); }
 
 /// A second communicator of the same ranks, host memory only (runProcs' `second`): orders steps around the first.
 std::unique_ptr<Communicator> gSync;
