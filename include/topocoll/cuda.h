@@ -28,6 +28,12 @@ struct Location {
 /// Where `p` lives. Host memory (pageable, pinned, or unknown to CUDA) for every pointer when no device is usable.
 Location locate(const void* p);
 
+/// The process's current CUDA device when the process has started using it (its primary context is active: it
+/// called cudaSetDevice, allocated, launched, ... as every NCCL program does before ncclCommInitRank), else -1. A
+/// process that never touched CUDA (a host-memory job on a GPU machine: PyTorch CPU tensors, host perf runs) is
+/// not a GPU rank, so several of them on one machine are not "duplicate GPUs". Never creates a context.
+int deviceInUse();
+
 /// Blocks until the work queued before now on `stream` (a cudaStream_t; nullptr: the legacy default stream) is done,
 /// and, unless `stream` was created with cudaStreamNonBlocking, the work on the legacy default stream too: an operation
 /// that NCCL would enqueue on `stream` then runs after everything it would have waited for (a plain cudaMemcpy

@@ -5,6 +5,7 @@
 #include "topocoll/status.h"
 
 #ifdef TOPOCOLL_HAVE_CUDA
+#include <cuda.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -71,6 +72,39 @@ Location locate(const void* p) {
   (void)p;
 #endif
   return loc;
+}
+
+int deviceInUse() {
+#ifdef TOPOCOLL_HAVE_CUDA
+  if (deviceCount() == 0) return -1;
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  // cuDevicePrimaryCtxGetState through the runtime's entry point table (nothing links libcuda).
+  using StateFn = CUresult (*)(CUdevice, unsigned*, int*);
+  using GetFn = CUresult (*)(CUdevice*, int);
+  void* state = nullptr;
+  void* get = nullptr;
+  cudaDriverEntryPointQueryResult q1{}, q2{};
+  if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &state, 12000, cudaEnableDefault, &q1) !=
+          cudaSuccess ||
+      cudaGetDriverEntryPointByVersion("cuDeviceGet", &get, 12000, cudaEnableDefault, &q2) != cudaSuccess ||
+      state == nullptr || get == nullptr) {
+    (void)cudaGetLastError();
+    return dev;  // cannot tell: a GPU rank, as NCCL would have it
+  }
+  CUdevice cu = 0;
+  unsigned flags = 0;
+  int active = 0;
+  if (reinterpret_cast<GetFn>(get)(&cu, dev) != CUDA_SUCCESS ||
+      reinterpret_cast<StateFn>(state)(cu, &flags, &active) != CUDA_SUCCESS)
+    return dev;
+  return active ? dev : -1;
+#else
+  return -1;
+#endif
 }
 
 void waitForCaller(void* stream) {

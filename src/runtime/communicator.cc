@@ -277,6 +277,14 @@ void Communicator::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topolo
     *gpuMode = false;
     for (auto& p : peers_) p.planGpu = 0;
   }
+  // GPUs found by discovery, but no rank uses one (cuda::deviceInUse: a host-memory job on a GPU machine, PyTorch
+  // CPU tensors, host perf runs): host-memory ranks, whatever the number of ranks and GPUs.
+  if (*gpuMode && !opts.cfg.simulateGpus &&
+      std::none_of(peers_.begin(), peers_.end(), [](const PeerInfo& p) { return p.cudaDev >= 0; })) {
+    TC_INFO(log::kInit, "no rank uses a CUDA device: planned as host-memory ranks");
+    *gpuMode = false;
+    for (auto& p : peers_) p.planGpu = 0;
+  }
   for (int r = 0; r < nRanks_; ++r) {
     if ((peers_[r].planGpu != 0) != *gpuMode)
       fail(StatusCode::kInvalidUsage,
@@ -286,12 +294,12 @@ void Communicator::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topolo
   timings_.allgathers += msSince(t);
 }
 
-// The process's current CUDA device (NCCL's cudaDev, busId in NCCL's int64 form, cudaCompCap), when it has one.
+// The process's current CUDA device (NCCL's cudaDev, busId in NCCL's int64 form, cudaCompCap), when it uses one
+// (cuda::deviceInUse: its primary context is active, as after cudaSetDevice in CUDA 12+).
 void Communicator::currentCudaDevice(PeerInfo* me) {
 #ifdef TOPOCOLL_HAVE_CUDA
-  if (cuda::deviceCount() <= 0) return;
-  int dev = -1;
-  TC_CUDA(cudaGetDevice(&dev));
+  const int dev = cuda::deviceInUse();  // -1: this process never used CUDA (a host-memory rank on a GPU machine)
+  if (dev < 0) return;
   char bus[32] = {};
   TC_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, dev));
   int major = 0, minor = 0;

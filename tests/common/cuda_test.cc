@@ -17,7 +17,9 @@ TEST(Cuda, ReasonIsGivenExactlyWhenNoDevice) {
     EXPECT_TRUE(built());
     EXPECT_EQ(unavailableReason(), "");
   }
-  if (!built()) EXPECT_EQ(deviceCount(), 0);
+  if (!built()) {
+    EXPECT_EQ(deviceCount(), 0);
+  }
 }
 
 TEST(Cuda, HostMemoryIsHost) {

@@ -64,6 +64,9 @@ struct ProcResult {
 
 // Forks `n` ranks; each joins one communicator (configured by `configure`), runs `body` and exits 0 when it returns
 // true; what it reports (fail()) comes back in `output`. `init` false: the body makes the communicator itself.
+// Set by a test before runProcs: its ranks never touch CUDA (a host-memory job on a GPU machine).
+bool gHostOnlyRanks = false;
+
 ProcResult runProcs(int n, const std::function<void(int, Config&)>& configure,
                     const std::function<bool(int, const InitOptions&, const bootstrap::UniqueId&, int out)>& body,
                     double limitSec = 100) {
@@ -84,6 +87,10 @@ ProcResult runProcs(int n, const std::function<void(int, Config&)>& configure,
         cfg.timeoutSec = 60;
         cfg.socketIfname = "lo";
         configure(r, cfg);
+#ifdef TOPOCOLL_HAVE_CUDA
+        // A GPU rank is a process that uses its device (cuda::deviceInUse), as NCCL programs do before init.
+        if (!gHostOnlyRanks && cuda::deviceCount() > 0) TC_CUDA(cudaSetDevice(0));
+#endif
         ok = body(r, InitOptions::fromConfig(cfg), id, fds[1]);
       } catch (const std::exception& e) {
         std::string m = std::string("rank ") + std::to_string(r) + ": " + e.what() + "\n";
@@ -458,8 +465,33 @@ TEST_P(CudaP2pTiming, DISABLED_TimingProcesses) {
 INSTANTIATE_TEST_SUITE_P(BuffSizes, CudaP2pTiming, ::testing::Values(0LL, 64LL << 20));
 
 // Ranks as threads of this process (one CUDA context: P2P/direct pointer, the device FIFO by address).
+// Processes that never used CUDA are host-memory ranks even on a GPU machine: several of them are no "duplicate GPU"
+// (the knob is off here), and their connections are the host ones.
+TEST(CudaP2pRanks, RanksThatNeverUsedCudaAreHostRanks) {
+  SKIP_WITHOUT_GPU();
+  gHostOnlyRanks = true;
+  auto res = runProcs(
+      2, [](int, Config& cfg) { cfg.allowSharedGpu = 0; },
+      [](int rank, const InitOptions& o, const bootstrap::UniqueId& id, int out) {
+        auto comm = Communicator::init(id, 2, rank, o);
+        for (const auto& p : comm->peers())
+          if (p.cudaDev != -1) {
+            say(out, "a rank that never used CUDA carries a device");
+            return false;
+          }
+        std::vector<unsigned char> h = pattern(rank, 3, 4099), got(h.size());
+        if (rank == 0) comm->send(h.data(), h.size(), DataType::kUint8, 1);
+        else comm->recv(got.data(), got.size(), DataType::kUint8, 0);
+        return rank == 0 || got == pattern(0, 3, got.size());
+      });
+  gHostOnlyRanks = false;
+  EXPECT_FALSE(res.timedOut) << describe(res);
+  for (int c : res.exitCodes) EXPECT_EQ(c, 0) << describe(res);
+}
+
 TEST(CudaP2pTimingThreads, DISABLED_TimingThreadsLast) {
   SKIP_WITHOUT_GPU();
+  TC_CUDA(cudaSetDevice(0));  // this process uses the GPU: its ranks are GPU ranks
   double numbers[64] = {};
   auto errors = testing::runRanks(
       2, [](int, InitOptions& o) { o.cfg.allowSharedGpu = 1; },

@@ -98,6 +98,9 @@ void* deviceAlloc(size_t bytes);
 void deviceFree(void* p);
 void toDevice(void* dst, const void* src, size_t bytes);
 void toHost(void* dst, const void* src, size_t bytes);
+/// cudaSetDevice(localRank % devices) before the communicator starts, as nccl-tests: the ranks are GPU ranks
+/// (several on one GPU need TOPOCOLL_ALLOW_SHARED_GPU=1).
+void selectDevice(int localRank);
 void* deviceStream();
 std::string deviceName();
 /// cudaMemcpy device-to-device of `bytes`, `iters` times: bytes copied per second / 1e9.

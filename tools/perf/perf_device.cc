@@ -1,6 +1,7 @@
 // topocoll-perf --device: device buffers (cudaMalloc, as nccl-tests allocates), a stream per rank, the device's own
 // cudaMemcpy device-to-device bandwidth measured in the run, and the copy bound of each collective on ONE GPU shared
 // by every rank (docs/gpu.md, "Device collectives"). Without a CUDA build every entry fails with the reason.
+#include <algorithm>
 #include <chrono>
 
 #include "perf.h"
@@ -27,6 +28,11 @@ void toDevice(void* dst, const void* src, size_t bytes) {
   TC_CUDA(cudaDeviceSynchronize());
 }
 void toHost(void* dst, const void* src, size_t bytes) { TC_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault)); }
+void selectDevice(int localRank) {
+  const int n = cuda::deviceCount();
+  if (n == 0) fail(StatusCode::kInvalidUsage, "--device: {}", cuda::unavailableReason());
+  TC_CUDA(cudaSetDevice(std::max(localRank, 0) % n));
+}
 void* deviceStream() {
   cudaStream_t s = nullptr;
   TC_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -58,6 +64,7 @@ void* deviceAlloc(size_t) { noCuda(); }
 void deviceFree(void*) {}
 void toDevice(void*, const void*, size_t) { noCuda(); }
 void toHost(void*, const void*, size_t) { noCuda(); }
+void selectDevice(int) { noCuda(); }
 void* deviceStream() { noCuda(); }
 std::string deviceName() { noCuda(); }
 double copyBandwidth(size_t, int) { noCuda(); }

@@ -519,6 +519,7 @@ int runRank(const Options& o, const Test& test, const std::string& program) {
     tcclComm_t* c;
     ~ApiGuard() { tcclCommDestroy(*c); }
   } guard{&api};
+  if (o.device) selectDevice(runtime::launchInfoFromEnv(Env::fromProcess()).localRank);
   if (test.cApi) {
     check(tcclCommInitFromEnv(&api), "tcclCommInitFromEnv");
     w.api = api;
