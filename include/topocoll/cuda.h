@@ -25,7 +25,10 @@ struct Location {
   MemoryKind kind = MemoryKind::kHost;
   int device = -1;  // the device owning it (kDevice, kManaged)
 };
-/// Where `p` lives. Host memory (pageable, pinned, or unknown to CUDA) for every pointer when no device is usable.
+/// Where `p` lives. Host memory (pageable, pinned, or unknown to CUDA) for every pointer when no device is usable, or
+/// while no device's primary context is active in this process (it has no device memory then, and asking CUDA would
+/// create a context: host-memory jobs on GPU machines stay free of CUDA). Device memory of contexts made with the
+/// driver API's cuCtxCreate alone is not recognised.
 Location locate(const void* p);
 
 /// The process's current CUDA device when the process has started using it (its primary context is active: it

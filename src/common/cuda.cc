@@ -1,5 +1,6 @@
 #include "topocoll/cuda.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "topocoll/status.h"
@@ -40,6 +41,53 @@ const Probe& probe() {
 }
 }  // namespace
 
+#ifdef TOPOCOLL_HAVE_CUDA
+namespace {
+// cuDevicePrimaryCtxGetState and cuDeviceGet through the runtime's entry point table (nothing links libcuda),
+// looked up once.
+struct PrimaryCtxQuery {
+  using StateFn = CUresult (*)(CUdevice, unsigned*, int*);
+  using GetFn = CUresult (*)(CUdevice*, int);
+  StateFn state = nullptr;
+  GetFn get = nullptr;
+};
+const PrimaryCtxQuery& primaryCtxQuery() {
+  static const PrimaryCtxQuery q = [] {
+    PrimaryCtxQuery r;
+    void* state = nullptr;
+    void* get = nullptr;
+    cudaDriverEntryPointQueryResult q1{}, q2{};
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &state, 12000, cudaEnableDefault, &q1) ==
+            cudaSuccess &&
+        cudaGetDriverEntryPointByVersion("cuDeviceGet", &get, 12000, cudaEnableDefault, &q2) == cudaSuccess) {
+      r.state = reinterpret_cast<PrimaryCtxQuery::StateFn>(state);
+      r.get = reinterpret_cast<PrimaryCtxQuery::GetFn>(get);
+    }
+    (void)cudaGetLastError();
+    return r;
+  }();
+  return q;
+}
+}  // namespace
+#endif
+
+#ifdef TOPOCOLL_HAVE_CUDA
+namespace {
+// Whether any device's primary context is active in this process (true when it cannot tell).
+bool anyDeviceInUse() {
+  const PrimaryCtxQuery& q = primaryCtxQuery();
+  if (q.state == nullptr || q.get == nullptr) return true;
+  for (int d = 0; d < deviceCount(); ++d) {
+    CUdevice cu = 0;
+    unsigned flags = 0;
+    int active = 0;
+    if (q.get(&cu, d) != CUDA_SUCCESS || q.state(cu, &flags, &active) != CUDA_SUCCESS || active) return true;
+  }
+  return false;
+}
+}  // namespace
+#endif
+
 bool built() {
 #ifdef TOPOCOLL_HAVE_CUDA
   return true;
@@ -56,6 +104,13 @@ Location locate(const void* p) {
   Location loc;
 #ifdef TOPOCOLL_HAVE_CUDA
   if (p == nullptr || deviceCount() == 0) return loc;
+  // A process that has not used CUDA has no device memory: its host-memory collectives on a GPU machine must not
+  // create a CUDA context (hundreds of MiB of GPU memory per process) by asking. Once used, it stays used.
+  static std::atomic<bool> used{false};
+  if (!used.load(std::memory_order_relaxed)) {
+    if (!anyDeviceInUse()) return loc;  // every device: the buffer's need not be this thread's current one
+    used.store(true, std::memory_order_relaxed);
+  }
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -78,29 +133,16 @@ int deviceInUse() {
 #ifdef TOPOCOLL_HAVE_CUDA
   if (deviceCount() == 0) return -1;
   int dev = -1;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
+  if (cudaGetDevice(&dev) != cudaSuccess) {  // does not create a context
     (void)cudaGetLastError();
     return -1;
   }
-  // cuDevicePrimaryCtxGetState through the runtime's entry point table (nothing links libcuda).
-  using StateFn = CUresult (*)(CUdevice, unsigned*, int*);
-  using GetFn = CUresult (*)(CUdevice*, int);
-  void* state = nullptr;
-  void* get = nullptr;
-  cudaDriverEntryPointQueryResult q1{}, q2{};
-  if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &state, 12000, cudaEnableDefault, &q1) !=
-          cudaSuccess ||
-      cudaGetDriverEntryPointByVersion("cuDeviceGet", &get, 12000, cudaEnableDefault, &q2) != cudaSuccess ||
-      state == nullptr || get == nullptr) {
-    (void)cudaGetLastError();
-    return dev;  // cannot tell: a GPU rank, as NCCL would have it
-  }
+  const PrimaryCtxQuery& q = primaryCtxQuery();
+  if (q.state == nullptr || q.get == nullptr) return dev;  // cannot tell: a GPU rank, as NCCL would have it
   CUdevice cu = 0;
   unsigned flags = 0;
   int active = 0;
-  if (reinterpret_cast<GetFn>(get)(&cu, dev) != CUDA_SUCCESS ||
-      reinterpret_cast<StateFn>(state)(cu, &flags, &active) != CUDA_SUCCESS)
-    return dev;
+  if (q.get(&cu, dev) != CUDA_SUCCESS || q.state(cu, &flags, &active) != CUDA_SUCCESS) return dev;
   return active ? dev : -1;
 #else
   return -1;
