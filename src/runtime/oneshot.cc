@@ -124,6 +124,10 @@ bool Communicator::runOneShot(const Args& a) {
     if (sends) toSend |= 1u << q;
     if (recvs) toRecv |= 1u << q;
   }
+  // A rank that only sends or only receives in this call (Broadcast and Reduce) is one end of a stream: back-to-back
+  // calls run the senders ahead of their receivers, and the mailboxes' next lines are worth fetching early (not in
+  // the exchanges of the other collectives, which run in lockstep).
+  const bool stream = toSend == 0 || toRecv == 0;
   for (const auto* list : {&shotSend_, &shotRecv_})  // a failed one-shot left these mailboxes out of step
     for (auto* c : *list)
       if (c && c->broken())
@@ -135,7 +139,7 @@ bool Communicator::runOneShot(const Args& a) {
     uint32_t sent = 0, took = 0;
     for (int i = 1; i < n; ++i) {  // the next rank first, as the ring would
       int q = (me + i) % n;
-      if ((toSend >> q & 1) && ShotBox(shotSend_[q]->conn).trySend(sig, sendData(q), bytes, false)) {
+      if ((toSend >> q & 1) && ShotBox(shotSend_[q]->conn).trySend(sig, sendData(q), bytes, false, stream)) {
         toSend &= ~(1u << q);
         sent |= 1u << q;
         moved = true;
@@ -144,7 +148,7 @@ bool Communicator::runOneShot(const Args& a) {
       ShotMessage m;
       if (!(toRecv >> f & 1)) continue;
       ShotBox box(shotRecv_[f]->conn);
-      if (!box.tryRecv(recvInto(f), bytes, &m, false)) {
+      if (!box.tryRecv(recvInto(f), bytes, &m, false, stream)) {
         // About to wait for it: publish what was taken first (a sender that waits for a slot waits for this).
         if (box.unpublished()) {
           box.consume();

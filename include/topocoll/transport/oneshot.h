@@ -24,7 +24,7 @@ namespace topocoll::transport {
 /// Largest payload of one mailbox message.
 constexpr size_t kShotMaxBytes = 256;
 /// Messages a sender may run ahead of its receiver.
-constexpr int kShotSlots = 16;
+constexpr int kShotSlots = 128;
 /// Words of one slot: 2 header words (bytes, signature) then 4 data bytes per word, padded to whole cache lines.
 constexpr size_t kShotWords = ((2 + kShotMaxBytes / 4) + 7) / 8 * 8;
 
@@ -59,10 +59,12 @@ class ShotBox {
   static bool available(const ConnInfo& ci) { return ci.shot != nullptr; }
   /// Sender: writes the next message if its slot is free (false: the receiver is kShotSlots messages behind).
   /// `bytes` <= kShotMaxBytes. `ring`: wake the receiver (otherwise the caller issues a seq_cst fence, then
-  /// ringFenced() on the connection's waker: one fence for the messages to several peers).
-  bool trySend(uint32_t sig, const void* data, size_t bytes, bool ring = true);
-  /// Receiver: takes the next message if all of it arrived; copies at most `maxBytes` into `out`.
-  bool tryRecv(void* out, size_t maxBytes, ShotMessage* m, bool publish = true);
+  /// ringFenced() on the connection's waker: one fence for the messages to several peers). `prefetchNext`: this side
+  /// streams messages (it only sends), ask for the next slot's line early.
+  bool trySend(uint32_t sig, const void* data, size_t bytes, bool ring = true, bool prefetchNext = false);
+  /// Receiver: takes the next message if all of it arrived; copies at most `maxBytes` into `out`. `prefetchNext`:
+  /// the sender streams ahead of this side (this side only receives), fetch the next slot's line early.
+  bool tryRecv(void* out, size_t maxBytes, ShotMessage* m, bool publish = true, bool prefetchNext = false);
   /// Receiver: the next message's header if it arrived (nothing taken): lets a receiver look before it takes.
   bool peek(ShotMessage* m) const;
   /// Receiver: refuses the message just taken (its size or type differ from `expected`, this side's signature << 32
