@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -208,3 +209,22 @@ TEST(Reduce, BadTypeOrOpIsAnError) {
 
 }  // namespace
 }  // namespace topocoll::collectives
+
+// The streaming copy moves every byte whatever the alignment of either side and the length (head, 64-byte body,
+// tail), and writes nothing outside the destination.
+TEST(CopyStreaming, EveryAlignmentAndLengthCopiesExactly) {
+  using topocoll::collectives::copyStreaming;
+  std::vector<uint8_t> src(4096 + 64), dst(4096 + 128);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+  for (size_t so : {0, 1, 8, 15, 16, 33})
+    for (size_t dof : {0, 1, 7, 16, 31, 48})
+      for (size_t n : {0, 1, 15, 16, 63, 64, 65, 127, 128, 1000, 4096}) {
+        std::fill(dst.begin(), dst.end(), 0xee);
+        copyStreaming(dst.data() + 32 + dof, src.data() + so, n);
+        for (size_t i = 0; i < dst.size(); ++i) {
+          bool inside = i >= 32 + dof && i < 32 + dof + n;
+          uint8_t want = inside ? src[so + i - 32 - dof] : 0xee;
+          ASSERT_EQ(dst[i], want) << "src offset " << so << ", dst offset " << dof << ", " << n << " bytes, byte " << i;
+        }
+      }
+}
