@@ -2,6 +2,7 @@
 // is our own.
 #include "topocoll/log.h"
 
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -40,19 +41,51 @@ struct State {
   int pid = 0;
   std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
   std::string lastError;
+  std::string filePattern;  // NCCL_DEBUG_FILE as given, while `file` is open (a forked child reopens it: %p)
   bool explicitlyConfigured = false;
   ~State() {
     if (file) std::fclose(file);
   }
 };
 
+thread_local int tlsRank = 0;
+thread_local int tlsTid = -1;
+
+void forkPrepare();
+void forkParent();
+void forkChild();
+
 State& state() {
-  static State* s = new State();  // never destroyed: threads may log during static destruction
+  static State* s = [] {
+    auto* st = new State();  // never destroyed: threads may log during static destruction
+    // A forked child (topocoll-perf -np, launchers, Python's multiprocessing) logs as itself: its own pid in the
+    // line prefix and, with %p in NCCL_DEBUG_FILE, its own file (it wrote under its parent's pid into the parent's
+    // file before). The lock is held across fork so that no other thread's half-written line is copied.
+    pthread_atfork(forkPrepare, forkParent, forkChild);
+    return st;
+  }();
   return *s;
 }
 
-thread_local int tlsRank = 0;
-thread_local int tlsTid = -1;
+void forkPrepare() {
+  State& st = state();
+  st.mu.lock();
+  if (st.file) std::fflush(st.file);
+}
+
+void forkParent() { state().mu.unlock(); }
+
+void forkChild() {
+  State& st = state();
+  st.pid = static_cast<int>(getpid());
+  tlsTid = -1;  // the forking thread's cached id is its parent's thread
+  if (st.file && st.filePattern.find("%p") != std::string::npos) {
+    std::fclose(st.file);  // this process's copy of the descriptor; the parent's stays open
+    st.file = std::fopen(expandFileName(st.filePattern).c_str(), "w");
+    if (st.file) setvbuf(st.file, nullptr, _IOLBF, 0);
+  }
+  st.mu.unlock();
+}
 
 std::string upper(std::string_view v) {
   std::string s(v);
@@ -89,6 +122,7 @@ void applyLocked(State& st, const Settings& s) {
     if (FILE* f = std::fopen(path.c_str(), "w")) {
       setvbuf(f, nullptr, _IOLBF, 0);
       st.file = f;
+      st.filePattern = s.file;
     }
   }
   detail::gMask.store(s.subsys, std::memory_order_relaxed);

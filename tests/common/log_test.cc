@@ -1,6 +1,7 @@
 #include "topocoll/log.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -71,6 +72,35 @@ TEST(Log, LinesHaveNcclsPrefixAndRespectLevelAndMask) {
   EXPECT_EQ(text.find("not shown"), std::string::npos) << text;
   EXPECT_EQ(lastError(), "something broke at peer 2");
   std::remove(expandFileName(path).c_str());
+}
+
+// A forked child logs as itself: its own pid and thread id in the prefix and, with %p in NCCL_DEBUG_FILE, its own
+// file; the parent's file holds only the parent's lines.
+TEST(Log, ForkedChildLogsUnderItsOwnPidIntoItsOwnFile) {
+  std::string path = ::testing::TempDir() + "/topocoll-fork-%p.txt";
+  configure({Level::kInfo, kInit, path});
+  TC_INFO(kInit, "parent before fork");
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    TC_INFO(kInit, "child line");
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  TC_INFO(kInit, "parent after fork");
+  std::string mine = expandFileName(path);
+  std::string theirs = ::testing::TempDir() + "/topocoll-fork-" + std::to_string(child) + ".txt";
+  configure({Level::kNone, kDefaultSubsys, ""});
+  std::string parentText = slurp(mine), childText = slurp(theirs);
+  EXPECT_NE(parentText.find("parent before fork"), std::string::npos) << parentText;
+  EXPECT_NE(parentText.find("parent after fork"), std::string::npos) << parentText;
+  EXPECT_EQ(parentText.find("child line"), std::string::npos) << parentText;
+  EXPECT_TRUE(std::regex_search(childText, std::regex("^[^:\\s]+:" + std::to_string(child) + ":" +
+                                                          std::to_string(child) + " \\[0\\] NCCL INFO child line\n")))
+      << childText;
+  std::remove(mine.c_str());
+  std::remove(theirs.c_str());
 }
 
 TEST(Log, OffMeansNothingIsFormatted) {
