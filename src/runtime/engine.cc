@@ -793,6 +793,9 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
   }
   // One pass: every op whose earlier ops of the same peer and direction are done makes one attempt.
   size_t left = ops.size();
+  // At most one key per op: reserved for the group's size on its first call (warm-up), so that a later call whose
+  // ops find their peers not ready (a loaded host) allocates nothing either.
+  if (shotBlocked_.capacity() < ops.size()) shotBlocked_.reserve(ops.size());
   auto step = [&] {
     bool moved = false;
     std::vector<std::pair<int, bool>>& blocked = shotBlocked_;  // keeps its capacity: nothing allocated once warm

@@ -1,10 +1,13 @@
 // One-shot mailboxes of a shared-memory connection: the small-message path of the collectives (docs/transport.md,
-// "One-shot mailboxes"). Next to the FIFO, the receiver's control block holds kShotSlots slots of LL lines (8-byte
-// words: 4 bytes of data, 4 bytes of flag = the message's sequence number), written by the sender and polled by the
-// receiver: a message is one trip through shared memory, no counter, no fence, no reset (the next sequence number
-// tells a new message from an old one). The receiver publishes the last sequence number it consumed (its own
-// memory, a line of its own) so that a sender running kShotSlots messages ahead waits for a free slot.
-// Independent of the FIFO's steps: both sides must use the mailbox for the same messages, in the same order.
+// "One-shot mailboxes"). Next to the FIFO, the receiver's control block holds kShotSlots slots, written by the sender
+// and polled by the receiver: two header words that carry the message's sequence number as their flag (size and
+// signature), then the payload's bytes; the payload and the signature are stored first, the size word last with
+// release. A message is one trip through shared memory, no counter, no fence, no reset (the next sequence number
+// tells a new message from an old one). (Until session 26 every 8-byte word carried a flag, NCCL's LL lines: twice
+// the lines for the same payload. Host memory orders the stores, so the header's release covers the payload.) The
+// receiver publishes the last sequence number it consumed (its own memory, a line of its own) so that a sender
+// running kShotSlots messages ahead waits for a free slot. Independent of the FIFO's steps: both sides must use the
+// mailbox for the same messages, in the same order.
 //
 //   transport::ShotBox box(sendConnector.conn);           // sender
 //   while (!box.trySend(sig, data, bytes)) ...;            // false only while the peer is kShotSlots behind
@@ -25,12 +28,18 @@ namespace topocoll::transport {
 constexpr size_t kShotMaxBytes = 256;
 /// Messages a sender may run ahead of its receiver.
 constexpr int kShotSlots = 128;
-/// Words of one slot: 2 header words (bytes, signature) then 4 data bytes per word, padded to whole cache lines.
-constexpr size_t kShotWords = ((2 + kShotMaxBytes / 4) + 7) / 8 * 8;
+
+/// One message: the header words (flag = the sequence number's low 32 bits in the high half of each) and the
+/// payload, in whole cache lines (5 for 256 bytes).
+struct alignas(64) ShotSlot {
+  std::atomic<uint64_t> head{0};  // flag << 32 | bytes: stored last, with release
+  std::atomic<uint64_t> sig{0};   // flag << 32 | the sender's signature
+  unsigned char data[kShotMaxBytes];
+};
 
 /// In the receiver's control block (fifo.h RecvMem).
 struct alignas(64) ShotArea {
-  std::atomic<uint64_t> slot[kShotSlots][kShotWords];
+  ShotSlot slot[kShotSlots];
   alignas(64) std::atomic<uint64_t> consumed{0};  // written by the receiver: the last sequence number it took
   std::atomic<uint64_t> refused{0};   // written by the receiver: the last message it refused (size or type differ)
   std::atomic<uint64_t> refusal{0};   // ... and what it expected instead (its signature << 32 | its bytes)
@@ -92,7 +101,7 @@ class ShotBox {
   /// Receiver: whether the sender had filled every slot when this side took its last message (it may wait for one).
   bool full() const {
     uint64_t last = seq_ + kShotSlots - 1;
-    uint64_t h = area_->slot[last % kShotSlots][0].load(std::memory_order_relaxed);
+    uint64_t h = area_->slot[last % kShotSlots].head.load(std::memory_order_relaxed);
     return static_cast<uint32_t>(h >> 32) == static_cast<uint32_t>(last);
   }
   /// The sequence number of this side's last message.
