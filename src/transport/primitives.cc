@@ -15,6 +15,7 @@
 
 #include "fifo.h"
 #include "os.h"
+#include "test_hooks.h"
 #include "topocoll/cuda.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -22,6 +23,8 @@
 #endif
 
 namespace topocoll::transport {
+
+void (*test_hooks::recvStartBetweenLooks)() = nullptr;
 
 namespace {
 
@@ -568,6 +571,14 @@ bool Transfer::recvStart() {
     ci_.wake->ring();
     posted_ = true;
   }
+  // The tail first, then the LL lines. An LL message does not move the tail, and a send matching our post (or an
+  // eager one) completes as soon as its lines are written, so the sender's next message may be Simple and move the
+  // tail past our step. Lines first and tail second, a receiver could miss lines written just after its look, see
+  // that later tail and take the old header in our step's Simple slot for the message (size mismatch, one message
+  // behind the sender: coll_netns_test's rare reduce_scatter-types failure). A tail past our step read first
+  // (acquire) makes the sender's earlier lines visible to the look that follows.
+  const uint64_t tail = ci_.tail->load(std::memory_order_acquire);
+  if (test_hooks::recvStartBetweenLooks) test_hooks::recvStartBetweenLooks();
   bool found = false;
   if (ci_.buffs[kProtoLL]) {
     std::atomic<uint64_t>* w = llSlot(ci_, firstStep_);
@@ -589,7 +600,7 @@ bool Transfer::recvStart() {
     }
   }
   if (!found) {
-    if (ci_.tail->load(std::memory_order_acquire) <= firstStep_) return false;
+    if (tail <= firstStep_) return false;
     peerHdr_ = *simpleSlot(ci_, firstStep_);
     mode_ = peerHdr_.mode;
     if ((mode_ != kModeSimple && mode_ != kModeRead && mode_ != kModeWriteAsk && mode_ != kModeDevice) ||

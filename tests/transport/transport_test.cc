@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "topocoll/transport/proxy.h"
 #include "topocoll/transport/transport.h"
 #include "transport/fifo.h"
+#include "transport/test_hooks.h"
 
 namespace topocoll::transport {
 namespace {
@@ -267,6 +269,57 @@ TEST(PostedReceive, LetsAMatchingSendCompleteWithoutTheAck) {
   drive(s3);
   EXPECT_TRUE(r4.finished() && !r4.failed()) << r4.error();
   EXPECT_TRUE(s3.finished() && !s3.failed()) << s3.error();
+}
+
+// The interleaving behind coll_netns_test's rare reduce_scatter-types failure: the receiver looks for its step's
+// header; the sender's LL message for that step lands just after its look at the LL lines and completes at once
+// (the receive is posted), and the sender's next message, Simple, publishes a tail past the step. The receiver must
+// take the LL message, not the old header left in that step's Simple slot (here an 8-byte message of an earlier
+// round, as in the failure: "expects 256 x uint8, rank 2 sent 8 x uint8").
+std::function<void()>* gBetweenLooks = nullptr;
+
+TEST(PostedReceive, TakesAnLLMessageThatLandsWhileItLooksForTheHeader) {
+  LocalPair p;
+  TransferOptions ll, simple;
+  ll.singleCopyMin = simple.singleCopyMin = -1;
+  simple.llThreshold = 0;
+  std::vector<uint8_t> small(8, 3), smallOut(8, 0);
+  for (int i = 0; i < kSteps; ++i) {  // every Simple slot holds an old 8-byte header
+    Transfer s(p.send, Transfer::Dir::kSend, small.data(), message(8), simple);
+    Transfer r(p.recv, Transfer::Dir::kRecv, smallOut.data(), message(8), simple);
+    drive(s);
+    drive(r);
+    drive(s);
+    ASSERT_TRUE(s.finished() && !s.failed() && r.finished() && !r.failed()) << s.error() << r.error();
+  }
+  std::vector<uint8_t> a(256), b(256, 0), c(8, 9), d(8, 0);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i * 5 + 1);
+  Transfer s1(p.send, Transfer::Dir::kSend, a.data(), message(256), ll);
+  Transfer s2(p.send, Transfer::Dir::kSend, c.data(), message(8), simple);
+  Transfer r1(p.recv, Transfer::Dir::kRecv, b.data(), message(256), ll);
+  int calls = 0;
+  std::function<void()> peer = [&] {
+    if (calls++) return;
+    drive(s1);  // LL lines, done without the ack: the receive is posted
+    ASSERT_TRUE(s1.finished() && !s1.failed()) << s1.error();
+    drive(s2);  // Simple: the tail moves past r1's step
+    EXPECT_FALSE(s2.finished());
+  };
+  gBetweenLooks = &peer;
+  test_hooks::recvStartBetweenLooks = [] { (*gBetweenLooks)(); };
+  drive(r1);
+  test_hooks::recvStartBetweenLooks = nullptr;
+  EXPECT_GE(calls, 1);
+  ASSERT_TRUE(r1.finished());
+  ASSERT_FALSE(r1.failed()) << r1.error();
+  EXPECT_EQ(a, b);
+  Transfer r2(p.recv, Transfer::Dir::kRecv, d.data(), message(8), simple);
+  drive(r2);
+  drive(s2);
+  EXPECT_TRUE(r2.finished() && !r2.failed()) << r2.error();
+  EXPECT_TRUE(s2.finished() && !s2.failed()) << s2.error();
+  EXPECT_EQ(c, d);
+  EXPECT_FALSE(p.recv.broken());
 }
 
 TEST(EagerSend, NeverOutrunsTheFifo) {
