@@ -29,9 +29,9 @@ void (*test_hooks::recvStartBetweenLooks)() = nullptr;
 namespace {
 
 constexpr size_t kHeaderWords = 4;      // LL: opBytes lo, opBytes hi, partBytes, dtype | nParts | mode
-constexpr size_t kCopyPiece = 4 << 20;
-constexpr size_t kLLBlockWords = 512;
-constexpr size_t kNetInline = 8 << 10;    // NET chunks up to this size go in the slot, with their header   // LL receivers wait for 4 KiB of lines at a time  // single copies advance in pieces: abort and other transfers get turns
+constexpr size_t kCopyPiece = 4 << 20;  // single copies advance in pieces: abort and other transfers get turns
+constexpr size_t kLLBlockWords = 512;   // LL receivers wait for 4 KiB of lines at a time
+constexpr size_t kNetInline = 8 << 10;  // NET chunks up to this size go in the slot, with their header
 
 size_t divUp(size_t a, size_t b) { return (a + b - 1) / b; }
 
