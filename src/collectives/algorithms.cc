@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "topocoll/collectives/reduce.h"
+#include "topocoll/memcopy.h"
 #include "topocoll/status.h"
 
 namespace topocoll::collectives {
@@ -73,10 +74,10 @@ constexpr size_t kBroadcastPiece = 4 << 20;
 // 2-rank Broadcast from this size: two halves over two connectors (broadcastPair); below, one single copy (below
 // 64 KiB, TOPOCOLL_P2P_SINGLE_COPY, through the FIFO).
 constexpr size_t kBroadcastPairMin = 512 << 10;
-// Copies of this size and more whose destination nobody reads during the call stream past the caches (copyUnread).
-// Measured (docs/collectives.md, "Large messages, session 26"): the out-of-place Broadcast root's copy at 2 ranks, 64
-// MiB 1.37x faster; 4-rank AllGather at 64 MiB (16 MiB blocks) 1.17x; from 4 MiB the 4-rank Broadcast lost at 4 MiB.
-constexpr size_t kStreamCopyMin = 16 << 20;
+// Copies of kStreamCopyMin (memcopy.h) and more whose destination nobody reads during the call stream past the caches
+// (copyUnread). Measured (docs/collectives.md, "Large messages, session 26"): the out-of-place Broadcast root's copy
+// at 2 ranks, 64 MiB 1.37x faster; 4-rank AllGather at 64 MiB (16 MiB blocks) 1.17x; from 4 MiB the 4-rank Broadcast
+// lost at 4 MiB.
 // 2-rank AllReduce from this size: allReducePair (single copies out of the peer's buffers) instead of the ring's
 // FIFO steps (measured: 2x faster at 1-2 MiB, level out of place and 10-25% slower in place at 256-512 KiB, where a
 // half is one or two pieces and nothing overlaps), in pieces of kPairPiece bytes through kPairSlots scratch slots
@@ -112,6 +113,7 @@ class Runner {
         chunk_(std::max<size_t>(1, c.chunkBytes / es_)) {}
 
   void run() {
+    l_.streamOutputs(collBytes(a_, n_) >= kStreamCopyMin);
     switch (a_.coll) {
       case Coll::kAllReduce:
         if (c_.algo == Algo::kDirect) return star() ? allReduceStar() : allReduceDirect();

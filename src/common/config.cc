@@ -366,6 +366,11 @@ std::vector<Knob> buildRegistry() {
       "TOPOCOLL_P2P_SINGLE_COPY", "transport", -1, 1ll << 40,
       "P2P messages from this many bytes go in one copy (same process: memcpy; other process: "
       "process_vm_readv/writev where the kernel allows); -1 never"));
+  r.push_back(intKnob<&Config::mapPeerBuffers>(
+      "TOPOCOLL_MAP_PEER_BUFFERS", "transport", 0, 1,
+      "1: a single copy between processes out of or into a buffer of runtime::memAlloc / ncclMemAlloc (shareable "
+      "memory) maps that buffer in the copying process once and copies with loads and stores (2-3x faster than "
+      "process_vm_readv/writev); 0: always process_vm_readv/writev"));
   r.push_back(intKnob<&Config::checkCalls>(
       "TOPOCOLL_CHECK_CALLS", "collectives", 0, 1,
       "1: before every collective all ranks compare what they called (collective, count, type, op, root) and a "

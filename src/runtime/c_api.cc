@@ -235,6 +235,17 @@ tcclResult_t tcclCommCuDevice(const tcclComm_t comm, int* device) {
   });
 }
 
+tcclResult_t tcclMemAlloc(void** ptr, size_t size) {
+  return guarded(nullptr, "tcclMemAlloc", [&] {
+    if (!ptr) topocoll::fail(StatusCode::kInvalidArgument, "ptr is NULL");
+    *ptr = topocoll::runtime::memAlloc(size);
+  });
+}
+
+tcclResult_t tcclMemFree(void* ptr) {
+  return guarded(nullptr, "tcclMemFree", [&] { topocoll::runtime::memFree(ptr, 0); });
+}
+
 tcclResult_t tcclCommGetAsyncError(tcclComm_t comm, tcclResult_t* asyncError) {
   return guarded(comm, "tcclCommGetAsyncError", [&] {
     if (!comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");

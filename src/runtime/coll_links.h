@@ -32,6 +32,7 @@ class CollLinks final : public collectives::Links {
   void waitAll() override;
   void connectAll() override;
   char* scratch(size_t bytes) override;
+  void streamOutputs(bool on) override { streamOutputs_ = on; }
   /// After a failure: lets every posted transfer end (each fails at once on a broken connection, or at the
   /// timeout), so that none touches the user's buffers after the collective returned.
   void drain();
@@ -52,6 +53,7 @@ class CollLinks final : public collectives::Links {
   bool allConnected_ = false;
   char* scratch_ = nullptr;
   size_t scratchBytes_ = 0;
+  bool streamOutputs_ = false;
 };
 
 }  // namespace topocoll::runtime::detail

@@ -41,12 +41,20 @@ int CollLinks::treeDown(int c, int i) const { return c_.channels_[c].treeDown[i]
 
 int CollLinks::send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged,
                     collectives::Copier copier) {
-  ops_.push_back(c_.makeLinkOp(true, c, peer, const_cast<void*>(buf), bytes, proto, staged, pool_, copier));
+  // A push goes into the peer's output (an in-place 2-rank Broadcast's second half), which nobody reads during the
+  // call: a large collective's copy may bypass the caches.
+  ops_.push_back(c_.makeLinkOp(true, c, peer, const_cast<void*>(buf), bytes, proto, staged, pool_, copier,
+                               streamOutputs_ && copier == collectives::Copier::kPush));
   return static_cast<int>(ops_.size()) - 1;
 }
 
 int CollLinks::recv(int c, int peer, void* buf, size_t bytes, Proto proto, bool staged) {
-  ops_.push_back(c_.makeLinkOp(false, c, peer, buf, bytes, proto, staged, pool_));
+  // What lands outside the scratch slots is a part of the output, which this rank does not read again (the slots
+  // are reduced from at once): a large collective's single copies may bypass the caches.
+  const auto* b = static_cast<const char*>(buf);
+  const bool inScratch = scratch_ && b >= scratch_ && b < scratch_ + scratchBytes_;
+  ops_.push_back(c_.makeLinkOp(false, c, peer, buf, bytes, proto, staged, pool_, collectives::Copier::kAny,
+                               streamOutputs_ && !inScratch));
   return static_cast<int>(ops_.size()) - 1;
 }
 
@@ -137,7 +145,7 @@ constexpr size_t kEagerMaxBytes = 64 << 10;
 
 std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes, Proto proto,
                                              bool staged, detail::OpPool& pool,
-                                             collectives::Copier copier) {
+                                             collectives::Copier copier, bool streamStores) {
   Side side = send ? Side::kSend : Side::kRecv;
   transport::Connector* conn = nullptr;
   if (channel < static_cast<int>(channels_.size())) {
@@ -170,6 +178,7 @@ std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, v
   // call) at these sizes, and the data stays in the cache (docs/collectives.md). Data that lands where it stays
   // takes single copies.
   op->opts.singleCopyMin = staged ? -1 : cfg.p2pSingleCopy;
+  op->opts.streamStores = streamStores;
   using Single = transport::TransferOptions::Single;
   op->opts.single = copier == collectives::Copier::kPull   ? Single::kPull
                     : copier == collectives::Copier::kPush ? Single::kPush

@@ -45,6 +45,8 @@ TC_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* err)
 }
 TC_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) { return r(tcclCommCount(c(comm), count)); }
 TC_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) { return r(tcclCommCuDevice(c(comm), device)); }
+TC_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) { return r(tcclMemAlloc(ptr, size)); }
+TC_EXPORT ncclResult_t ncclMemFree(void* ptr) { return r(tcclMemFree(ptr)); }
 TC_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) { return r(tcclCommUserRank(c(comm), rank)); }
 TC_EXPORT ncclResult_t ncclReduce(const void* sb, void* rb, size_t n, ncclDataType_t d, ncclRedOp_t op, int root,
                                   ncclComm_t comm, cudaStream_t st) {
@@ -103,6 +105,8 @@ TC_ALIAS(ncclCommGetAsyncError)
 TC_ALIAS(ncclCommCount)
 TC_ALIAS(ncclCommCuDevice)
 TC_ALIAS(ncclCommUserRank)
+TC_ALIAS(ncclMemAlloc)
+TC_ALIAS(ncclMemFree)
 TC_ALIAS(ncclReduce)
 TC_ALIAS(ncclBcast)
 TC_ALIAS(ncclBroadcast)

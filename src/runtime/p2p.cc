@@ -13,9 +13,11 @@
 #include "engine.h"
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
+#include "topocoll/memcopy.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/oneshot.h"
+#include "topocoll/transport/peer_memory.h"
 
 #ifdef TOPOCOLL_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -120,6 +122,7 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
   op->opts.chunkBytes = p2pChunk_;
   op->opts.netChunkBytes = static_cast<size_t>(cfg.netChunkSize);
   op->opts.singleCopyMin = cfg.p2pSingleCopy;
+  op->opts.streamStores = op->bytes >= kStreamCopyMin;  // a large message does not stay in the cache anyway
   const std::vector<transport::Connector*>& conns = p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
   int nParts = transport::p2pParts(op->bytes, p2pChunk_, static_cast<int>(hosts_.size()), p2pMinChannels_,
                                    static_cast<int>(conns.size()));
@@ -201,6 +204,7 @@ bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, 
   o.chunkBytes = p2pChunk_;
   o.netChunkBytes = static_cast<size_t>(ctx_->cfg.netChunkSize);
   o.singleCopyMin = ctx_->cfg.p2pSingleCopy;
+  o.streamStores = d.bytes >= kStreamCopyMin;
   uint32_t index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;  // counted whatever happens
   bool ran = nParts == 1 ? engine_->runInline(conns, send, buf, d, o) : engine_->runInlineParts(conns, send, buf, d, o, nParts);
   if (!ran) issue(makeOp(send, buf, count, type, peer, index), true);
@@ -305,19 +309,9 @@ bool Communicator::runGroupInline(const std::vector<Op*>& ops) {
 
 void Communicator::waitOps(const std::vector<Op*>& ops) { engine_->waitAll(ops); }
 
-void* memAlloc(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  size_t len = (bytes + (2u << 20) - 1) & ~size_t((2u << 20) - 1);
-  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) fail(StatusCode::kSystemError, "memAlloc of {} bytes: {}", bytes, std::strerror(errno));
-  ::madvise(p, len, MADV_HUGEPAGE);  // best effort
-  return p;
-}
+void* memAlloc(size_t bytes) { return transport::allocShareable(bytes); }
 
-void memFree(void* ptr, size_t bytes) {
-  if (!ptr) return;
-  ::munmap(ptr, (bytes + (2u << 20) - 1) & ~size_t((2u << 20) - 1));
-}
+void memFree(void* ptr, size_t) { transport::freeShareable(ptr); }
 
 void groupStart() { ++tGroup.depth; }
 

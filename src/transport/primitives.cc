@@ -17,6 +17,8 @@
 #include "os.h"
 #include "test_hooks.h"
 #include "topocoll/cuda.h"
+#include "topocoll/memcopy.h"
+#include "topocoll/transport/peer_memory.h"
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -194,7 +196,17 @@ bool Transfer::copySingle(char* local, const char* remote, size_t n, bool pull) 
     withdrawn_ = true;
     return false;
   }
-  if (ci_.flags & kConnDirect) {
+  // The passive side's buffer mapped here (peer_memory.h), checked on a copy of what it wrote.
+  std::shared_ptr<const PeerMapping> mapped;
+  if (ci_.flags & kConnMapPeer) {
+    const RegionRef region = r.region;
+    mapped = mapPeerRegion(ci_.peerPid, region, reinterpret_cast<uint64_t>(remote), n);
+    if (mapped) remote = mapped->at(region, reinterpret_cast<uint64_t>(remote));
+  }
+  if (mapped && opts_.streamStores) {
+    if (pull) copyStreaming(local, remote, n);
+    else copyStreaming(const_cast<char*>(remote), local, n);
+  } else if ((ci_.flags & kConnDirect) || mapped) {
     if (pull) std::memcpy(local, remote, n);
     else std::memcpy(const_cast<char*>(remote), local, n);
   } else {
@@ -484,6 +496,7 @@ bool Transfer::sendSingle() {
     stepsDone_ = 1;
     if (mode_ == kModeRead) {  // the offer of our buffer, for withdraw()
       ci_.rdv->addr = reinterpret_cast<uint64_t>(buf_);
+      ci_.rdv->region = (ci_.flags & kConnMapPeer) ? regionOf(buf_, msg_.partBytes) : RegionRef{};
       ci_.rdv->step.store(firstStep_ + 1, std::memory_order_release);
       handOver(ci_, buf_);
     }
@@ -763,6 +776,7 @@ bool Transfer::recvSingle() {
       return true;
     }
     ci_.rdv->addr = reinterpret_cast<uint64_t>(buf_);
+    ci_.rdv->region = (ci_.flags & kConnMapPeer) ? regionOf(buf_, msg_.partBytes) : RegionRef{};
     handOver(ci_, buf_);  // our buffer, for the sender to write
     ci_.rdv->step.store(firstStep_ + 1, std::memory_order_release);
     stepsDone_ = 1;

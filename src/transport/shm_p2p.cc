@@ -272,7 +272,8 @@ class SharedMemoryTransport : public Transport {
     ci.canPull = &sm->probe.pull;
     ci.canPush = &sm->probe.push;
     ci.peerPid = ctx.peers[c.peer].pid;
-    ci.flags = (r.read ? uint32_t{kConnRead} : 0u) | (r.direct ? uint32_t{kConnDirect} : 0u);
+    ci.flags = (r.read ? uint32_t{kConnRead} : 0u) | (r.direct ? uint32_t{kConnDirect} : 0u) |
+               (p2p_ && !r.direct && ctx.cfg.mapPeerBuffers ? uint32_t{kConnMapPeer} : 0u);
     ci.wake = peerDoorbell(ctx, c.peer).get();
     if (r.gpu) connectDevice(ctx, c, r, ipc);
     c.via = p2p_ ? fmt::format("P2P/{}{}", r.direct ? "direct pointer" : "IPC", r.read ? "/read" : "") : "SHM/direct";

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "topocoll/memcopy.h"
 #include "topocoll/status.h"
 
 namespace topocoll::collectives {
@@ -213,7 +214,7 @@ TEST(Reduce, BadTypeOrOpIsAnError) {
 // The streaming copy moves every byte whatever the alignment of either side and the length (head, 64-byte body,
 // tail), and writes nothing outside the destination.
 TEST(CopyStreaming, EveryAlignmentAndLengthCopiesExactly) {
-  using topocoll::collectives::copyStreaming;
+  using topocoll::copyStreaming;
   std::vector<uint8_t> src(4096 + 64), dst(4096 + 128);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
   for (size_t so : {0, 1, 8, 15, 16, 33})

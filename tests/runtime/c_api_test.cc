@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -53,6 +54,24 @@ TEST_P(CApi, QueriesAndVersion) {
     EXPECT_EQ(rank, r);
     EXPECT_EQ(dev, -1);  // host-memory rank
   }
+}
+
+TEST(CApiMemory, MemAllocGivesZeroedBuffersAndMemFreeRefusesStrangers) {
+  void* p = nullptr;
+  ASSERT_EQ(tcclMemAlloc(&p, 5000), tcclSuccess);
+  ASSERT_NE(p, nullptr);
+  const auto* b = static_cast<const unsigned char*>(p);
+  EXPECT_TRUE(std::all_of(b, b + 5000, [](unsigned char c) { return c == 0; }));
+  EXPECT_EQ(tcclMemFree(p), tcclSuccess);
+  void* none = &p;
+  EXPECT_EQ(tcclMemAlloc(&none, 0), tcclSuccess);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(tcclMemFree(nullptr), tcclSuccess);
+  EXPECT_EQ(tcclMemAlloc(nullptr, 10), tcclInvalidArgument);
+  int onStack = 0;
+  EXPECT_EQ(tcclMemFree(&onStack), tcclInvalidUsage);
+  EXPECT_NE(std::string(tcclGetLastError(nullptr)).find("not a pointer memAlloc returned"), std::string::npos)
+      << tcclGetLastError(nullptr);
 }
 
 TEST_P(CApi, AllReduceSumInAndOutOfPlace) {

@@ -76,6 +76,24 @@ nRanks "allgather from every peer" 3 3 "around the threshold" all_gather_perf -l
 # 2-rank AllGather from 1 MiB of a rank's input: each rank copies its input to its output piece by piece and the peer
 # pulls each piece from there (in place and out of place, around the threshold, odd sizes, a short last piece).
 nRanks "allgather pair" 2 3 "around the threshold" all_gather_perf -l 2097150,2097152,10485766 -d int8
+# memAlloc buffers are mapped by the peers (docs/transport.md, "Shareable buffers"): from 16 MiB the copies into an
+# output stream past the caches (odd sizes: unaligned heads and tails); the same with the mappings off; and the INFO
+# line saying the peer's buffer was mapped.
+nRanks "streamed pulls" 2 4 "both roots, odd sizes" broadcast_perf -l 16777215,16777219 -d int8 -r all
+nRanks "streamed pulls" 3 1 "odd blocks" all_gather_perf -l 50331651 -d int8
+TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks "process_vm_readv only" 2 3 "odd sizes" all_gather_perf -l 16777214,16777218,8388609 -d int8
+if NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P "$B" all_gather_perf -np 2 -l 16M -n 1 -w 0 > "$tmp/map" 2>&1 &&
+  grep -q "buffer .* mapped here" "$tmp/map"; then
+  ok "a peer's memAlloc buffer is mapped ($(grep -c "mapped here" "$tmp/map") INFO lines)"
+else
+  bad "mapped buffers" "$(grep -E "mapped|cannot be" "$tmp/map" | head -3)"
+fi
+if TOPOCOLL_MAP_PEER_BUFFERS=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P "$B" all_gather_perf -np 2 -l 16M -n 1 -w 0 \
+  > "$tmp/map" 2>&1 && ! grep -q "mapped here" "$tmp/map"; then
+  ok "TOPOCOLL_MAP_PEER_BUFFERS=0: nothing mapped"
+else
+  bad "TOPOCOLL_MAP_PEER_BUFFERS=0" "$(grep -E "mapped" "$tmp/map" | head -3)"
+fi
 
 # killMid NAME INDEX RANK TEST -np N: runs TEST on 64 MiB, kills the INDEX-th forked rank (rank RANK) with -9 in the
 # middle of a collective; the others must fail naming it (the survivors' lines say "rank RANK"), nobody may hang.

@@ -1,5 +1,5 @@
 /* A program written against NCCL's API (nccl.h), unchanged except that its buffers are host memory and its stream
- * is NULL: built with topocoll's nccl.h and linked with libtopocoll_nccl.so. Three ranks (forked processes) run
+ * is NULL (and ncclMemAlloc gives host memory): built with topocoll's nccl.h and linked with libtopocoll_nccl.so. Three ranks (forked processes) run
  * AllReduce, Broadcast, AllGather, ReduceScatter and a grouped Send/Recv ring, and check every element. */
 #include <nccl.h>
 #include <stdio.h>
@@ -23,9 +23,10 @@
 static int run(int rank, ncclUniqueId id) {
   ncclComm_t comm;
   int n = 0, me = -1;
-  float *in = malloc(sizeof(float) * COUNT * NRANKS), *out = malloc(sizeof(float) * COUNT * NRANKS);
+  float *in = malloc(sizeof(float) * COUNT * NRANKS), *out = NULL;
   int bad = 0;
   CHECK(ncclCommInitRank(&comm, NRANKS, id, rank));
+  CHECK(ncclMemAlloc((void**)&out, sizeof(float) * COUNT * NRANKS)); /* host memory here, device memory in NCCL */
   CHECK(ncclCommCount(comm, &n));
   CHECK(ncclCommUserRank(comm, &me));
   if (n != NRANKS || me != rank) bad++;
@@ -54,7 +55,7 @@ static int run(int rank, ncclUniqueId id) {
 
   CHECK(ncclCommDestroy(comm));
   free(in);
-  free(out);
+  CHECK(ncclMemFree(out));
   printf("rank %d: %s\n", rank, bad ? "WRONG" : "OK");
   return bad ? 1 : 0;
 }

@@ -38,7 +38,7 @@ using Clock = std::chrono::steady_clock;
 
 double now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
-// Test buffers from runtime::memAlloc (huge pages, as ncclMemAlloc gives), from the heap with --malloc, or device
+// Test buffers from runtime::memAlloc (shareable, as ncclMemAlloc gives), from the heap with --malloc, or device
 // memory with --device (cudaMalloc, as nccl-tests; host() is then a heap shadow the data is prepared and checked in).
 class Buffer {
  public:
@@ -116,7 +116,7 @@ const char kHelp[] =
     "                             floor(count/n) elements (at least 1) as the peers count them, and an iters column\n"
     "  --max-iters <n>            cap of -T's iterations (default 1000000)\n"
     "  -W <n>                     bw_perf's window (default 64)\n"
-    "  --malloc                   heap buffers instead of runtime::memAlloc (huge pages, like ncclMemAlloc)\n"
+    "  --malloc                   heap buffers instead of runtime::memAlloc (shareable, like ncclMemAlloc)\n"
     "  --device                   device buffers (cudaMalloc on the current device, as nccl-tests) and a CUDA stream\n"
     "                             per rank; prints the device's cudaMemcpy device-to-device bandwidth (measured\n"
     "                             first, in the same run) and, per size, busbw as % of the copy bound of the\n"

@@ -106,6 +106,10 @@ class Links {
   virtual void connectAll() = 0;
   /// A buffer of at least `bytes` owned by the communicator (kept between calls: no allocation per call).
   virtual char* scratch(size_t bytes) = 0;
+  /// For the collective about to run: whether single copies into this rank's output (receives outside the scratch)
+  /// and pushes into a peer's may bypass the caches (the output is kStreamCopyMin or more). Where a copy goes
+  /// through a mapping of the peer's buffer (transport/peer_memory.h) it then uses copyStreaming.
+  virtual void streamOutputs(bool on) { (void)on; }
 };
 
 /// Runs the collective `a` with `c`. Every rank calls it with the same collective, count, type, op and root.

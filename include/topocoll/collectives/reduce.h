@@ -23,11 +23,6 @@ void reduceMany(DataType type, RedOp op, void* dst, const void* const* srcs, int
 /// Avg's last step: dst[i] /= nRanks (integers: truncating division, as NCCL's SumPostDiv).
 void finishAvg(DataType type, void* dst, size_t count, int nRanks);
 
-/// memcpy whose stores bypass the caches (x86-64: SSE2 non-temporal stores, then a store fence; elsewhere memcpy):
-/// for large copies whose destination nobody reads soon. A regular store first reads its line for ownership; these
-/// do not, so a copy out of DRAM moves two accesses per byte instead of three. dst and src must not overlap.
-void copyStreaming(void* dst, const void* src, size_t bytes);
-
 /// Conversions used by the reductions (exposed for tests and for the GPU path's host reference).
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);

@@ -214,7 +214,8 @@ class Communicator {
   void runNow(detail::CollTask& t);
   std::shared_ptr<detail::Op> makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes,
                                          collectives::Proto proto, bool staged, detail::OpPool& pool,
-                                         collectives::Copier copier = collectives::Copier::kAny);
+                                         collectives::Copier copier = collectives::Copier::kAny,
+                                         bool streamStores = false);
 
  private:
   Communicator();
@@ -346,10 +347,11 @@ class Communicator {
   std::vector<std::shared_ptr<std::vector<char>>> allToAllCopies_;  // inputs of in-place all-to-alls in flight
 };
 
-/// NCCL's ncclMemAlloc / ncclMemFree for host memory: page-aligned, zeroed, backed by transparent huge pages where
-/// the kernel has them (madvise). Buffers from here make single copies between processes (process_vm_readv) much
-/// faster: the kernel pins 2 MiB pages instead of 4 KiB ones. Any buffer works with send/recv; these are the fast
-/// ones. Throws Error(kSystemError) when the memory cannot be mapped.
+/// NCCL's ncclMemAlloc / ncclMemFree for host memory: zeroed, in whole 2 MiB pages, shareable (a memfd: ranks of
+/// other processes on the host map it and copy into or out of it with loads and stores, 2-3x faster than
+/// process_vm_readv; TOPOCOLL_MAP_PEER_BUFFERS, docs/transport.md "Shareable buffers"). Any buffer works with every
+/// operation; these are the fast ones for large messages. Throws Error(kSystemError) when no memory can be had;
+/// memFree throws Error(kInvalidUsage) for a pointer memAlloc did not return (`bytes` is not needed any more).
 void* memAlloc(size_t bytes);
 void memFree(void* ptr, size_t bytes);
 

@@ -101,6 +101,10 @@ struct TransferOptions {
   /// (the receiver pulls) or write (the sender pushes). Lets the two sides split the copying (2-rank Broadcast).
   enum class Single : uint8_t { kAsConnector, kPull, kPush };
   Single single = Single::kAsConnector;
+  /// A single copy this side makes through a mapping of the peer's buffer (peer_memory.h) bypasses the caches
+  /// (copyStreaming): for data that lands where nobody reads it soon (a collective's output, not the slots it
+  /// reduces from). Without a mapping (process_vm_readv/writev, same process) it changes nothing.
+  bool streamStores = false;
   /// This side's buffer is CUDA device memory: the data goes through the connection's device FIFO (P2P/IPC between
   /// GPU ranks) or is staged through the host Simple slots, always with cudaMemcpyAsync on `stream` (a
   /// cudaStream_t; null: the default stream), synchronised before a step is published. Never LL or single copies.

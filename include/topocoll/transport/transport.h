@@ -134,6 +134,17 @@ struct alignas(64) Counter {
 
 /// The rendezvous slot of single-copy transfers: the passive side's buffer address. Over NET, the receiver's
 /// buffer for its proxy, with what the receiver expects (data lands there only when the sender's header matches).
+/// A shareable buffer (transport::allocShareable, behind runtime::memAlloc and ncclMemAlloc) as its owner describes
+/// it to a peer: the peer imports the memfd (pidfd_getfd) and maps it, so that its single copies into or out of the
+/// buffer are loads and stores instead of process_vm_readv/writev. fd < 0: not in a shareable buffer.
+struct RegionRef {
+  uint64_t owner = 0;   // the owning process's random key (a pid may be reused, a key is not)
+  uint64_t serial = 0;  // the buffer's number in that process (never reused)
+  uint64_t base = 0, len = 0;  // the buffer's address and bytes in the owner's address space
+  int32_t fd = -1;      // the memfd's descriptor number in the owner
+  uint32_t pad = 0;
+};
+
 struct alignas(64) Rendezvous {
   std::atomic<uint64_t> step{0};  // step+1 of the op the address is for (single copy: 0 once withdrawn)
   uint64_t addr = 0;
@@ -141,6 +152,7 @@ struct alignas(64) Rendezvous {
   uint32_t dtype = 0, nParts = 0;
   std::atomic<uint64_t> copying{0};  // single copy: step+1 of the op the active side is copying a piece for
   char pad[8];
+  RegionRef region;  // single copy: the shareable buffer `addr` lies in, written before `step`
 };
 
 /// NCCL's ncclConnInfo: what the data movers see of one connector.
@@ -186,6 +198,7 @@ enum ConnFlags : uint32_t {
   kConnDirect = 1u << 1,      // same process: the peer's user buffer is addressable (P2P/direct pointer)
   kConnCma = 1u << 2,         // other process: single copies with process_vm_readv/writev
   kConnNet = 1u << 3,         // NET: a proxy moves the slots; completion is a separate ack counter
+  kConnMapPeer = 1u << 4,     // other process: single copies map the peer's shareable buffers (peer_memory.h)
 };
 
 /// A transport's per-connector resources; the destructor is NCCL's free.

@@ -1,0 +1,49 @@
+// Shareable host buffers and the peers' views of them (NCCL's user-buffer registration for host memory, our own
+// design). allocShareable gives memory backed by a memfd and records it; a single copy whose passive side's buffer
+// lies in such memory names it in the rendezvous (RegionRef), and the active side imports the memfd with
+// pidfd_getfd (the same permission process_vm_readv needs), maps it once per buffer and copies with loads and
+// stores. Where any of that fails the copy goes through process_vm_readv/writev as before.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "topocoll/transport/transport.h"
+
+namespace topocoll::transport {
+
+/// `bytes` of zeroed memory backed by a memfd (rounded up to 2 MiB), recorded for regionOf; anonymous memory where
+/// memfd_create fails. Throws kSystemError when no memory can be had. Never nullptr for bytes > 0.
+void* allocShareable(size_t bytes);
+/// Frees what allocShareable returned (nullptr: nothing). Throws kInvalidUsage for a pointer it did not return.
+void freeShareable(void* p);
+/// The shareable buffer holding [p, p + n), or a RegionRef with fd < 0.
+RegionRef regionOf(const void* p, size_t n);
+
+/// A peer's shareable buffer mapped here; unmapped when the last holder lets go.
+class PeerMapping {
+ public:
+  PeerMapping(char* base, size_t len) : base_(base), len_(len) {}
+  PeerMapping(const PeerMapping&) = delete;
+  PeerMapping& operator=(const PeerMapping&) = delete;
+  ~PeerMapping();
+  /// The local address of the owner's address `remote` (the caller checked the range with RegionRef).
+  char* at(const RegionRef& r, uint64_t remote) const { return base_ + (remote - r.base); }
+
+ private:
+  char* base_;
+  size_t len_;
+};
+
+/// This process's view of `r`, a buffer of process `pid`, mapped on first use and cached (a bounded number of
+/// buffers; dropping one from the cache unmaps it once no copy holds it). nullptr when the range [remote, remote +
+/// n) is not inside r, or the import fails (no permission, the process is gone, the descriptor is not that
+/// buffer's memfd): the caller copies with process_vm_readv/writev; a failed import is not retried for that buffer.
+std::shared_ptr<const PeerMapping> mapPeerRegion(pid_t pid, const RegionRef& r, uint64_t remote, size_t n);
+
+/// Mappings cached now (tests).
+size_t peerMappingsCached();
+
+}  // namespace topocoll::transport

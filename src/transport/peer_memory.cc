@@ -1,0 +1,207 @@
+// Shareable host buffers and the peers' views of them (peer_memory.h).
+#include "topocoll/transport/peer_memory.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "os.h"
+#include "topocoll/log.h"
+#include "topocoll/status.h"
+
+namespace topocoll::transport {
+namespace {
+
+constexpr size_t kAlign = size_t{2} << 20;  // whole huge pages, as NCCL's ncclMemAlloc rounds to its granularity
+constexpr size_t kMaxMappings = 64;         // peers' buffers mapped at once (imports and failures alike)
+
+struct Owned {
+  size_t len;
+  int fd;  // -1: anonymous memory (no memfd could be had)
+  uint64_t owner, serial;
+};
+
+struct Registry {
+  std::mutex mu;
+  std::map<uintptr_t, Owned> owned;  // by base address
+  uint64_t key = 0;                  // this process's key, 0 until first needed (and again in a forked child)
+  uint64_t nextSerial = 1;
+};
+
+Registry& ownedBuffers() {
+  static Registry* r = [] {
+    auto* reg = new Registry;  // never destroyed: buffers may be freed from static destructors
+    // A forked child shares its parent's buffers (MAP_SHARED) under the parent's key and serials, which still name
+    // those memfds; what it allocates itself gets a key of its own.
+    // The locks are held across fork() so that the child never inherits one taken by another thread.
+    ::pthread_atfork([] { ownedBuffers().mu.lock(); }, [] { ownedBuffers().mu.unlock(); },
+                     [] {
+                       ownedBuffers().key = 0;
+                       ownedBuffers().mu.unlock();
+                     });
+    return reg;
+  }();
+  return *r;
+}
+
+uint64_t processKey(Registry& r) {
+  while (r.key == 0) {
+    if (::getrandom(&r.key, sizeof r.key, 0) != static_cast<ssize_t>(sizeof r.key))
+      r.key = static_cast<uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(::time(nullptr));
+  }
+  return r.key;
+}
+
+std::string memfdName(uint64_t owner, uint64_t serial) { return fmt::format("topocoll-buf-{:016x}-{}", owner, serial); }
+
+struct Imports {
+  std::mutex mu;
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const PeerMapping>> byRegion;  // nullptr: import failed
+  std::deque<std::pair<uint64_t, uint64_t>> order;                                       // oldest first
+};
+
+Imports& imports() {
+  static auto* i = new Imports;
+  return *i;
+}
+
+// The owner's memfd as a descriptor of ours, checked to be that buffer's (its name carries key and serial); -1 if
+// it cannot be had.
+os::Fd importFd(pid_t pid, const RegionRef& r) {
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+  os::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd.valid()) return os::Fd();
+  os::Fd fd(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), r.fd, 0)));
+  if (!fd.valid()) return os::Fd();
+  char link[256];
+  std::string path = fmt::format("/proc/self/fd/{}", fd.get());
+  ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+  if (n <= 0) return os::Fd();
+  link[n] = 0;
+  const std::string want = "/memfd:" + memfdName(r.owner, r.serial) + " ";  // then "(deleted)"
+  if (std::strncmp(link, want.c_str(), want.size()) != 0 || os::fileSize(fd.get()) < r.len) return os::Fd();
+  return fd;
+#else
+  (void)pid, (void)r;
+  return os::Fd();
+#endif
+}
+
+}  // namespace
+
+PeerMapping::~PeerMapping() { ::munmap(base_, len_); }
+
+void* allocShareable(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (bytes > (size_t{1} << 50)) fail(StatusCode::kInvalidArgument, "memAlloc of {} bytes: too large", bytes);
+  const size_t len = (bytes + kAlign - 1) & ~(kAlign - 1);
+  Registry& reg = ownedBuffers();
+  uint64_t owner, serial;
+  {
+    std::lock_guard<std::mutex> lk(reg.mu);
+    owner = processKey(reg);
+    serial = reg.nextSerial++;
+  }
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, memfdName(owner, serial).c_str(), MFD_CLOEXEC));
+  void* p = MAP_FAILED;
+  if (fd >= 0) {
+    if (::ftruncate(fd, static_cast<off_t>(len)) == 0)
+      p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) ::close(fd), fd = -1;
+  }
+  if (p == MAP_FAILED) {  // no memfd (seccomp, an old kernel, a limit): private memory, copied with process_vm_*
+    p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail(StatusCode::kSystemError, "memAlloc of {} bytes: {}", bytes, std::strerror(errno));
+  }
+  ::madvise(p, len, MADV_HUGEPAGE);  // best effort (shared memory gets huge pages only where shmem_enabled allows)
+  std::lock_guard<std::mutex> lk(reg.mu);
+  reg.owned[reinterpret_cast<uintptr_t>(p)] = Owned{len, fd, owner, serial};
+  return p;
+}
+
+void freeShareable(void* p) {
+  if (!p) return;
+  Registry& reg = ownedBuffers();
+  Owned o;
+  {
+    std::lock_guard<std::mutex> lk(reg.mu);
+    auto it = reg.owned.find(reinterpret_cast<uintptr_t>(p));
+    if (it == reg.owned.end()) fail(StatusCode::kInvalidUsage, "memFree({}): not a pointer memAlloc returned", p);
+    o = it->second;
+    reg.owned.erase(it);
+  }
+  ::munmap(p, o.len);
+  if (o.fd >= 0) ::close(o.fd);
+}
+
+RegionRef regionOf(const void* p, size_t n) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  Registry& reg = ownedBuffers();
+  std::lock_guard<std::mutex> lk(reg.mu);
+  auto it = reg.owned.upper_bound(a);
+  if (it == reg.owned.begin()) return {};
+  --it;
+  const Owned& o = it->second;
+  if (o.fd < 0 || a - it->first > o.len || n > o.len - (a - it->first)) return {};
+  RegionRef r;
+  r.owner = o.owner;
+  r.serial = o.serial;
+  r.base = it->first;
+  r.len = o.len;
+  r.fd = o.fd;
+  return r;
+}
+
+std::shared_ptr<const PeerMapping> mapPeerRegion(pid_t pid, const RegionRef& r, uint64_t remote, size_t n) {
+  // What the peer wrote is checked before it is used: the range inside the buffer, a plausible descriptor.
+  if (r.fd < 0 || r.len == 0 || remote < r.base || remote - r.base > r.len || n > r.len - (remote - r.base) ||
+      pid <= 0)
+    return nullptr;
+  Imports& im = imports();
+  const auto key = std::make_pair(r.owner, r.serial);
+  {
+    std::lock_guard<std::mutex> lk(im.mu);
+    auto it = im.byRegion.find(key);
+    if (it != im.byRegion.end()) return it->second;
+  }
+  std::shared_ptr<const PeerMapping> m;
+  if (os::Fd fd = importFd(pid, r); fd.valid()) {
+    void* p = ::mmap(nullptr, r.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (p != MAP_FAILED) m = std::make_shared<const PeerMapping>(static_cast<char*>(p), r.len);
+  }
+  if (m)
+    TC_INFO(log::kP2p, "P2P : process {}'s buffer {:#x} ({} bytes) mapped here: single copies of it are loads and "
+            "stores", pid, r.base, r.len);
+  else
+    TC_INFO(log::kP2p, "P2P : process {}'s buffer {:#x} ({} bytes) cannot be mapped here: single copies of it use "
+            "process_vm_readv/writev", pid, r.base, r.len);
+  std::lock_guard<std::mutex> lk(im.mu);
+  auto [it, inserted] = im.byRegion.emplace(key, m);
+  if (!inserted) return it->second;  // another thread imported it meanwhile: ours unmaps as it goes
+  im.order.push_back(key);
+  while (im.order.size() > kMaxMappings) {
+    im.byRegion.erase(im.order.front());  // a copy still holding it keeps it mapped until it ends
+    im.order.pop_front();
+  }
+  return m;
+}
+
+size_t peerMappingsCached() {
+  Imports& im = imports();
+  std::lock_guard<std::mutex> lk(im.mu);
+  return im.byRegion.size();
+}
+
+}  // namespace topocoll::transport

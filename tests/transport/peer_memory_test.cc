@@ -1,0 +1,122 @@
+// Shareable buffers (runtime::memAlloc) and a peer process's view of them: what regionOf finds, that a peer maps
+// exactly the buffer named and refuses forged descriptions, and that the mapping reads and writes the owner's bytes.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "topocoll/status.h"
+#include "topocoll/transport/peer_memory.h"
+
+namespace topocoll::transport {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+TEST(ShareableBuffer, RegionOfCoversExactlyTheBuffer) {
+  EXPECT_EQ(allocShareable(0), nullptr);
+  char* p = static_cast<char*>(allocShareable(3 * kMiB));
+  ASSERT_NE(p, nullptr);
+  for (size_t i = 0; i < 4 * kMiB; i += 4096) ASSERT_EQ(p[i], 0) << "zeroed, rounded up to 2 MiB pages";
+  RegionRef r = regionOf(p, 3 * kMiB);
+  ASSERT_GE(r.fd, 0);
+  EXPECT_EQ(r.base, reinterpret_cast<uint64_t>(p));
+  EXPECT_EQ(r.len, 4 * kMiB);
+  EXPECT_NE(r.owner, 0u);
+  EXPECT_GE(regionOf(p + 1, 4 * kMiB - 1).fd, 0);
+  EXPECT_LT(regionOf(p + 1, 4 * kMiB).fd, 0) << "one byte past the end";
+  EXPECT_LT(regionOf(p - 1, 1).fd, 0);
+  int onStack = 0;
+  EXPECT_LT(regionOf(&onStack, sizeof onStack).fd, 0);
+  char* q = static_cast<char*>(allocShareable(1));
+  EXPECT_NE(regionOf(q, 1).serial, r.serial) << "every buffer has its own number";
+  EXPECT_EQ(regionOf(q, 1).owner, r.owner);
+  freeShareable(q);
+  freeShareable(p);
+  EXPECT_LT(regionOf(p, 1).fd, 0) << "freed";
+  freeShareable(nullptr);
+}
+
+TEST(ShareableBuffer, FreeingAPointerItDidNotGiveFailsClearly) {
+  int onStack = 0;
+  try {
+    freeShareable(&onStack);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidUsage);
+    EXPECT_NE(std::string(e.what()).find("not a pointer memAlloc returned"), std::string::npos) << e.what();
+  }
+  void* p = allocShareable(100);
+  freeShareable(p);
+  EXPECT_THROW(freeShareable(p), Error) << "twice";
+}
+
+// A child process allocates a buffer, fills it and tells the parent where it is; the parent maps it, checks the
+// bytes, writes its own and the child checks those. Forged descriptions of the buffer are refused.
+TEST(PeerMapping, MapsThePeersBufferAndRefusesForgedDescriptions) {
+  void* inherited = allocShareable(kMiB);  // allocated before the fork: shared with the child, under our key
+  const RegionRef mine = regionOf(inherited, kMiB);
+  int toParent[2], toChild[2];
+  ASSERT_EQ(::pipe(toParent), 0);
+  ASSERT_EQ(::pipe(toChild), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    char* b = static_cast<char*>(allocShareable(2 * kMiB));
+    for (size_t i = 0; i < 2 * kMiB; ++i) b[i] = static_cast<char>(i * 7 + 1);
+    RegionRef r = regionOf(b, 2 * kMiB);
+    RegionRef inh = regionOf(inherited, kMiB);
+    bool ok = r.fd >= 0 && r.owner != mine.owner && inh.owner == mine.owner && inh.serial == mine.serial;
+    ok = ok && ::write(toParent[1], &r, sizeof r) == static_cast<ssize_t>(sizeof r);
+    char go = 0;
+    ok = ok && ::read(toChild[0], &go, 1) == 1;
+    for (size_t i = 4096; i < 4096 + 8192; ++i) ok = ok && b[i] == static_cast<char>(i * 3);
+    _exit(ok ? 0 : 1);
+  }
+  RegionRef r;
+  ASSERT_EQ(::read(toParent[0], &r, sizeof r), static_cast<ssize_t>(sizeof r));
+  const size_t before = peerMappingsCached();
+  // Outside the buffer: refused before any import.
+  EXPECT_EQ(mapPeerRegion(pid, r, r.base - 1, 16), nullptr);
+  EXPECT_EQ(mapPeerRegion(pid, r, r.base + r.len - 8, 16), nullptr);
+  EXPECT_EQ(peerMappingsCached(), before);
+  // Another buffer's number, another process's key, another descriptor: the memfd's name does not match.
+  RegionRef forged = r;
+  forged.serial += 1000;
+  EXPECT_EQ(mapPeerRegion(pid, forged, r.base, 16), nullptr);
+  forged = r;
+  forged.owner ^= 1;
+  EXPECT_EQ(mapPeerRegion(pid, forged, r.base, 16), nullptr);
+  forged = r;
+  forged.fd = 0;
+  forged.serial += 2000;
+  EXPECT_EQ(mapPeerRegion(pid, forged, r.base, 16), nullptr);
+  forged = r;
+  forged.len *= 2;  // bigger than the memfd
+  forged.serial += 3000;
+  EXPECT_EQ(mapPeerRegion(pid, forged, r.base, 16), nullptr);
+  // The real one.
+  auto m = mapPeerRegion(pid, r, r.base + 4096, 8192);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(mapPeerRegion(pid, r, r.base, r.len), m) << "mapped once";
+  const char* at = m->at(r, r.base + 4096);
+  bool same = true;
+  for (size_t i = 4096; i < 4096 + 8192; ++i) same = same && at[i - 4096] == static_cast<char>(i * 7 + 1);
+  EXPECT_TRUE(same);
+  char* w = const_cast<char*>(at);
+  for (size_t i = 4096; i < 4096 + 8192; ++i) w[i - 4096] = static_cast<char>(i * 3);
+  ASSERT_EQ(::write(toChild[1], "g", 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child saw our bytes";
+  // The owner is gone; the mapping still holds the memory, so a copy under way never faults.
+  EXPECT_EQ(at[0], static_cast<char>(4096 * 3));
+  for (int fd : {toParent[0], toParent[1], toChild[0], toChild[1]}) ::close(fd);
+  freeShareable(inherited);
+}
+
+}  // namespace
+}  // namespace topocoll::transport
