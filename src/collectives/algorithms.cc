@@ -87,6 +87,9 @@ constexpr size_t kPairPiece = 256 << 10;
 // reduceScatterStar's pieces: at 4 ranks (on 2 cores) 1 MiB beat 256 KiB by 1.1-1.3x from 4 MiB (fewer hand-overs,
 // each a wake-up) and 85 KiB was 1.5x slower.
 constexpr size_t kStarPiece = 1 << 20;
+// Star and pair reductions from this size (collBytes) reduce straight out of the peers' inputs when every rank can map
+// every peer's (mapInputs): two rounds of small messages decide it, which the copies they save repay from here.
+constexpr size_t kMappedInputsMin = 1 << 20;
 // 2-rank ReduceScatter from this size of a rank's output (count bytes): reduceScatterPair (the first half of
 // allReducePair) instead of the ring's FIFO steps (measured: 1.3x faster at 64 KiB, 2x from 128 KiB; slower out of
 // place at 32 KiB, where the pulls are too small to be single copies).
@@ -113,7 +116,7 @@ class Runner {
         chunk_(std::max<size_t>(1, c.chunkBytes / es_)) {}
 
   void run() {
-    l_.streamOutputs(collBytes(a_, n_) >= kStreamCopyMin);
+    l_.beginCollective(collBytes(a_, n_) >= kStreamCopyMin);
     switch (a_.coll) {
       case Coll::kAllReduce:
         if (c_.algo == Algo::kDirect) return star() ? allReduceStar() : allReduceDirect();
@@ -250,6 +253,17 @@ class Runner {
   void allReducePair() {
     const int peer = 1 - me_;
     const Range mine = split(a_.count, 2, me_), theirs = split(a_.count, 2, peer);
+    if (auto in = mapInputs(); !in.empty()) {
+      // The peer's reduced pieces come after it read this rank's input: neither returns while the other reads.
+      for (size_t b = theirs.begin; b < theirs.end; b += pieceElems(kPairPiece))
+        recv(1, peer, at(recv_, b), std::min(pieceElems(kPairPiece), theirs.end - b));
+      reduceMapped(mine, at(recv_, mine.begin), in, [&](Range r) {
+        send(1, peer, at(recv_, r.begin), r.size(), false, Copier::kPull);
+        l_.start();
+      });
+      l_.waitAll();
+      return;
+    }
     // Receives from one peer are matched in the order they are posted: the peer's reduced piece k is received after
     // the inputs of pieces up to k + kPairSlots, which the peer sent first.
     pairReduce(
@@ -264,6 +278,10 @@ class Runner {
     const int peer = 1 - me_;
     const size_t count = a_.count;
     const Range mine{me_ * count, (me_ + 1) * count}, theirs{peer * count, (peer + 1) * count};
+    if (auto in = mapInputs(); !in.empty()) {
+      reduceMapped(mine, recv_, in, [](Range) {});
+      return barrier();  // the peer may still be reading this rank's input
+    }
     pairReduce(mine, theirs, recv_, [](Range) {}, [](Range) {});
   }
 
@@ -271,6 +289,10 @@ class Runner {
   // output (starReduce).
   void reduceScatterStar() {
     const size_t count = a_.count;
+    if (auto in = mapInputs(); !in.empty()) {
+      reduceMapped(Range{me_ * count, (me_ + 1) * count}, recv_, in, [](Range) {});
+      return barrier();  // the peers may still be reading this rank's input
+    }
     starReduce([&](int q) { return Range{q * count, (q + 1) * count}; }, recv_);
   }
 
@@ -282,7 +304,9 @@ class Runner {
   void allReduceStar() {
     const size_t count = a_.count;
     auto block = [&](int q) { return split(count, n_, q); };
-    starReduce(block, at(recv_, block(me_).begin));
+    // The gather waits for every peer's reduced block, offered after that peer read this rank's input: no barrier.
+    if (auto in = mapInputs(); !in.empty()) reduceMapped(block(me_), at(recv_, block(me_).begin), in, [](Range) {});
+    else starReduce(block, at(recv_, block(me_).begin));
     starGather(at(recv_, block(me_).begin), block, recv_, [] {});
   }
 
@@ -376,6 +400,69 @@ class Runner {
     l_.start();
     local();
     l_.waitAll();
+  }
+
+  size_t pieceElems(size_t bytes) const { return std::max<size_t>(1, bytes / es_); }
+
+  // Reductions straight out of the peers' inputs (docs/collectives.md, "Mapped inputs"). Every rank describes its
+  // input to every peer, maps the peers' inputs, and tells every peer whether it could map them all: the inputs
+  // (index: rank; this rank's is send_) when every rank mapped every input, else empty, the same answer on every rank.
+  // Two rounds of one small message per pair, on channel 0.
+  std::vector<const char*> mapInputs() {
+    if (collBytes(a_, n_) < kMappedInputsMin || n_ < 2 || n_ > kDirectMaxRanks) return {};
+    const size_t inBytes = (a_.coll == Coll::kReduceScatter ? a_.count * n_ : a_.count) * es_;
+    PeerBuffer mine;
+    if (!l_.describeBuffer(send_, inBytes, &mine)) mine = PeerBuffer{};
+    std::vector<PeerBuffer> theirs(n_);
+    exchange(&mine, theirs.data(), sizeof(PeerBuffer));
+    std::vector<const char*> in(n_, nullptr);
+    in[me_] = send_;
+    uint64_t ok = 1;
+    for (int q = 0; q < n_ && ok; ++q)
+      if (q != me_ && !(in[q] = l_.mapPeerBuffer(q, theirs[q]))) ok = 0;
+    std::vector<uint64_t> oks(n_);
+    exchange(&ok, oks.data(), sizeof ok);
+    for (int q = 0; q < n_; ++q)
+      if (q != me_) ok &= oks[q];
+    if (!ok) in.clear();
+    return in;
+  }
+  // Sends `bytes` at `mine` to every peer and receives every peer's into all[peer] (all[me] untouched), LL.
+  void exchange(const void* mine, void* all, size_t bytes) {
+    for (int i = 1; i < n_; ++i) {
+      const int to = (me_ + i) % n_, from = (me_ + n_ - i) % n_;
+      l_.recv(0, from, static_cast<char*>(all) + from * bytes, bytes, Proto::kLL, false);
+      l_.send(0, to, mine, bytes, Proto::kLL, false, Copier::kAny);
+    }
+    l_.waitAll();
+  }
+  // Every rank waits until every rank got here.
+  void barrier() {
+    uint64_t token = 1;
+    std::vector<uint64_t> all(n_);
+    exchange(&token, all.data(), sizeof token);
+  }
+  // Reduces `mine` (elements of every rank's input) out of the inputs `in` (mapInputs) into `out` (element i of
+  // mine at out[i - mine.begin]), in pieces; reduced(piece) after each. The operands go in the order of the copying
+  // algorithms (pairReduce: the peer's, then this rank's; starReduce: this rank's, then the peers' from the previous
+  // rank backwards), so that either path gives the same bits.
+  template <class Reduced>
+  void reduceMapped(Range mine, char* out, const std::vector<const char*>& in, const Reduced& reduced) {
+    const size_t piece = pieceElems(n_ == 2 ? kPairPiece : kStarPiece);
+    const void* srcs[kDirectMaxRanks];
+    for (size_t b = mine.begin; b < mine.end; b += piece) {
+      const Range r{b, std::min(mine.end, b + piece)};
+      char* dst = at(out, r.begin - mine.begin);
+      if (n_ == 2) {
+        reduce2(dst, at(in[1 - me_], r.begin), at(send_, r.begin), r.size());
+      } else {
+        srcs[0] = at(send_, r.begin);
+        for (int i = 1; i < n_; ++i) srcs[i] = at(in[(me_ + n_ - i) % n_], r.begin);
+        reduceMany(a_.type, a_.op, dst, srcs, n_, r.size());
+      }
+      avg(dst, r.size());
+      reduced(r);
+    }
   }
 
   // Single copies every other rank pulls, starting with the next rank.

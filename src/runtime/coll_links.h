@@ -6,6 +6,7 @@
 
 #include "engine.h"
 #include "topocoll/collectives/algorithms.h"
+#include "topocoll/transport/peer_memory.h"
 
 namespace topocoll::runtime {
 class Communicator;
@@ -32,7 +33,9 @@ class CollLinks final : public collectives::Links {
   void waitAll() override;
   void connectAll() override;
   char* scratch(size_t bytes) override;
-  void streamOutputs(bool on) override { streamOutputs_ = on; }
+  void beginCollective(bool streamOutputs) override;
+  bool describeBuffer(const void* p, size_t bytes, collectives::PeerBuffer* out) override;
+  const char* mapPeerBuffer(int peer, const collectives::PeerBuffer& b) override;
   /// After a failure: lets every posted transfer end (each fails at once on a broken connection, or at the
   /// timeout), so that none touches the user's buffers after the collective returned.
   void drain();
@@ -54,6 +57,7 @@ class CollLinks final : public collectives::Links {
   char* scratch_ = nullptr;
   size_t scratchBytes_ = 0;
   bool streamOutputs_ = false;
+  std::vector<std::shared_ptr<const transport::PeerMapping>> mapped_;  // the peers' buffers this collective reads
 };
 
 }  // namespace topocoll::runtime::detail

@@ -87,6 +87,48 @@ void CollLinks::recycle() {
   posted_ = 0;
 }
 
+void CollLinks::beginCollective(bool streamOutputs) {
+  streamOutputs_ = streamOutputs;
+  mapped_.clear();
+}
+
+namespace {
+constexpr uint64_t kPeerBufferMagic = 0x7463636c70627566ull;  // "tcclpbuf"
+}  // namespace
+
+bool CollLinks::describeBuffer(const void* p, size_t bytes, collectives::PeerBuffer* out) {
+  const transport::RegionRef r = transport::regionOf(p, bytes);
+  if (r.fd < 0 || !c_.ctx_->cfg.mapPeerBuffers) return false;
+  *out = {};
+  out->words[0] = kPeerBufferMagic;
+  out->words[1] = r.owner;
+  out->words[2] = r.serial;
+  out->words[3] = r.base;
+  out->words[4] = r.len;
+  out->words[5] = static_cast<uint64_t>(r.fd);
+  out->words[6] = reinterpret_cast<uint64_t>(p);
+  out->words[7] = bytes;
+  return true;
+}
+
+const char* CollLinks::mapPeerBuffer(int peer, const collectives::PeerBuffer& b) {
+  if (b.words[0] != kPeerBufferMagic || peer < 0 || peer >= c_.nRanks_ || peer == c_.rank_) return nullptr;
+  // Only where this pair's single copies may map each other's buffers: P2P between two processes of the host
+  // (not SHM, which NCCL_P2P_DISABLE asks for; not NET), with TOPOCOLL_MAP_PEER_BUFFERS on.
+  const transport::Connector* conn = c_.linkConnector(0, peer, false);
+  if (!conn || !(conn->conn.flags & transport::kConnMapPeer)) return nullptr;
+  transport::RegionRef r;
+  r.owner = b.words[1];
+  r.serial = b.words[2];
+  r.base = b.words[3];
+  r.len = b.words[4];
+  r.fd = b.words[5] > 0x7fffffffu ? -1 : static_cast<int32_t>(b.words[5]);
+  auto m = transport::mapPeerRegion(conn->conn.peerPid, r, b.words[6], b.words[7]);
+  if (!m) return nullptr;
+  mapped_.push_back(m);
+  return m->at(r, b.words[6]);
+}
+
 void CollLinks::connectAll() {
   if (allConnected_) return;
   std::vector<int> peers;
@@ -143,23 +185,24 @@ namespace {
 constexpr size_t kEagerMaxBytes = 64 << 10;
 }  // namespace
 
-std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes, Proto proto,
-                                             bool staged, detail::OpPool& pool,
-                                             collectives::Copier copier, bool streamStores) {
-  Side side = send ? Side::kSend : Side::kRecv;
-  transport::Connector* conn = nullptr;
+transport::Connector* Communicator::linkConnector(int channel, int peer, bool send) {
+  const Side side = send ? Side::kSend : Side::kRecv;
   if (channel < static_cast<int>(channels_.size())) {
     transport::Connector& k = channels_[channel].connector(peer, side, 0);
     // NET ring connectors carry no acknowledgements (a send completes when its proxy sent it), so a rank could
     // finish and close while its last message is still on the way: NET uses the point-to-point connectors, whose
     // sends complete when the receiver consumed them (connected by execute() before the algorithm runs).
-    if (k.connected && !(k.conn.flags & transport::kConnNet)) conn = &k;
+    if (k.connected && !(k.conn.flags & transport::kConnNet)) return &k;
   }
-  if (!conn) {
-    ensureConnected(peer);
-    const auto& conns = p2pConnectors(peer, side);
-    conn = conns[static_cast<size_t>(channel) % conns.size()];
-  }
+  ensureConnected(peer);
+  const auto& conns = p2pConnectors(peer, side);
+  return conns[static_cast<size_t>(channel) % conns.size()];
+}
+
+std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes, Proto proto,
+                                             bool staged, detail::OpPool& pool,
+                                             collectives::Copier copier, bool streamStores) {
+  transport::Connector* conn = linkConnector(channel, peer, send);
   std::shared_ptr<Op> op = pool.take();
   op->send = send;
   op->peer = peer;

@@ -82,6 +82,12 @@ nRanks "allgather pair" 2 3 "around the threshold" all_gather_perf -l 2097150,20
 nRanks "streamed pulls" 2 4 "both roots, odd sizes" broadcast_perf -l 16777215,16777219 -d int8 -r all
 nRanks "streamed pulls" 3 1 "odd blocks" all_gather_perf -l 50331651 -d int8
 TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks "process_vm_readv only" 2 3 "odd sizes" all_gather_perf -l 16777214,16777218,8388609 -d int8
+# The reductions read the peers' mapped inputs from 1 MiB (docs/collectives.md, "Mapped inputs"); heap buffers and the
+# knob at 0 take the copying algorithms (every rank must agree): every op, in place and out of place, odd sizes.
+nRanks "mapped inputs" 2 10 "every op" reduce_scatter_perf -l 1048579,4194311 -d int8 -o all
+nRanks "mapped inputs" 3 10 "every op" all_reduce_perf -l 1048575,9437187 -d int8 -o all
+nRanks "heap buffers" 4 5 "every op" reduce_scatter_perf -l 4194311 -d int8 -o all --malloc
+TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks "copying reductions" 2 5 "every op" all_reduce_perf -l 4194311 -d int8 -o all
 if NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P "$B" all_gather_perf -np 2 -l 16M -n 1 -w 0 > "$tmp/map" 2>&1 &&
   grep -q "buffer .* mapped here" "$tmp/map"; then
   ok "a peer's memAlloc buffer is mapped ($(grep -c "mapped here" "$tmp/map") INFO lines)"

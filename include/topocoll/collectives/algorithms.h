@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "topocoll/datatype.h"
@@ -76,6 +77,12 @@ struct Choice {
 enum class Copier { kAny, kPull, kPush };
 
 /// What an algorithm needs from the communicator.
+/// What a rank tells its peers about one of its buffers so that they can map it (opaque to the algorithms: the
+/// runtime fills it from the transport's RegionRef). Sent as bytes.
+struct PeerBuffer {
+  uint64_t words[8] = {};
+};
+
 class Links {
  public:
   virtual ~Links() = default;
@@ -106,10 +113,23 @@ class Links {
   virtual void connectAll() = 0;
   /// A buffer of at least `bytes` owned by the communicator (kept between calls: no allocation per call).
   virtual char* scratch(size_t bytes) = 0;
-  /// For the collective about to run: whether single copies into this rank's output (receives outside the scratch)
-  /// and pushes into a peer's may bypass the caches (the output is kStreamCopyMin or more). Where a copy goes
-  /// through a mapping of the peer's buffer (transport/peer_memory.h) it then uses copyStreaming.
-  virtual void streamOutputs(bool on) { (void)on; }
+  /// A collective starts (what the previous one mapped may be let go). `streamOutputs`: whether single copies into
+  /// this rank's output (receives outside the scratch) and pushes into a peer's may bypass the caches (the output is
+  /// kStreamCopyMin or more); where a copy goes through a mapping of the peer's buffer (transport/peer_memory.h) it
+  /// then uses copyStreaming.
+  virtual void beginCollective(bool streamOutputs) { (void)streamOutputs; }
+  /// Reductions straight out of the peers' inputs (docs/collectives.md, "Mapped inputs"): describes this rank's
+  /// buffer [p, p + bytes) for the peers (false: they cannot map it), and gives the local address of a peer's
+  /// described buffer (nullptr: it cannot be mapped here, or not across this pair's connection). Both are local
+  /// (no message); the algorithm exchanges the descriptions and agrees on the outcome.
+  virtual bool describeBuffer(const void* p, size_t bytes, PeerBuffer* out) {
+    (void)p, (void)bytes, (void)out;
+    return false;
+  }
+  virtual const char* mapPeerBuffer(int peer, const PeerBuffer& b) {
+    (void)peer, (void)b;
+    return nullptr;
+  }
 };
 
 /// Runs the collective `a` with `c`. Every rank calls it with the same collective, count, type, op and root.

@@ -212,6 +212,8 @@ class Communicator {
   void submit(const std::shared_ptr<detail::CollTask>& t);
   /// Runs `t` now in this thread (waiting for the collective thread's queue first).
   void runNow(detail::CollTask& t);
+  /// The connector a collective's transfer to/from `peer` on `channel` uses (connecting it if needed).
+  transport::Connector* linkConnector(int channel, int peer, bool send);
   std::shared_ptr<detail::Op> makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes,
                                          collectives::Proto proto, bool staged, detail::OpPool& pool,
                                          collectives::Copier copier = collectives::Copier::kAny,
