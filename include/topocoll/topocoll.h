@@ -99,7 +99,7 @@ tcclResult_t tcclCommUserRank(const tcclComm_t comm, int* rank);
 tcclResult_t tcclCommCuDevice(const tcclComm_t comm, int* device);
 /* NCCL's ncclMemAlloc / ncclMemFree for host-memory ranks: `size` zeroed bytes of shareable host memory (whole
  * 2 MiB pages), which ranks of other processes on the host map and copy into or out of with loads and stores instead
- * of process_vm_readv/writev (large messages 1.2-2x faster; docs/transport.md, "Shareable buffers"). Any buffer works
+ * of process_vm_readv/writev (large messages up to 1.8x faster; docs/transport.md, "Shareable buffers"). Any buffer works
  * with every call; these are the fast ones. size 0 gives NULL. tcclMemFree(NULL) does nothing; a pointer
  * tcclMemAlloc did not return is tcclInvalidUsage. */
 tcclResult_t tcclMemAlloc(void** ptr, size_t size);

@@ -407,19 +407,26 @@ class Runner {
   // Reductions straight out of the peers' inputs (docs/collectives.md, "Mapped inputs"). Every rank describes its
   // input to every peer, maps the peers' inputs, and tells every peer whether it could map them all: the inputs
   // (index: rank; this rank's is send_) when every rank mapped every input, else empty, the same answer on every rank.
-  // Two rounds of one small message per pair, on channel 0.
+  // Two rounds of one small message per pair, on channel 0 (one when some rank's input is not shareable).
   std::vector<const char*> mapInputs() {
     if (collBytes(a_, n_) < kMappedInputsMin || n_ < 2 || n_ > kDirectMaxRanks) return {};
+    // Every pair at once: a peer connected lazily in the exchange would connect in that pair's turn only (a cycle of
+    // ranks waiting for each other's connection beyond 4 ranks).
+    l_.connectAll();
     const size_t inBytes = (a_.coll == Coll::kReduceScatter ? a_.count * n_ : a_.count) * es_;
     PeerBuffer mine;
     if (!l_.describeBuffer(send_, inBytes, &mine)) mine = PeerBuffer{};
     std::vector<PeerBuffer> theirs(n_);
+    theirs[me_] = mine;
     exchange(&mine, theirs.data(), sizeof(PeerBuffer));
+    // A rank that could not describe its input sent zeros: every rank sees it, so all stop here alike.
+    for (const PeerBuffer& b : theirs)
+      if (b.words[0] == 0) return {};
     std::vector<const char*> in(n_, nullptr);
     in[me_] = send_;
     uint64_t ok = 1;
     for (int q = 0; q < n_ && ok; ++q)
-      if (q != me_ && !(in[q] = l_.mapPeerBuffer(q, theirs[q]))) ok = 0;
+      if (q != me_ && !(in[q] = l_.mapPeerBuffer(q, theirs[q], inBytes))) ok = 0;
     std::vector<uint64_t> oks(n_);
     exchange(&ok, oks.data(), sizeof ok);
     for (int q = 0; q < n_; ++q)

@@ -369,8 +369,8 @@ std::vector<Knob> buildRegistry() {
   r.push_back(intKnob<&Config::mapPeerBuffers>(
       "TOPOCOLL_MAP_PEER_BUFFERS", "transport", 0, 1,
       "1: a single copy between processes out of or into a buffer of runtime::memAlloc / ncclMemAlloc (shareable "
-      "memory) maps that buffer in the copying process once and copies with loads and stores (2-3x faster than "
-      "process_vm_readv/writev); 0: always process_vm_readv/writev"));
+      "memory) maps that buffer in the copying process once and copies with loads and stores (up to 1.8x faster "
+      "than process_vm_readv/writev); 0: always process_vm_readv/writev"));
   r.push_back(intKnob<&Config::checkCalls>(
       "TOPOCOLL_CHECK_CALLS", "collectives", 0, 1,
       "1: before every collective all ranks compare what they called (collective, count, type, op, root) and a "

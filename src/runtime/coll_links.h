@@ -35,7 +35,7 @@ class CollLinks final : public collectives::Links {
   char* scratch(size_t bytes) override;
   void beginCollective(bool streamOutputs) override;
   bool describeBuffer(const void* p, size_t bytes, collectives::PeerBuffer* out) override;
-  const char* mapPeerBuffer(int peer, const collectives::PeerBuffer& b) override;
+  const char* mapPeerBuffer(int peer, const collectives::PeerBuffer& b, size_t bytes) override;
   /// After a failure: lets every posted transfer end (each fails at once on a broken connection, or at the
   /// timeout), so that none touches the user's buffers after the collective returned.
   void drain();

@@ -111,8 +111,9 @@ bool CollLinks::describeBuffer(const void* p, size_t bytes, collectives::PeerBuf
   return true;
 }
 
-const char* CollLinks::mapPeerBuffer(int peer, const collectives::PeerBuffer& b) {
-  if (b.words[0] != kPeerBufferMagic || peer < 0 || peer >= c_.nRanks_ || peer == c_.rank_) return nullptr;
+const char* CollLinks::mapPeerBuffer(int peer, const collectives::PeerBuffer& b, size_t bytes) {
+  if (b.words[0] != kPeerBufferMagic || b.words[7] != bytes || peer < 0 || peer >= c_.nRanks_ || peer == c_.rank_)
+    return nullptr;
   // Only where this pair's single copies may map each other's buffers: P2P between two processes of the host
   // (not SHM, which NCCL_P2P_DISABLE asks for; not NET), with TOPOCOLL_MAP_PEER_BUFFERS on.
   const transport::Connector* conn = c_.linkConnector(0, peer, false);

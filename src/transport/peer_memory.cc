@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -73,8 +74,29 @@ struct Imports {
 };
 
 Imports& imports() {
-  static auto* i = new Imports;
+  static auto* i = [] {
+    auto* im = new Imports;
+    ::pthread_atfork([] { imports().mu.lock(); }, [] { imports().mu.unlock(); }, [] { imports().mu.unlock(); });
+    return im;
+  }();
   return *i;
+}
+
+// The cached view of `key` if it is the buffer `r` describes (a peer could describe a cached buffer as longer).
+std::shared_ptr<const PeerMapping> cachedView(Imports& im, const std::pair<uint64_t, uint64_t>& key,
+                                              const RegionRef& r, bool* found) {
+  auto it = im.byRegion.find(key);
+  *found = it != im.byRegion.end();
+  if (!*found) return nullptr;
+  for (auto o = im.order.begin(); o != im.order.end(); ++o)  // least recently used first
+    if (*o == key) {
+      im.order.erase(o);
+      im.order.push_back(key);
+      break;
+    }
+  const auto& m = it->second;
+  if (!m || m->ref().base != r.base || m->ref().len != r.len || m->ref().fd != r.fd) return nullptr;
+  return m;
 }
 
 // The owner's memfd as a descriptor of ours, checked to be that buffer's (its name carries key and serial); -1 if
@@ -99,9 +121,31 @@ os::Fd importFd(pid_t pid, const RegionRef& r) {
 #endif
 }
 
+// Moves a buffer's descriptor above 1023 where the limit allows (select() users keep the low numbers), and gives it
+// up (-1: anonymous memory) when it would take one of the process's last 64 descriptors.
+int keepDescriptorAside(int fd) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return fd;
+  const rlim_t soft = lim.rlim_cur;
+  if (soft != RLIM_INFINITY && soft > 2048 && fd < 1024) {
+    int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 1024);
+    if (high >= 0) ::close(fd), fd = high;
+  }
+  if (soft != RLIM_INFINITY && static_cast<rlim_t>(fd) + 64 >= soft) {
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      TC_INFO(log::kAlloc, "memAlloc: descriptor {} of at most {}: buffers are anonymous memory from here on (peers "
+              "copy them with process_vm_readv)", fd, static_cast<unsigned long long>(soft));
+    });
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
-PeerMapping::~PeerMapping() { ::munmap(base_, len_); }
+PeerMapping::~PeerMapping() { ::munmap(base_, ref_.len); }
 
 void* allocShareable(size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -115,6 +159,7 @@ void* allocShareable(size_t bytes) {
     serial = reg.nextSerial++;
   }
   int fd = static_cast<int>(::syscall(SYS_memfd_create, memfdName(owner, serial).c_str(), MFD_CLOEXEC));
+  if (fd >= 0) fd = keepDescriptorAside(fd);
   void* p = MAP_FAILED;
   if (fd >= 0) {
     if (::ftruncate(fd, static_cast<off_t>(len)) == 0)
@@ -173,13 +218,14 @@ std::shared_ptr<const PeerMapping> mapPeerRegion(pid_t pid, const RegionRef& r, 
   const auto key = std::make_pair(r.owner, r.serial);
   {
     std::lock_guard<std::mutex> lk(im.mu);
-    auto it = im.byRegion.find(key);
-    if (it != im.byRegion.end()) return it->second;
+    bool found = false;
+    auto m = cachedView(im, key, r, &found);
+    if (found) return m;
   }
   std::shared_ptr<const PeerMapping> m;
   if (os::Fd fd = importFd(pid, r); fd.valid()) {
     void* p = ::mmap(nullptr, r.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (p != MAP_FAILED) m = std::make_shared<const PeerMapping>(static_cast<char*>(p), r.len);
+    if (p != MAP_FAILED) m = std::make_shared<const PeerMapping>(static_cast<char*>(p), r);
   }
   if (m)
     TC_INFO(log::kP2p, "P2P : process {}'s buffer {:#x} ({} bytes) mapped here: single copies of it are loads and "
@@ -188,8 +234,10 @@ std::shared_ptr<const PeerMapping> mapPeerRegion(pid_t pid, const RegionRef& r, 
     TC_INFO(log::kP2p, "P2P : process {}'s buffer {:#x} ({} bytes) cannot be mapped here: single copies of it use "
             "process_vm_readv/writev", pid, r.base, r.len);
   std::lock_guard<std::mutex> lk(im.mu);
-  auto [it, inserted] = im.byRegion.emplace(key, m);
-  if (!inserted) return it->second;  // another thread imported it meanwhile: ours unmaps as it goes
+  bool found = false;
+  auto other = cachedView(im, key, r, &found);
+  if (found) return other;  // another thread imported it meanwhile: ours unmaps as it goes
+  im.byRegion.emplace(key, m);
   im.order.push_back(key);
   while (im.order.size() > kMaxMappings) {
     im.byRegion.erase(im.order.front());  // a copy still holding it keeps it mapped until it ends

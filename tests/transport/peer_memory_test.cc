@@ -2,6 +2,7 @@
 // exactly the buffer named and refuses forged descriptions, and that the mapping reads and writes the owner's bytes.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +39,39 @@ TEST(ShareableBuffer, RegionOfCoversExactlyTheBuffer) {
   freeShareable(p);
   EXPECT_LT(regionOf(p, 1).fd, 0) << "freed";
   freeShareable(nullptr);
+}
+
+// Each buffer holds a descriptor: above 1023 where the limit allows, and none within 64 of the limit (anonymous
+// memory then), so a program with many buffers never runs out of descriptors because of them.
+TEST(ShareableBuffer, DescriptorsStayHighAndNeverExhaustTheLimit) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit lim{};
+    bool ok = ::getrlimit(RLIMIT_NOFILE, &lim) == 0;
+    if (lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= 4096) {
+      lim.rlim_cur = 4096;
+      ok = ok && ::setrlimit(RLIMIT_NOFILE, &lim) == 0;
+    }
+    void* p = allocShareable(1);
+    ok = ok && (lim.rlim_cur <= 2048 || regionOf(p, 1).fd >= 1024);
+    lim.rlim_cur = 256;
+    ok = ok && ::setrlimit(RLIMIT_NOFILE, &lim) == 0;
+    std::vector<void*> bufs;
+    int anonymous = 0;
+    for (int i = 0; i < 300; ++i) {
+      bufs.push_back(allocShareable(1));
+      anonymous += regionOf(bufs.back(), 1).fd < 0;
+    }
+    int probe = ::dup(0);  // descriptors are left for the program
+    ok = ok && probe >= 0 && anonymous > 0;
+    for (void* b : bufs) freeShareable(b);
+    freeShareable(p);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 TEST(ShareableBuffer, FreeingAPointerItDidNotGiveFailsClearly) {

@@ -76,13 +76,13 @@ struct Choice {
 /// Which side of a transfer copies when it goes as a single copy.
 enum class Copier { kAny, kPull, kPush };
 
-/// What an algorithm needs from the communicator.
 /// What a rank tells its peers about one of its buffers so that they can map it (opaque to the algorithms: the
 /// runtime fills it from the transport's RegionRef). Sent as bytes.
 struct PeerBuffer {
   uint64_t words[8] = {};
 };
 
+/// What an algorithm needs from the communicator.
 class Links {
  public:
   virtual ~Links() = default;
@@ -120,14 +120,15 @@ class Links {
   virtual void beginCollective(bool streamOutputs) { (void)streamOutputs; }
   /// Reductions straight out of the peers' inputs (docs/collectives.md, "Mapped inputs"): describes this rank's
   /// buffer [p, p + bytes) for the peers (false: they cannot map it), and gives the local address of a peer's
-  /// described buffer (nullptr: it cannot be mapped here, or not across this pair's connection). Both are local
+  /// described buffer of `bytes` (nullptr: it cannot be mapped here, or not across this pair's connection, or the
+  /// peer described another length: a call that differs between ranks, which the copying path reports). Both are local
   /// (no message); the algorithm exchanges the descriptions and agrees on the outcome.
   virtual bool describeBuffer(const void* p, size_t bytes, PeerBuffer* out) {
     (void)p, (void)bytes, (void)out;
     return false;
   }
-  virtual const char* mapPeerBuffer(int peer, const PeerBuffer& b) {
-    (void)peer, (void)b;
+  virtual const char* mapPeerBuffer(int peer, const PeerBuffer& b, size_t bytes) {
+    (void)peer, (void)b, (void)bytes;
     return nullptr;
   }
 };

@@ -350,7 +350,7 @@ class Communicator {
 };
 
 /// NCCL's ncclMemAlloc / ncclMemFree for host memory: zeroed, in whole 2 MiB pages, shareable (a memfd: ranks of
-/// other processes on the host map it and copy into or out of it with loads and stores, 2-3x faster than
+/// other processes on the host map it and copy into or out of it with loads and stores, up to 1.8x faster than
 /// process_vm_readv; TOPOCOLL_MAP_PEER_BUFFERS, docs/transport.md "Shareable buffers"). Any buffer works with every
 /// operation; these are the fast ones for large messages. Throws Error(kSystemError) when no memory can be had;
 /// memFree throws Error(kInvalidUsage) for a pointer memAlloc did not return (`bytes` is not needed any more).

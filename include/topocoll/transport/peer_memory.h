@@ -15,7 +15,10 @@
 namespace topocoll::transport {
 
 /// `bytes` of zeroed memory backed by a memfd (rounded up to 2 MiB), recorded for regionOf; anonymous memory where
-/// memfd_create fails. Throws kSystemError when no memory can be had. Never nullptr for bytes > 0.
+/// memfd_create fails or the process is near its descriptor limit (each buffer holds one descriptor, moved above
+/// 1023 where the limit allows, for select() users). Throws kSystemError when no memory can be had,
+/// kInvalidArgument above 2^50 bytes. Never nullptr for bytes > 0. The memory is MAP_SHARED: a child forked after
+/// the allocation shares it with its parent (anonymous memory would be copied on write).
 void* allocShareable(size_t bytes);
 /// Frees what allocShareable returned (nullptr: nothing). Throws kInvalidUsage for a pointer it did not return.
 void freeShareable(void* p);
@@ -25,16 +28,18 @@ RegionRef regionOf(const void* p, size_t n);
 /// A peer's shareable buffer mapped here; unmapped when the last holder lets go.
 class PeerMapping {
  public:
-  PeerMapping(char* base, size_t len) : base_(base), len_(len) {}
+  PeerMapping(char* base, const RegionRef& r) : base_(base), ref_(r) {}
   PeerMapping(const PeerMapping&) = delete;
   PeerMapping& operator=(const PeerMapping&) = delete;
   ~PeerMapping();
-  /// The local address of the owner's address `remote` (the caller checked the range with RegionRef).
+  /// The local address of the owner's address `remote` (mapPeerRegion checked the range).
   char* at(const RegionRef& r, uint64_t remote) const { return base_ + (remote - r.base); }
+  /// The buffer as its owner described it when it was mapped.
+  const RegionRef& ref() const { return ref_; }
 
  private:
   char* base_;
-  size_t len_;
+  RegionRef ref_;
 };
 
 /// This process's view of `r`, a buffer of process `pid`, mapped on first use and cached (a bounded number of

@@ -132,8 +132,6 @@ struct alignas(64) Counter {
   char pad[56];
 };
 
-/// The rendezvous slot of single-copy transfers: the passive side's buffer address. Over NET, the receiver's
-/// buffer for its proxy, with what the receiver expects (data lands there only when the sender's header matches).
 /// A shareable buffer (transport::allocShareable, behind runtime::memAlloc and ncclMemAlloc) as its owner describes
 /// it to a peer: the peer imports the memfd (pidfd_getfd) and maps it, so that its single copies into or out of the
 /// buffer are loads and stores instead of process_vm_readv/writev. fd < 0: not in a shareable buffer.
@@ -145,6 +143,8 @@ struct RegionRef {
   uint32_t pad = 0;
 };
 
+/// The rendezvous slot of single-copy transfers: the passive side's buffer address. Over NET, the receiver's
+/// buffer for its proxy, with what the receiver expects (data lands there only when the sender's header matches).
 struct alignas(64) Rendezvous {
   std::atomic<uint64_t> step{0};  // step+1 of the op the address is for (single copy: 0 once withdrawn)
   uint64_t addr = 0;
