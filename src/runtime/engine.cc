@@ -39,6 +39,7 @@ void Op::recycle() {
   shotState = 0;
   devBuf = nullptr;
   state.store(kPending, std::memory_order_relaxed);
+  draining.store(false, std::memory_order_relaxed);
   code = StatusCode::kOk;
   error.clear();
 }
@@ -524,12 +525,16 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
       t.fail(StatusCode::kAborted, "the communicator was aborted");
       break;
     }
-    // The checks checkStalls makes for queued transfers: often enough once the wait sleeps.
+    // The checks checkStalls makes for queued transfers. A dead peer at every idle poll (one load): counted in
+    // polls, the check came only after ~190 sleeps of 20 ms once the wait slept, 4-5 s after the kill (the
+    // survivors of a 4-rank Broadcast from a killed root, session 27); the clock often enough once the wait sleeps.
+    if (opts_.peerGone && (*opts_.peerGone)[c.peer].load(std::memory_order_relaxed)) {
+      t.fail(StatusCode::kRemoteError, fmt::format("rank {}'s process is gone (it exited or was killed)", c.peer));
+      break;
+    }
     if (++polls >= 256) {
       if (since == Clock::time_point{}) since = Clock::now();
-      if (opts_.peerGone && (*opts_.peerGone)[c.peer].load())
-        t.fail(StatusCode::kRemoteError, fmt::format("rank {}'s process is gone (it exited or was killed)", c.peer));
-      else if (Clock::now() - since > opts_.timeout)
+      if (Clock::now() - since > opts_.timeout)
         t.fail(StatusCode::kTimeout,
                fmt::format("rank {} did not move for {:g} s on channel {} (TOPOCOLL_TIMEOUT): it is stuck, gone, or "
                            "never posted the matching operation",
@@ -932,12 +937,20 @@ void Engine::checkStalls() {
     int peer = q->conn->peer;
     StatusCode code = StatusCode::kOk;
     std::string why;
+    bool drainedOnly = false;  // the ops of other calls on this connector wait for their peer as usual
     if (aborted) {
       code = StatusCode::kAborted;
       why = "the communicator was aborted";
     } else if (opts_.peerGone && (*opts_.peerGone)[peer].load()) {
       code = StatusCode::kRemoteError;
       why = fmt::format("rank {}'s process is gone (it exited or was killed)", peer);
+    } else if (int gone = -1; q->parts.front().first->draining.load(std::memory_order_acquire) &&
+                              (gone = goneRank()) >= 0) {
+      // A failed collective's leftovers with a live peer: that peer failed the call too (or will, when it reaches
+      // the dead rank) and will not post the rest of it; waiting would cost both TOPOCOLL_TIMEOUT.
+      code = StatusCode::kRemoteError;
+      why = fmt::format("rank {}'s process is gone (it exited or was killed)", gone);
+      drainedOnly = true;
     } else if (now - q->since > opts_.timeout) {
       code = StatusCode::kTimeout;
       why = fmt::format("rank {} did not move for {:g} s on channel {} (TOPOCOLL_TIMEOUT): it is stuck, gone, or never "
@@ -949,7 +962,8 @@ void Engine::checkStalls() {
       q->since = now;
       continue;
     }
-    for (auto& [op, t] : q->parts) t->fail(code, why);
+    for (auto& [op, t] : q->parts)
+      if (!drainedOnly || op->draining.load(std::memory_order_acquire)) t->fail(code, why);
   }
   // Mailbox ops: the front of each queue waits for its peer (the others wait for it).
   for (int send = 0; send < 2; ++send)
@@ -1054,6 +1068,28 @@ bool onlyNet(const Op& op) {
 void Engine::wait(Op& op) {
   waitAsCaller([&] { return op.finished(); }, onlyNet(op));
   if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
+}
+
+void Engine::drain(const std::vector<Op*>& ops) {
+  bool net = true;
+  for (Op* op : ops) {
+    op->draining.store(true, std::memory_order_release);
+    net = net && onlyNet(*op);
+  }
+  waitAsCaller(
+      [&] {
+        for (Op* op : ops)
+          if (!op->finished()) return false;
+        return true;
+      },
+      net);
+}
+
+int Engine::goneRank() const {
+  if (!opts_.peerGone) return -1;
+  for (size_t r = 0; r < opts_.peerGone->size(); ++r)
+    if ((*opts_.peerGone)[r].load(std::memory_order_relaxed)) return static_cast<int>(r);
+  return -1;
 }
 
 void Engine::waitAll(const std::vector<Op*>& ops) {

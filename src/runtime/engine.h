@@ -67,6 +67,9 @@ struct Op {
   void* devBuf = nullptr;
   alignas(8) char stage[transport::kShotMaxBytes];
   std::atomic<int> state{kPending};
+  /// Its call already failed (Engine::drain): once a peer of the communicator is gone, it fails as soon as it stalls,
+  /// whichever peer it waits for (that peer gave up on the call too, or is about to).
+  std::atomic<bool> draining{false};
   StatusCode code = StatusCode::kOk;
   std::string error;      // written before state turns kFailed
 
@@ -150,6 +153,11 @@ class Engine {
   void wait(Op& op);
   /// Drives until all of `ops` finished; throws the first error (in their order).
   void waitAll(const std::vector<Op*>& ops);
+  /// After a failed collective: drives until every op of `ops` ended, throwing nothing, so that none touches the
+  /// user's buffers afterwards. What still moves completes; once a peer process of the communicator is gone, an op
+  /// that stalls fails at once, also when its own peer is alive: that peer failed the call too and will not post
+  /// the rest of it (without this, two survivors waited for each other until TOPOCOLL_TIMEOUT).
+  void drain(const std::vector<Op*>& ops);
   /// Whether `op` finished; throws its error if it failed. Drives once if nobody else does.
   bool test(Op& op);
   /// Fails every pending op with kAborted and wakes every waiter (Communicator::abort).
@@ -177,6 +185,7 @@ class Engine {
   void failOp(Op& op, StatusCode code, const std::string& why);
   std::string describe(bool send, size_t count, DataType dtype, int peer, const std::string& why) const;
   void checkStalls();                  // driver only: timeouts, peers gone, abort
+  int goneRank() const;                // the lowest rank whose process is gone, -1 if none
   bool shotProgress(Op& op);           // driver only: one attempt at a mailbox op; true once it finished
   bool progressShots();                // driver only: the queued mailbox ops
   void shotGaveUp(Op& op, StatusCode code, const std::string& why);  // driver only: fails a mailbox op not done
