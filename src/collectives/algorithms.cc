@@ -410,9 +410,10 @@ class Runner {
   // Two rounds of one small message per pair, on channel 0 (one when some rank's input is not shareable).
   std::vector<const char*> mapInputs() {
     if (collBytes(a_, n_) < kMappedInputsMin || n_ < 2 || n_ > kDirectMaxRanks) return {};
-    // Every pair at once: a peer connected lazily in the exchange would connect in that pair's turn only (a cycle of
-    // ranks waiting for each other's connection beyond 4 ranks).
-    l_.connectAll();
+    // From 3 ranks every pair at once (the star algorithms do it anyway): a peer connected lazily in the exchange
+    // would connect in that pair's turn only (a cycle of ranks waiting for each other's connection beyond 4 ranks).
+    // 2 ranks talk over their ring's connectors, connected already.
+    if (n_ > 2) l_.connectAll();
     const size_t inBytes = (a_.coll == Coll::kReduceScatter ? a_.count * n_ : a_.count) * es_;
     PeerBuffer mine;
     if (!l_.describeBuffer(send_, inBytes, &mine)) mine = PeerBuffer{};
