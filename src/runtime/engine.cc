@@ -1070,12 +1070,9 @@ void Engine::wait(Op& op) {
   if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
 }
 
-void Engine::drain(const std::vector<Op*>& ops) {
+void Engine::waitFinished(const std::vector<Op*>& ops) {
   bool net = true;
-  for (Op* op : ops) {
-    op->draining.store(true, std::memory_order_release);
-    net = net && onlyNet(*op);
-  }
+  for (Op* op : ops) net = net && onlyNet(*op);
   waitAsCaller(
       [&] {
         for (Op* op : ops)
@@ -1083,6 +1080,11 @@ void Engine::drain(const std::vector<Op*>& ops) {
         return true;
       },
       net);
+}
+
+void Engine::drain(const std::vector<Op*>& ops) {
+  for (Op* op : ops) op->draining.store(true, std::memory_order_release);
+  waitFinished(ops);
 }
 
 int Engine::goneRank() const {
@@ -1093,15 +1095,7 @@ int Engine::goneRank() const {
 }
 
 void Engine::waitAll(const std::vector<Op*>& ops) {
-  bool net = true;
-  for (Op* op : ops) net = net && onlyNet(*op);
-  waitAsCaller(
-      [&] {
-        for (Op* op : ops)
-          if (!op->finished()) return false;
-        return true;
-      },
-      net);
+  waitFinished(ops);
   // Every failure is named: a peer that died can make other operations fail too (their peers gave up on us).
   StatusCode code = StatusCode::kOk;
   std::string why;

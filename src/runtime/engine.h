@@ -186,6 +186,7 @@ class Engine {
   std::string describe(bool send, size_t count, DataType dtype, int peer, const std::string& why) const;
   void checkStalls();                  // driver only: timeouts, peers gone, abort
   int goneRank() const;                // the lowest rank whose process is gone, -1 if none
+  void waitFinished(const std::vector<Op*>& ops);  // drives (or sleeps) until every op of `ops` finished
   bool shotProgress(Op& op);           // driver only: one attempt at a mailbox op; true once it finished
   bool progressShots();                // driver only: the queued mailbox ops
   void shotGaveUp(Op& op, StatusCode code, const std::string& why);  // driver only: fails a mailbox op not done
