@@ -12,9 +12,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <map>
 #include <unordered_map>
 
 #include "topocoll/log.h"
+#include "topocoll/transport/peer_memory.h"
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25  // Linux 6.1 and later
@@ -32,11 +34,75 @@ std::unordered_map<void*, std::size_t>& hugeBlocks() {
   return *m;
 }
 
+// Shareable blocks (TOPOCOLL_TORCH_SHAREABLE=1): live ones by address (-> rounded length), freed ones kept for
+// reuse by length, up to kShareCacheMax bytes. transport::allocShareable and freeShareable are called without gShareMu
+// held (they take the shareable registry's lock, which fork() holds while the atfork handlers take gShareMu).
+std::atomic<bool> gShareable{false};
+std::atomic<std::uint64_t> gShareAllocs{0}, gShareReuses{0};
+std::mutex gShareMu;
+std::unordered_map<void*, std::size_t>& shareBlocks() {
+  static auto* m = new std::unordered_map<void*, std::size_t>;
+  return *m;
+}
+std::multimap<std::size_t, void*>& shareCache() {
+  static auto* m = new std::multimap<std::size_t, void*>;
+  return *m;
+}
+std::size_t gShareCacheBytes = 0;
+constexpr std::size_t kShareAlign = std::size_t(2) << 20;  // allocShareable's rounding of lengths (addresses: pages)
+
+void* allocShared(std::size_t n) {
+  const std::size_t len = (n + kShareAlign - 1) & ~(kShareAlign - 1);
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(gShareMu);
+    auto it = shareCache().find(len);
+    if (it != shareCache().end()) {
+      p = it->second;
+      shareCache().erase(it);
+      gShareCacheBytes -= len;
+      gShareReuses.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (!p) {
+    try {
+      p = transport::allocShareable(n, transport::OnFork::kCopied);
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "DefaultCPUAllocator: can't allocate memory: you tried to allocate ", n, " bytes (", e.what(),
+                  ")");
+    }
+    gShareAllocs.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::lock_guard<std::mutex> lk(gShareMu);
+  shareBlocks()[p] = len;
+  return p;
+}
+
+// Whether p is a live shareable block (then it is released: cached, or freed when the cache is full).
+bool releaseShared(void* p) {
+  if (!gShareable.load(std::memory_order_relaxed)) return false;
+  {
+    std::lock_guard<std::mutex> lk(gShareMu);
+    auto it = shareBlocks().find(p);
+    if (it == shareBlocks().end()) return false;
+    const std::size_t len = it->second;
+    shareBlocks().erase(it);
+    if (gShareCacheBytes + len <= kShareCacheMax) {
+      shareCache().emplace(len, p);
+      gShareCacheBytes += len;
+      return true;
+    }
+  }
+  transport::freeShareable(p);
+  return true;
+}
+
 // Frees every block this allocator made (and, through free(), any block c10's default allocator made: the same
 // free_cpu), reporting it to PyTorch's memory profiler as c10's default allocator does.
 void release(void* p) {
   if (!p) return;
   c10::profiledCPUMemoryReporter().Delete(p);
+  if (releaseShared(p)) return;
   if (reinterpret_cast<std::uintptr_t>(p) % kHugeAllocMin == 0) {
     std::lock_guard<std::mutex> lk(gHugeMu);
     auto it = hugeBlocks().find(p);
@@ -52,7 +118,9 @@ void release(void* p) {
 class HugePageCpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(std::size_t n) const override {
-    void* p = n >= kHugeAllocMin ? allocHuge(n) : c10::alloc_cpu(n);
+    void* p = n < kHugeAllocMin                           ? c10::alloc_cpu(n)
+              : gShareable.load(std::memory_order_relaxed) ? allocShared(n)
+                                                           : allocHuge(n);
     c10::profiledCPUMemoryReporter().New(p, n);
     return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
@@ -105,6 +173,10 @@ std::unordered_map<std::uintptr_t, Use>& uses() {
 constexpr std::size_t kMaxTracked = 4096;
 
 bool isHugeBlock(const void* p) {
+  if (gShareable.load(std::memory_order_relaxed)) {  // shareable blocks (page-aligned) are not collapsed either
+    std::lock_guard<std::mutex> lk(gShareMu);
+    if (shareBlocks().count(const_cast<void*>(p))) return true;
+  }
   if (reinterpret_cast<std::uintptr_t>(p) % kHugeAllocMin != 0) return false;
   std::lock_guard<std::mutex> lk(gHugeMu);
   return hugeBlocks().count(const_cast<void*>(p)) != 0;
@@ -137,28 +209,38 @@ void noteTensorUse(const void* data, std::size_t bytes) {
           kCollapseAfter, rc == 0 ? "on 2 MiB pages" : std::strerror(err), ms);
 }
 
-bool installCpuAllocator(bool enable) {
-  if (!enable || gInstalled.exchange(true)) return gInstalled.load();
+bool installCpuAllocator(bool hugePages, bool shareable) {
+  if (!hugePages && !shareable) return gInstalled.load();
+  if (shareable && !gShareable.exchange(true))
+    TC_INFO(log::kInit | log::kAlloc,
+            "torch CPU allocator: blocks from {} bytes in shareable memory, up to {} bytes of freed ones kept "
+            "(TOPOCOLL_TORCH_SHAREABLE=1)",
+            kHugeAllocMin, kShareCacheMax);
+  if (gInstalled.exchange(true)) return true;
   // SetCPUAllocator takes the pointer for good; the allocator is never destroyed (tensors outlive everything).
   static HugePageCpuAllocator* alloc = new HugePageCpuAllocator;
   // Fork safety: a child forked while another thread holds the table's lock gets it unlocked, and consistent.
   ::pthread_atfork(
       [] {
         gUseMu.lock();
+        gShareMu.lock();
         gHugeMu.lock();
       },
       [] {
         gHugeMu.unlock();
+        gShareMu.unlock();
         gUseMu.unlock();
       },
       [] {
         gHugeMu.unlock();
+        gShareMu.unlock();
         gUseMu.unlock();
       });
   c10::SetCPUAllocator(alloc);
-  TC_INFO(log::kInit | log::kAlloc,
-          "torch CPU allocator: blocks from {} bytes 2 MiB-aligned with MADV_HUGEPAGE (TOPOCOLL_TORCH_HUGEPAGES=1)",
-          kHugeAllocMin);
+  if (hugePages)
+    TC_INFO(log::kInit | log::kAlloc,
+            "torch CPU allocator: blocks from {} bytes 2 MiB-aligned with MADV_HUGEPAGE (TOPOCOLL_TORCH_HUGEPAGES=1)",
+            kHugeAllocMin);
   return true;
 }
 
@@ -170,6 +252,12 @@ CpuAllocatorStats cpuAllocatorStats() {
   s.hugeAllocs = gHugeAllocs.load(std::memory_order_relaxed);
   s.hugeFrees = gHugeFrees.load(std::memory_order_relaxed);
   s.hugeBytes = gHugeBytes.load(std::memory_order_relaxed);
+  s.shareable = gShareable.load();
+  s.shareAllocs = gShareAllocs.load(std::memory_order_relaxed);
+  s.shareReuses = gShareReuses.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lk(gShareMu);
+  s.shareLive = shareBlocks().size();
+  s.shareCachedBytes = gShareCacheBytes;
   return s;
 }
 

@@ -13,9 +13,14 @@
 
 namespace topocoll::torch_backend {
 
-/// Installs the allocator as PyTorch's CPU allocator when `enable` (TOPOCOLL_TORCH_HUGEPAGES, or PyTorch's
-/// THP_MEM_ALLOC_ENABLE when that is unset) is 1; idempotent. Returns whether it is installed.
-bool installCpuAllocator(bool enable);
+/// Installs the allocator as PyTorch's CPU allocator when `hugePages` (TOPOCOLL_TORCH_HUGEPAGES, or PyTorch's
+/// THP_MEM_ALLOC_ENABLE when that is unset) or `shareable` (TOPOCOLL_TORCH_SHAREABLE) is 1; idempotent (a later
+/// call may turn shareable on). Returns whether it is installed. With `shareable`, blocks from kHugeAllocMin come
+/// from transport::allocShareable (memfd memory that the peers map: the collectives' mapped single copies and
+/// mapped inputs work on such tensors as on ncclMemAlloc's buffers), OnFork::kCopied (a forked child gets private
+/// copies), and freed ones are kept for reuse up to kShareCacheMax bytes (PyTorch frees and allocates the same
+/// sizes over and over: no memfd_create, mmap and page faults each time).
+bool installCpuAllocator(bool hugePages, bool shareable = false);
 
 /// Called with every tensor a collective is given: once the same 2 MiB-aligned interior (of a tensor of at least
 /// kCollapseMin bytes that this allocator did not make: made before the import, from_blob, another allocator) has
@@ -30,6 +35,11 @@ struct CpuAllocatorStats {
   std::uint64_t hugeAllocs = 0;  // allocations made 2 MiB-aligned with MADV_HUGEPAGE since installation
   std::uint64_t hugeFrees = 0;   // ... and freed
   std::uint64_t hugeBytes = 0;   // bytes of those still live
+  bool shareable = false;          // TOPOCOLL_TORCH_SHAREABLE=1
+  std::uint64_t shareAllocs = 0;   // shareable blocks made
+  std::uint64_t shareReuses = 0;   // ... allocations served from freed ones
+  std::uint64_t shareLive = 0;     // shareable blocks live now
+  std::uint64_t shareCachedBytes = 0;  // freed ones kept
 };
 CpuAllocatorStats cpuAllocatorStats();
 
@@ -38,5 +48,7 @@ inline constexpr std::size_t kHugeAllocMin = std::size_t(2) << 20;
 /// Tensors from this size on that are not on huge pages get their interior collapsed after kCollapseAfter uses.
 inline constexpr std::size_t kCollapseMin = std::size_t(4) << 20;
 inline constexpr int kCollapseAfter = 3;
+/// Freed shareable blocks kept for reuse, at most this many bytes.
+inline constexpr std::size_t kShareCacheMax = std::size_t(256) << 20;
 
 }  // namespace topocoll::torch_backend

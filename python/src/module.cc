@@ -10,6 +10,7 @@
 #include "topocoll/plan.h"
 #include "topocoll/status.h"
 #include "topocoll/topology/xml.h"
+#include "topocoll/transport/peer_memory.h"
 
 namespace py = pybind11;
 
@@ -37,11 +38,11 @@ std::string planJson(const std::string& topoPath, int nodes, int gpusPerNode, co
   }
 }
 
-// Installs the huge-page CPU allocator when TOPOCOLL_TORCH_HUGEPAGES (or THP_MEM_ALLOC_ENABLE) says so.
+// Installs the CPU allocator when TOPOCOLL_TORCH_HUGEPAGES (or THP_MEM_ALLOC_ENABLE) or TOPOCOLL_TORCH_SHAREABLE says so.
 bool installAllocator() {
   try {
-    return topocoll::torch_backend::installCpuAllocator(
-        topocoll::Config::fromEnv(topocoll::Env::fromProcess()).torchHugePages != 0);
+    const auto cfg = topocoll::Config::fromEnv(topocoll::Env::fromProcess());
+    return topocoll::torch_backend::installCpuAllocator(cfg.torchHugePages != 0, cfg.torchShareable != 0);
   } catch (const topocoll::Error& err) {
     throw py::value_error(err.what());
   }
@@ -57,6 +58,11 @@ py::dict allocatorStats() {
   d["huge_min"] = topocoll::torch_backend::kHugeAllocMin;
   d["collapses"] = s.collapses;
   d["collapses_ok"] = s.collapsesOk;
+  d["shareable"] = s.shareable;
+  d["share_allocs"] = s.shareAllocs;
+  d["share_reuses"] = s.shareReuses;
+  d["share_live"] = s.shareLive;
+  d["share_cached_bytes"] = s.shareCachedBytes;
   return d;
 }
 
@@ -68,9 +74,12 @@ PYBIND11_MODULE(_C, m) {
         py::arg("rank"), py::arg("size"), py::arg("timeout"),
         "The constructor torch.distributed.Backend.register_backend calls.");
   m.def("_install_cpu_allocator", &installAllocator,
-        "Installs PyTorch's CPU allocator with 2 MiB-aligned MADV_HUGEPAGE blocks from 2 MiB when "
-        "TOPOCOLL_TORCH_HUGEPAGES (or THP_MEM_ALLOC_ENABLE) is 1; returns whether it is installed.");
-  m.def("_cpu_allocator_stats", &allocatorStats, "The huge-page CPU allocator's counters (for tests).");
+        "Installs PyTorch's CPU allocator (blocks from 2 MiB shareable when TOPOCOLL_TORCH_SHAREABLE is 1, else "
+        "2 MiB-aligned with MADV_HUGEPAGE when TOPOCOLL_TORCH_HUGEPAGES, or THP_MEM_ALLOC_ENABLE, is 1); returns "
+        "whether it is installed.");
+  m.def("_cpu_allocator_stats", &allocatorStats, "The CPU allocator's counters (for tests).");
+  m.def("_peer_mappings_cached", &topocoll::transport::peerMappingsCached,
+        "Peers' shareable buffers mapped in this process now (for tests).");
   m.def("_plan_json", &planJson, py::arg("topology"), py::arg("nodes") = 1, py::arg("gpus_per_node") = 0,
         py::arg("graph_in") = "", py::arg("env") = std::map<std::string, std::string>{}, py::arg("dtype") = "float32",
         py::arg("pretty") = false);

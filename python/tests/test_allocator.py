@@ -1,4 +1,5 @@
-"""The huge-page CPU allocator `import topocoll.torch` installs (TOPOCOLL_TORCH_HUGEPAGES, THP_MEM_ALLOC_ENABLE):
+"""The huge-page CPU allocator `import topocoll.torch` installs (TOPOCOLL_TORCH_HUGEPAGES, THP_MEM_ALLOC_ENABLE;
+with TOPOCOLL_TORCH_SHAREABLE=0, as large tensors are shareable by default: test_shareable.py):
 tensors from 2 MiB start on a 2 MiB boundary and are advised huge, smaller ones are c10's; every block is freed
 (no growth over many alloc/free rounds); the knob and PyTorch's name turn it off; a forked child allocates and
 frees; tensors made before the import free after it; collectives on such tensors give Gloo's results. Each case runs
@@ -16,19 +17,14 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 import topocoll.torch  # noqa: E402,F401  (the spawned ranks import this module: the backend is registered there)
+from _alloc_common import CHURN, compare_with_gloo, run_fresh  # noqa: E402
 
 MIB = 1 << 20
 
 
 def _run(code, **env):
-    e = dict(os.environ)
-    for k in ("TOPOCOLL_TORCH_HUGEPAGES", "THP_MEM_ALLOC_ENABLE"):
-        e.pop(k, None)
-    e.update(env)
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, f"rc {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}"
-    return p.stdout
+    # These are the huge-page allocator's cases (test_shareable.py: the default, shareable large tensors).
+    return run_fresh(code, {"TOPOCOLL_TORCH_SHAREABLE": "0"}, **env)
 
 
 def _thp_mode():
@@ -69,24 +65,14 @@ def test_large_tensors_are_aligned_and_advised_small_ones_are_not():
 
 
 def test_no_growth_over_many_allocations_and_frees():
-    _run("""
-        import gc, torch, topocoll.torch, topocoll._C as C
-        def rss():
-            return int(open("/proc/self/statm").read().split()[1]) * 4096
-        def rounds(k):
-            for i in range(k):
-                ts = [torch.ones(((2 + i % 7) << 20) // 4 + i) for _ in range(4)] + [torch.ones(96 << 18)]
-                del ts
-        rounds(20)
-        gc.collect()
-        before = rss()
+    _run(CHURN + textwrap.dedent("""
         rounds(300)   # 300 x 5 tensors, 1.3 GiB a round at most: a leak would be gigabytes
         gc.collect()
         after = rss()
         s = C._cpu_allocator_stats()
         assert s["huge_allocs"] == s["huge_frees"] == 320 * 5 and s["huge_bytes"] == 0, s
         assert after - before < (128 << 20), (before, after)
-    """)
+    """))
 
 
 @pytest.mark.parametrize("env", [{"TOPOCOLL_TORCH_HUGEPAGES": "0"}, {"THP_MEM_ALLOC_ENABLE": "0"},
@@ -138,25 +124,14 @@ def _large(rank, n, path):
     for count in ((3 * MIB) // 4 + 7, (9 * MIB) // 4 + 1):
         for dtype in (torch.float32, torch.int32, torch.float64):
             x = ((torch.arange(count, dtype=torch.int64) * (rank + 3)) % 11).to(dtype)
-            a, b = x.clone(), x.clone()
-            assert a.data_ptr() % (2 * MIB) == 0
-            dist.all_reduce(a)
-            dist.all_reduce(b, group=gloo)
-            assert torch.equal(a, b), f"all_reduce {dtype} {count}"
-            a, b = x.clone(), x.clone()
-            dist.broadcast(a, n - 1)
-            dist.broadcast(b, n - 1, group=gloo)
-            assert torch.equal(a, b), f"broadcast {dtype} {count}"
-            outs = [torch.empty_like(x) for _ in range(n)]
-            refs = [torch.empty_like(x) for _ in range(n)]
-            dist.all_gather(outs, x)
-            dist.all_gather(refs, x, group=gloo)
-            assert all(torch.equal(o, r) for o, r in zip(outs, refs)), f"all_gather {dtype} {count}"
+            assert x.clone().data_ptr() % (2 * MIB) == 0
+            compare_with_gloo(x, n, gloo)
     dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_collectives_on_huge_page_tensors_match_gloo(n):
+def test_collectives_on_huge_page_tensors_match_gloo(n, monkeypatch):
+    monkeypatch.setenv("TOPOCOLL_TORCH_SHAREABLE", "0")  # the spawned ranks' environment
     with tempfile.TemporaryDirectory() as d:
         mp.spawn(_large, args=(n, os.path.join(d, "init")), nprocs=n, join=True)
 

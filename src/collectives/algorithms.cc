@@ -95,11 +95,6 @@ constexpr size_t kMappedInputsMin = 1 << 20;
 // place at 32 KiB, where the pulls are too small to be single copies).
 constexpr size_t kReduceScatterPairMin = 64 << 10;
 constexpr size_t kPairSlots = 4;
-// allGatherPair's pieces, and how many connectors they rotate over (a connector carries one single copy at a time,
-// so a piece's offer waits for the previous piece's pull on its connector). Of the settings measured at 2 ranks
-// (256 KiB to 4 MiB pieces, 1, 2, 4 or 8 connectors) none was faster (docs/collectives.md, session 24).
-constexpr size_t kChainPiece = 2 << 20;
-constexpr int kChainLanes = 4;
 
 int positionOf(const int* ring, int n, int rank) {
   for (int p = 0; p < n; ++p)
@@ -124,7 +119,7 @@ class Runner {
         if (c_.algo == Algo::kTree && n_ > 1) return allReduceTree();
         return allReduceRing();
       case Coll::kAllGather:
-        if (star()) return n_ == 2 ? allGatherPair() : allGatherStar();
+        if (star()) return allGatherStar();
         return allGatherRing();
       case Coll::kReduceScatter:
         if (star()) return reduceScatterStar();
@@ -310,36 +305,13 @@ class Runner {
     starGather(at(recv_, block(me_).begin), block, recv_, [] {});
   }
 
-  // AllGather on one host between 3 and kDirectMaxRanks ranks without the ring's steps: every rank pulls every
-  // peer's input straight into its output (starGather) while it copies its own (out of place).
+  // AllGather on one host without the ring's steps (3 to kDirectMaxRanks ranks from kAllGatherStarMin, 2 from
+  // kAllGatherPairMin): every rank pulls every peer's input straight into its output (starGather) while it copies
+  // its own (out of place).
   void allGatherStar() {
     const size_t count = a_.count;
     starGather(send_, [&](int q) { return Range{q * count, (q + 1) * count}; }, recv_,
                [&] { copyUnread(at(recv_, me_ * count), send_, count); });
-  }
-
-  // AllGather between 2 ranks of one host (Direct, from kAllGatherPairMin of a rank's input): each rank copies its
-  // input into its output piece by piece and offers each piece from its output right after writing it, while the
-  // peer's pieces are pulled into its output as the peer offers them (the pulls run in the same thread, at each
-  // Links::start, and in waitAll). A piece is read from DRAM once: the peer reads it from the cache, where the
-  // owner's copy just wrote it (the ring copies the whole block first and the peer pulls it afterwards, from DRAM at
-  // these sizes). In place nothing is copied: every piece is offered from the input at once.
-  void allGatherPair() {
-    l_.connectAll();
-    const int peer = 1 - me_;
-    const size_t count = a_.count, piece = std::max<size_t>(1, kChainPiece / es_);
-    auto lane = [&](size_t b) { return static_cast<int>((b / piece) % kChainLanes); };
-    for (size_t b = 0; b < count; b += piece)
-      recv(lane(b), peer, at(recv_, peer * count + b), std::min(piece, count - b));
-    char* out = at(recv_, me_ * count);
-    const bool inPlace = out == send_;
-    for (size_t b = 0; b < count; b += piece) {
-      const size_t n = std::min(piece, count - b);
-      if (!inPlace) std::memcpy(at(out, b), at(send_, b), n * es_);  // complete before its offer is published
-      send(lane(b), peer, at(out, b), n, false, Copier::kPull);
-      if (!inPlace) l_.start();
-    }
-    l_.waitAll();
   }
 
   // Every rank offers block(q) of its input (elements of the send buffer) to rank q (single copies the peers pull,

@@ -30,8 +30,9 @@ constexpr size_t kMaxMappings = 64;         // peers' buffers mapped at once (im
 
 struct Owned {
   size_t len;
-  int fd;  // -1: anonymous memory (no memfd could be had)
+  int fd;  // -1: anonymous memory (no memfd could be had, or copied into a forked child)
   uint64_t owner, serial;
+  OnFork onFork = OnFork::kShared;
 };
 
 struct Registry {
@@ -40,6 +41,26 @@ struct Registry {
   uint64_t key = 0;                  // this process's key, 0 until first needed (and again in a forked child)
   uint64_t nextSerial = 1;
 };
+
+// In a forked child (single-threaded, the registry's lock held): every OnFork::kCopied buffer becomes private
+// anonymous memory at the same address holding what it held (as fork() gives anonymous memory), and stops being
+// shareable here (fd -1: regionOf no longer names the parent's memfd for it). Only system calls and memcpy: nothing
+// that allocates. A buffer whose copy cannot be mapped stays shared.
+void privatizeInChild(Registry& reg) {
+  for (auto& [base, o] : reg.owned) {
+    if (o.onFork != OnFork::kCopied || o.fd < 0) continue;
+    void* at = reinterpret_cast<void*>(base);
+    void* copy = ::mmap(nullptr, o.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED) continue;
+    std::memcpy(copy, at, o.len);
+    if (::mremap(copy, o.len, o.len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+      ::munmap(copy, o.len);
+      continue;
+    }
+    ::close(o.fd);
+    o.fd = -1;
+  }
+}
 
 Registry& ownedBuffers() {
   static Registry* r = [] {
@@ -50,6 +71,7 @@ Registry& ownedBuffers() {
     ::pthread_atfork([] { ownedBuffers().mu.lock(); }, [] { ownedBuffers().mu.unlock(); },
                      [] {
                        ownedBuffers().key = 0;
+                       privatizeInChild(ownedBuffers());
                        ownedBuffers().mu.unlock();
                      });
     return reg;
@@ -147,7 +169,7 @@ int keepDescriptorAside(int fd) {
 
 PeerMapping::~PeerMapping() { ::munmap(base_, ref_.len); }
 
-void* allocShareable(size_t bytes) {
+void* allocShareable(size_t bytes, OnFork onFork) {
   if (bytes == 0) return nullptr;
   if (bytes > (size_t{1} << 50)) fail(StatusCode::kInvalidArgument, "memAlloc of {} bytes: too large", bytes);
   const size_t len = (bytes + kAlign - 1) & ~(kAlign - 1);
@@ -172,7 +194,7 @@ void* allocShareable(size_t bytes) {
   }
   ::madvise(p, len, MADV_HUGEPAGE);  // best effort (shared memory gets huge pages only where shmem_enabled allows)
   std::lock_guard<std::mutex> lk(reg.mu);
-  reg.owned[reinterpret_cast<uintptr_t>(p)] = Owned{len, fd, owner, serial};
+  reg.owned[reinterpret_cast<uintptr_t>(p)] = Owned{len, fd, owner, serial, onFork};
   return p;
 }
 

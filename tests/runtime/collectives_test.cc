@@ -492,8 +492,8 @@ TEST(Collectives, AllReduceFromEveryPeer) { checkStar(Coll::kAllReduce, collecti
 // AllGather from kAllGatherStarMin (64 KiB of a rank's input): every rank pulls every peer's input (allGatherStar).
 TEST(Collectives, AllGatherFromEveryPeer) { checkStar(Coll::kAllGather, collectives::kAllGatherStarMin, kTypes); }
 
-// 2-rank AllGather from kAllGatherPairMin (1 MiB of a rank's input): each rank copies its input into its output piece
-// by piece and the peer pulls each piece from there (allGatherPair); NCCL_ALGO=ring keeps the ring's step.
+// 2-rank AllGather from kAllGatherPairMin (1 MiB of a rank's input): each rank pulls the peer's input straight into its
+// output (allGatherStar between 2 ranks); NCCL_ALGO=ring keeps the ring's step.
 TEST(Collectives, TwoRankAllGatherPieces) {
   checkStar(Coll::kAllGather, collectives::kAllGatherPairMin, kTypes, {2});
 }

@@ -74,6 +74,43 @@ TEST(ShareableBuffer, DescriptorsStayHighAndNeverExhaustTheLimit) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+// fork(): a kShared buffer stays one memory for parent and child (ncclMemAlloc's buffers); a kCopied one (PyTorch's
+// tensors) is copied as fork() copies anonymous memory: same address and bytes in the child, private, no longer
+// shareable there, freed as usual; the parent's stays shareable and never sees the child's writes.
+TEST(ShareableBuffer, ForkSharesOrCopiesAsAsked) {
+  char* shared = static_cast<char*>(allocShareable(3 * kMiB, OnFork::kShared));
+  char* copied = static_cast<char*>(allocShareable(3 * kMiB, OnFork::kCopied));
+  std::memset(shared, 's', 3 * kMiB);
+  std::memset(copied, 'c', 3 * kMiB);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    bool ok = copied[0] == 'c' && copied[3 * kMiB - 1] == 'c' && regionOf(copied, 1).fd < 0 &&
+              regionOf(shared, 1).fd >= 0;
+    std::memset(copied, 'x', 3 * kMiB);
+    shared[0] = 'y';
+    ok = ok && copied[kMiB] == 'x';
+    try {
+      freeShareable(copied);
+      void* again = allocShareable(kMiB, OnFork::kCopied);  // the child's own buffers are shareable
+      ok = ok && regionOf(again, 1).fd >= 0 && regionOf(again, 1).owner != 0;
+      freeShareable(again);
+    } catch (...) {
+      ok = false;
+    }
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's checks";
+  EXPECT_EQ(copied[0], 'c') << "the child's writes stay in the child";
+  EXPECT_EQ(copied[kMiB], 'c');
+  EXPECT_EQ(shared[0], 'y') << "kShared: one memory";
+  EXPECT_GE(regionOf(copied, 1).fd, 0);
+  freeShareable(copied);
+  freeShareable(shared);
+}
+
 TEST(ShareableBuffer, FreeingAPointerItDidNotGiveFailsClearly) {
   int onStack = 0;
   try {

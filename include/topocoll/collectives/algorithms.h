@@ -45,10 +45,11 @@ constexpr size_t kReduceScatterStarMin = 256 << 10;
 /// TOPOCOLL_P2P_SINGLE_COPY; 1.4-3.4x at 64 KiB). docs/collectives.md, session 23.
 constexpr size_t kAllReduceStarMin = 128 << 10;
 constexpr size_t kAllGatherStarMin = 64 << 10;
-/// AllGather with Direct between 2 ranks of one host from this size of a rank's input: allGatherPair (each rank
-/// copies its input to its output in pieces and the peer pulls each piece from there, out of the cache) instead of
-/// the ring's one step (measured 1.05-2.8x faster at 2-4 MiB of output, mostly faster at 16 MiB, level within the
-/// noise at 64 MiB; docs/collectives.md, session 24).
+/// AllGather with Direct between 2 ranks of one host from this size of a rank's input: allGatherStar (each rank
+/// pulls the peer's input into its output while it copies its own) instead of the ring's one step. Session 28
+/// retired allGatherPair (the peer pulled each piece out of the owner's output right after the owner's copy):
+/// with mapped shareable buffers and non-temporal stores the star was 1.1-1.7x faster out of place from 2 MiB of
+/// output, heap buffers included (docs/collectives.md, session 28).
 constexpr size_t kAllGatherPairMin = 1 << 20;
 const char* algoName(Algo a);
 /// NCCL's protocol ids: LL 0, Simple 2 (LL128 is not built for host memory).
@@ -137,8 +138,8 @@ class Links {
 void run(Links& links, const Args& a, const Choice& c);
 
 /// Whether `a` between `nRanks` ranks of one host runs a star algorithm (every rank pulls what it needs straight out
-/// of the peers' buffers: AllReduce, AllGather, ReduceScatter, Broadcast; between 2 ranks AllGather only, as
-/// allGatherPair) when Direct is chosen: what choose() picks Direct for when NCCL_ALGO leaves the choice.
+/// of the peers' buffers: AllReduce, AllGather, ReduceScatter, Broadcast; between 2 ranks AllGather only) when
+/// Direct is chosen: what choose() picks Direct for when NCCL_ALGO leaves the choice.
 bool starApplies(const Args& a, int nRanks);
 
 /// Bytes NCCL's tuning counts for a collective (the message size in its "N Bytes -> Algo" line): AllGather and

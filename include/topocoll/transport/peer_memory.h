@@ -17,9 +17,13 @@ namespace topocoll::transport {
 /// `bytes` of zeroed memory backed by a memfd (rounded up to 2 MiB), recorded for regionOf; anonymous memory where
 /// memfd_create fails or the process is near its descriptor limit (each buffer holds one descriptor, moved above
 /// 1023 where the limit allows, for select() users). Throws kSystemError when no memory can be had,
-/// kInvalidArgument above 2^50 bytes. Never nullptr for bytes > 0. The memory is MAP_SHARED: a child forked after
-/// the allocation shares it with its parent (anonymous memory would be copied on write).
-void* allocShareable(size_t bytes);
+/// kInvalidArgument above 2^50 bytes. Never nullptr for bytes > 0. The memory is MAP_SHARED: with OnFork::kShared
+/// (runtime::memAlloc, ncclMemAlloc) a child forked after the allocation shares it with its parent; with
+/// OnFork::kCopied (PyTorch's tensors, whose users expect fork() to copy them) the child gets a private copy at the
+/// same address, made by fork() itself (an atfork handler: fork takes as long as copying such buffers), and in the
+/// child the buffer is no longer shareable.
+enum class OnFork { kShared, kCopied };
+void* allocShareable(size_t bytes, OnFork onFork = OnFork::kShared);
 /// Frees what allocShareable returned (nullptr: nothing). Throws kInvalidUsage for a pointer it did not return.
 void freeShareable(void* p);
 /// The shareable buffer holding [p, p + n), or a RegionRef with fd < 0.

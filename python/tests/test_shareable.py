@@ -1,0 +1,127 @@
+"""Shareable tensors (TOPOCOLL_TORCH_SHAREABLE, default 1): `import topocoll.torch` installs a CPU allocator whose
+blocks from 2 MiB are memfd memory (transport::allocShareable), so that the collectives copy straight out of and into
+the peers' tensors through mappings. Checked: large tensors are shareable and small ones are c10's; freed blocks are
+reused, at most 256 MiB of them kept, nothing grows over many rounds; a forked child gets private copies (its writes
+never reach the parent) and allocates and frees; the knob turns it off; collectives on such tensors give Gloo's
+results and do map the peers' tensors. Each single-process case runs in a fresh interpreter."""
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="python3-torch is not installed: the backend's tests cannot run")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import topocoll.torch  # noqa: E402,F401  (the spawned ranks import this module: the backend is registered there)
+from _alloc_common import CHURN, compare_with_gloo, run_fresh  # noqa: E402
+
+MIB = 1 << 20
+
+
+def _run(code, **env):
+    return run_fresh(code, {}, **env)
+
+
+def test_large_tensors_are_shareable_and_reused():
+    _run("""
+        import torch, topocoll.torch, topocoll._C as C
+        s = C._cpu_allocator_stats()
+        assert s["installed"] and s["shareable"], s
+        big = torch.ones((4 << 20) // 4 + 3)     # 4 MiB + 12 bytes: a 6 MiB block
+        small = torch.ones(1000)
+        below = torch.empty((2 << 20) - 1, dtype=torch.uint8)
+        s = C._cpu_allocator_stats()
+        assert s["share_allocs"] == 1 and s["share_live"] == 1 and s["huge_allocs"] == 0, s
+        assert float(big.sum()) == big.numel() and float(small.sum()) == 1000
+        del big
+        s = C._cpu_allocator_stats()
+        assert s["share_live"] == 0 and s["share_cached_bytes"] == 6 << 20, s
+        again = torch.zeros((5 << 20) // 4)      # 5 MiB: the same 6 MiB block, zeroed by torch
+        s = C._cpu_allocator_stats()
+        assert s["share_reuses"] == 1 and s["share_allocs"] == 1 and s["share_cached_bytes"] == 0, s
+        assert float(again.sum()) == 0
+    """)
+
+
+def test_cache_is_bounded_and_nothing_grows():
+    _run(CHURN + textwrap.dedent("""
+        rounds(200)
+        many = [torch.ones(10 << 18) for _ in range(40)]   # 40 x 10 MiB, then all freed: at most 256 MiB kept
+        del many
+        gc.collect()
+        after = rss()
+        s = C._cpu_allocator_stats()
+        assert s["share_live"] == 0 and s["share_cached_bytes"] <= 256 << 20, s
+        assert s["share_reuses"] > 500, s
+        assert after - before < (320 << 20), (before, after)
+    """))
+
+
+def test_forked_child_gets_private_copies():
+    _run("""
+        import os, torch, topocoll.torch, topocoll._C as C
+        t = torch.ones(3 << 20)                  # 12 MiB, shareable
+        freed = torch.ones(3 << 20); del freed   # a cached block
+        assert C._cpu_allocator_stats()["share_live"] == 1
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ok = float(t.sum()) == 3 << 20
+                t.fill_(7.0)                     # never seen by the parent
+                ts = [torch.full((3 << 20,), 2.0) for _ in range(4)]
+                ok = ok and all(float(x.sum()) == 2.0 * (3 << 20) for x in ts) and float(t[5]) == 7.0
+                del ts, t
+                os._exit(0 if ok else 3)
+            except BaseException:
+                os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert float(t.sum()) == 3 << 20 and float(t.max()) == 1.0, "the child's writes reached the parent"
+    """)
+
+
+def test_knob_off():
+    _run("""
+        import torch, topocoll.torch, topocoll._C as C
+        t = torch.ones(4 << 20)
+        s = C._cpu_allocator_stats()
+        assert not s["shareable"] and s["share_allocs"] == 0 and s["huge_allocs"] == 1, s
+    """, TOPOCOLL_TORCH_SHAREABLE="0")
+
+
+def test_bad_knob_value_fails_at_import():
+    p = subprocess.run([sys.executable, "-c", "import topocoll.torch"], capture_output=True, text=True,
+                       env=dict(os.environ, TOPOCOLL_TORCH_SHAREABLE="2"), timeout=60)
+    assert p.returncode != 0 and "TOPOCOLL_TORCH_SHAREABLE=2: out of range" in p.stderr, p.stderr
+
+
+def _collectives(rank, n, path):
+    dist.init_process_group("topocoll", init_method="file://" + path, rank=rank, world_size=n)
+    gloo = dist.new_group(backend="gloo")
+    import topocoll._C as C
+    assert C._cpu_allocator_stats()["shareable"]
+    for count in ((3 * MIB) // 4 + 7, (9 * MIB) // 4 + 1):
+        for dtype in (torch.float32, torch.int32, torch.float64):
+            x = ((torch.arange(count, dtype=torch.int64) * (rank + 3)) % 11).to(dtype)
+            compare_with_gloo(x, n, gloo, (dist.ReduceOp.SUM, dist.ReduceOp.MAX))
+            big = torch.cat([x] * n)
+            out = torch.empty_like(x)
+            dist.reduce_scatter_tensor(out, big) if hasattr(dist, "reduce_scatter_tensor") else \
+                dist._reduce_scatter_base(out, big)
+            ref = x.clone()
+            dist.all_reduce(ref, group=gloo)  # block r of every rank's input is x: their sum (small integers: exact)
+            assert torch.equal(out, ref), f"reduce_scatter {dtype} {count}"
+    assert C._peer_mappings_cached() > 0, "no peer's tensor was mapped"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_collectives_on_shareable_tensors_match_gloo(n, monkeypatch):
+    monkeypatch.delenv("TOPOCOLL_TORCH_SHAREABLE", raising=False)
+    monkeypatch.delenv("TOPOCOLL_MAP_PEER_BUFFERS", raising=False)
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(_collectives, args=(n, os.path.join(d, "init")), nprocs=n, join=True)
