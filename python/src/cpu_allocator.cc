@@ -5,6 +5,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,7 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <map>
+#include <algorithm>
+#include <list>
+#include <vector>
 #include <unordered_map>
 
 #include "topocoll/log.h"
@@ -26,6 +29,7 @@ namespace topocoll::torch_backend {
 namespace {
 
 std::atomic<std::uint64_t> gHugeAllocs{0}, gHugeFrees{0}, gHugeBytes{0};
+std::atomic<bool> gHugeOn{false};  // TOPOCOLL_TORCH_HUGEPAGES: MADV_HUGEPAGE blocks and collapses
 
 // Live huge blocks and their sizes (the deleter gets only the pointer). Blocks are at least 2 MiB, so there are few.
 std::mutex gHugeMu;
@@ -34,37 +38,56 @@ std::unordered_map<void*, std::size_t>& hugeBlocks() {
   return *m;
 }
 
-// Shareable blocks (TOPOCOLL_TORCH_SHAREABLE=1): live ones by address (-> rounded length), freed ones kept for
-// reuse by length, up to kShareCacheMax bytes. transport::allocShareable and freeShareable are called without gShareMu
-// held (they take the shareable registry's lock, which fork() holds while the atfork handlers take gShareMu).
+// Shareable blocks (TOPOCOLL_TORCH_SHAREABLE=1): live ones by address (-> rounded length), freed ones kept for reuse
+// (oldest first; a block that does not fit evicts the oldest), up to kShareCacheMax bytes; at most gShareBudget of
+// them live and kept at once (each holds a descriptor), allocHuge's blocks beyond. transport::allocShareable,
+// freeShareable and markUnused are called without gShareMu held (they take the shareable registry's lock, which
+// fork() holds while the atfork handlers take gShareMu).
 std::atomic<bool> gShareable{false};
 std::atomic<std::uint64_t> gShareAllocs{0}, gShareReuses{0};
+std::size_t gShareBudget = 0;
 std::mutex gShareMu;
 std::unordered_map<void*, std::size_t>& shareBlocks() {
   static auto* m = new std::unordered_map<void*, std::size_t>;
   return *m;
 }
-std::multimap<std::size_t, void*>& shareCache() {
-  static auto* m = new std::multimap<std::size_t, void*>;
+std::list<std::pair<std::size_t, void*>>& shareCache() {  // (length, block), oldest first
+  static auto* m = new std::list<std::pair<std::size_t, void*>>;
   return *m;
 }
 std::size_t gShareCacheBytes = 0;
 constexpr std::size_t kShareAlign = std::size_t(2) << 20;  // allocShareable's rounding of lengths (addresses: pages)
 
+// Descriptors the shareable blocks may hold: a quarter of the soft limit, at most 4096.
+std::size_t shareBudget() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 4096;
+  return std::min<std::size_t>(4096, static_cast<std::size_t>(lim.rlim_cur) / 4);
+}
+
+void* allocHuge(std::size_t n);
+
 void* allocShared(std::size_t n) {
   const std::size_t len = (n + kShareAlign - 1) & ~(kShareAlign - 1);
   void* p = nullptr;
+  bool overBudget = false;
   {
     std::lock_guard<std::mutex> lk(gShareMu);
-    auto it = shareCache().find(len);
-    if (it != shareCache().end()) {
-      p = it->second;
-      shareCache().erase(it);
-      gShareCacheBytes -= len;
-      gShareReuses.fetch_add(1, std::memory_order_relaxed);
-    }
+    auto& cache = shareCache();
+    for (auto it = cache.rbegin(); it != cache.rend(); ++it)  // the most recently freed of that length
+      if (it->first == len) {
+        p = it->second;
+        cache.erase(std::next(it).base());
+        gShareCacheBytes -= len;
+        gShareReuses.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+    overBudget = !p && shareBlocks().size() + cache.size() >= gShareBudget;
   }
-  if (!p) {
+  if (overBudget) return gHugeOn.load(std::memory_order_relaxed) ? allocHuge(n) : c10::alloc_cpu(n);
+  if (p) {
+    transport::markUnused(p, false);
+  } else {
     try {
       p = transport::allocShareable(n, transport::OnFork::kCopied);
     } catch (const std::exception& e) {
@@ -78,22 +101,32 @@ void* allocShared(std::size_t n) {
   return p;
 }
 
-// Whether p is a live shareable block (then it is released: cached, or freed when the cache is full).
+// Whether p is a live shareable block (then it is released: kept for reuse, or freed when larger than the cache).
 bool releaseShared(void* p) {
-  if (!gShareable.load(std::memory_order_relaxed)) return false;
+  if (!gShareable.load(std::memory_order_relaxed) || reinterpret_cast<std::uintptr_t>(p) % 4096 != 0) return false;
+  std::vector<void*> evicted;
+  bool keep = false;
   {
     std::lock_guard<std::mutex> lk(gShareMu);
     auto it = shareBlocks().find(p);
     if (it == shareBlocks().end()) return false;
     const std::size_t len = it->second;
     shareBlocks().erase(it);
-    if (gShareCacheBytes + len <= kShareCacheMax) {
-      shareCache().emplace(len, p);
+    if (len <= kShareCacheMax) {
+      auto& cache = shareCache();
+      while (gShareCacheBytes + len > kShareCacheMax) {
+        evicted.push_back(cache.front().second);
+        gShareCacheBytes -= cache.front().first;
+        cache.pop_front();
+      }
+      cache.emplace_back(len, p);
       gShareCacheBytes += len;
-      return true;
+      keep = true;
     }
   }
-  transport::freeShareable(p);
+  if (keep) transport::markUnused(p, true);  // a fork gives the child fresh memory there, not a copy
+  else evicted.push_back(p);
+  for (void* q : evicted) transport::freeShareable(q);
   return true;
 }
 
@@ -115,6 +148,33 @@ void release(void* p) {
   c10::free_cpu(p);
 }
 
+// posix_memalign at 2 MiB (glibc maps large blocks itself and reuses freed ones, as for c10's own blocks), then
+// MADV_HUGEPAGE over the block's pages: the kernel faults it in as 2 MiB pages where it can, 4 KiB ones otherwise.
+void* allocHuge(std::size_t n) {
+  void* p = nullptr;
+  if (int rc = ::posix_memalign(&p, kHugeAllocMin, n); rc != 0) {
+    // c10's own out-of-memory error, as c10::alloc_cpu raises it.
+    TORCH_CHECK(false, "DefaultCPUAllocator: can't allocate memory: you tried to allocate ", n,
+                " bytes. Error code ", rc, " (", std::strerror(rc), ")");
+  }
+  std::size_t len = (n + 4095) & ~std::size_t(4095);
+  if (::madvise(p, len, MADV_HUGEPAGE) != 0) {  // best effort: THP "never", or a kernel without THP
+    static std::once_flag once;
+    int err = errno;
+    std::call_once(once, [&] {
+      TC_INFO(log::kAlloc, "torch CPU allocator: madvise(MADV_HUGEPAGE) of {} bytes: {} (4 KiB pages)", len,
+              std::strerror(err));
+    });
+  }
+  {
+    std::lock_guard<std::mutex> lk(gHugeMu);
+    hugeBlocks()[p] = n;
+  }
+  gHugeAllocs.fetch_add(1, std::memory_order_relaxed);
+  gHugeBytes.fetch_add(n, std::memory_order_relaxed);
+  return p;
+}
+
 class HugePageCpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(std::size_t n) const override {
@@ -125,34 +185,6 @@ class HugePageCpuAllocator final : public c10::Allocator {
     return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-
- private:
-  // posix_memalign at 2 MiB (glibc maps large blocks itself and reuses freed ones, as for c10's own blocks), then
-  // MADV_HUGEPAGE over the block's pages: the kernel faults it in as 2 MiB pages where it can, 4 KiB ones otherwise.
-  static void* allocHuge(std::size_t n) {
-    void* p = nullptr;
-    if (int rc = ::posix_memalign(&p, kHugeAllocMin, n); rc != 0) {
-      // c10's own out-of-memory error, as c10::alloc_cpu raises it.
-      TORCH_CHECK(false, "DefaultCPUAllocator: can't allocate memory: you tried to allocate ", n,
-                  " bytes. Error code ", rc, " (", std::strerror(rc), ")");
-    }
-    std::size_t len = (n + 4095) & ~std::size_t(4095);
-    if (::madvise(p, len, MADV_HUGEPAGE) != 0) {  // best effort: THP "never", or a kernel without THP
-      static std::once_flag once;
-      int err = errno;
-      std::call_once(once, [&] {
-        TC_INFO(log::kAlloc, "torch CPU allocator: madvise(MADV_HUGEPAGE) of {} bytes: {} (4 KiB pages)", len,
-                std::strerror(err));
-      });
-    }
-    {
-      std::lock_guard<std::mutex> lk(gHugeMu);
-      hugeBlocks()[p] = n;
-    }
-    gHugeAllocs.fetch_add(1, std::memory_order_relaxed);
-    gHugeBytes.fetch_add(n, std::memory_order_relaxed);
-    return p;
-  }
 };
 
 std::atomic<bool> gInstalled{false};
@@ -185,7 +217,7 @@ bool isHugeBlock(const void* p) {
 }  // namespace
 
 void noteTensorUse(const void* data, std::size_t bytes) {
-  if (bytes < kCollapseMin || !gInstalled.load(std::memory_order_relaxed) || isHugeBlock(data)) return;
+  if (bytes < kCollapseMin || !gHugeOn.load(std::memory_order_relaxed) || isHugeBlock(data)) return;
   const std::uintptr_t p = reinterpret_cast<std::uintptr_t>(data);
   const std::uintptr_t b = (p + kHugeAllocMin - 1) & ~(kHugeAllocMin - 1), e = (p + bytes) & ~(kHugeAllocMin - 1);
   if (e <= b) return;
@@ -211,11 +243,18 @@ void noteTensorUse(const void* data, std::size_t bytes) {
 
 bool installCpuAllocator(bool hugePages, bool shareable) {
   if (!hugePages && !shareable) return gInstalled.load();
-  if (shareable && !gShareable.exchange(true))
+  if (hugePages) gHugeOn.store(true);
+  if (shareable && !gShareable.load()) {
+    {
+      std::lock_guard<std::mutex> lk(gShareMu);
+      gShareBudget = shareBudget();
+    }
+    gShareable.store(true);
     TC_INFO(log::kInit | log::kAlloc,
             "torch CPU allocator: blocks from {} bytes in shareable memory, up to {} bytes of freed ones kept "
-            "(TOPOCOLL_TORCH_SHAREABLE=1)",
-            kHugeAllocMin, kShareCacheMax);
+            "(TOPOCOLL_TORCH_SHAREABLE=1), at most {} of them at once (descriptors)",
+            kHugeAllocMin, kShareCacheMax, gShareBudget);
+  }
   if (gInstalled.exchange(true)) return true;
   // SetCPUAllocator takes the pointer for good; the allocator is never destroyed (tensors outlive everything).
   static HugePageCpuAllocator* alloc = new HugePageCpuAllocator;

@@ -38,11 +38,13 @@ std::string planJson(const std::string& topoPath, int nodes, int gpusPerNode, co
   }
 }
 
-// Installs the CPU allocator when TOPOCOLL_TORCH_HUGEPAGES (or THP_MEM_ALLOC_ENABLE) or TOPOCOLL_TORCH_SHAREABLE says so.
+// Installs the CPU allocator when TOPOCOLL_TORCH_HUGEPAGES (or THP_MEM_ALLOC_ENABLE) or TOPOCOLL_TORCH_SHAREABLE says so;
+// returns whether huge pages are on (topocoll.torch.HUGEPAGES).
 bool installAllocator() {
   try {
     const auto cfg = topocoll::Config::fromEnv(topocoll::Env::fromProcess());
-    return topocoll::torch_backend::installCpuAllocator(cfg.torchHugePages != 0, cfg.torchShareable != 0);
+    return topocoll::torch_backend::installCpuAllocator(cfg.torchHugePages != 0, cfg.torchShareable != 0) &&
+           cfg.torchHugePages != 0;
   } catch (const topocoll::Error& err) {
     throw py::value_error(err.what());
   }
@@ -76,7 +78,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_install_cpu_allocator", &installAllocator,
         "Installs PyTorch's CPU allocator (blocks from 2 MiB shareable when TOPOCOLL_TORCH_SHAREABLE is 1, else "
         "2 MiB-aligned with MADV_HUGEPAGE when TOPOCOLL_TORCH_HUGEPAGES, or THP_MEM_ALLOC_ENABLE, is 1); returns "
-        "whether it is installed.");
+        "whether it is installed with huge pages on.");
   m.def("_cpu_allocator_stats", &allocatorStats, "The CPU allocator's counters (for tests).");
   m.def("_peer_mappings_cached", &topocoll::transport::peerMappingsCached,
         "Peers' shareable buffers mapped in this process now (for tests).");

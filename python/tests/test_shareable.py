@@ -1,9 +1,10 @@
-"""Shareable tensors (TOPOCOLL_TORCH_SHAREABLE, default 1): `import topocoll.torch` installs a CPU allocator whose
+"""Shareable tensors (TOPOCOLL_TORCH_SHAREABLE=1; default 0): `import topocoll.torch` installs a CPU allocator whose
 blocks from 2 MiB are memfd memory (transport::allocShareable), so that the collectives copy straight out of and into
 the peers' tensors through mappings. Checked: large tensors are shareable and small ones are c10's; freed blocks are
-reused, at most 256 MiB of them kept, nothing grows over many rounds; a forked child gets private copies (its writes
-never reach the parent) and allocates and frees; the knob turns it off; collectives on such tensors give Gloo's
-results and do map the peers' tensors. Each single-process case runs in a fresh interpreter."""
+reused, at most 256 MiB of them kept (the oldest evicted), nothing grows over many rounds; at most a quarter of the
+descriptor limit of them; a forked child gets private copies holding the bytes of the moment of fork() (neither
+side's later writes reach the other) and allocates and frees; off by default; collectives on such tensors give
+Gloo's results and do map the peers' tensors. Each single-process case runs in a fresh interpreter."""
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ MIB = 1 << 20
 
 
 def _run(code, **env):
-    return run_fresh(code, {}, **env)
+    return run_fresh(code, {"TOPOCOLL_TORCH_SHAREABLE": "1"}, **env)
 
 
 def test_large_tensors_are_shareable_and_reused():
@@ -63,14 +64,17 @@ def test_cache_is_bounded_and_nothing_grows():
 
 def test_forked_child_gets_private_copies():
     _run("""
-        import os, torch, topocoll.torch, topocoll._C as C
+        import os, time, torch, topocoll.torch, topocoll._C as C
         t = torch.ones(3 << 20)                  # 12 MiB, shareable
-        freed = torch.ones(3 << 20); del freed   # a cached block
-        assert C._cpu_allocator_stats()["share_live"] == 1
+        freed = torch.ones(3 << 20); del freed   # a cached block: fresh memory in the child
+        assert topocoll.torch.SHAREABLE and C._cpu_allocator_stats()["share_live"] == 1
         pid = os.fork()
-        if pid == 0:
+        if pid:
+            t.fill_(5.0)                         # right after fork(): must not reach the child's copy
+        else:
             try:
-                ok = float(t.sum()) == 3 << 20
+                time.sleep(0.05)
+                ok = float(t.sum()) == 3 << 20 and float(t.max()) == 1.0
                 t.fill_(7.0)                     # never seen by the parent
                 ts = [torch.full((3 << 20,), 2.0) for _ in range(4)]
                 ok = ok and all(float(x.sum()) == 2.0 * (3 << 20) for x in ts) and float(t[5]) == 7.0
@@ -80,17 +84,42 @@ def test_forked_child_gets_private_copies():
                 os._exit(4)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, status
-        assert float(t.sum()) == 3 << 20 and float(t.max()) == 1.0, "the child's writes reached the parent"
+        assert float(t.min()) == 5.0 and float(t.max()) == 5.0, "the child's writes reached the parent"
     """)
 
 
-def test_knob_off():
+def test_oldest_freed_blocks_are_evicted_and_descriptors_bounded():
+    _run("""
+        import resource, torch
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 256), hard))   # before the import: a budget of 64
+        import topocoll.torch, topocoll._C as C
+        old = [torch.ones(30 << 18) for _ in range(8)]     # 8 x 30 MiB = 240 MiB, then freed: kept
+        del old
+        assert C._cpu_allocator_stats()["share_cached_bytes"] == 240 << 20
+        new = torch.ones(40 << 18); del new                # 40 MiB more: the oldest 30 MiB blocks make room
+        s = C._cpu_allocator_stats()
+        assert s["share_cached_bytes"] == 250 << 20, s     # 7 x 30 + 40 MiB
+        many = [torch.ones(1 << 20) for _ in range(100)]   # 100 x 4 MiB: with the 8 kept, 64 shareable at most
+        s = C._cpu_allocator_stats()
+        assert s["share_live"] == 56 and s["huge_allocs"] == 44, s
+        assert all(float(m[7]) == 1.0 for m in many)
+    """)
+
+
+def test_off_by_default():
     _run("""
         import torch, topocoll.torch, topocoll._C as C
         t = torch.ones(4 << 20)
         s = C._cpu_allocator_stats()
-        assert not s["shareable"] and s["share_allocs"] == 0 and s["huge_allocs"] == 1, s
+        assert not topocoll.torch.SHAREABLE and not s["shareable"] and s["share_allocs"] == 0, s
+        assert s["huge_allocs"] == 1, s
     """, TOPOCOLL_TORCH_SHAREABLE="0")
+    out = run_fresh("""
+        import topocoll.torch
+        print(topocoll.torch.SHAREABLE)
+    """, {})
+    assert out.strip() == "False", out
 
 
 def test_bad_knob_value_fails_at_import():
@@ -121,7 +150,7 @@ def _collectives(rank, n, path):
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_collectives_on_shareable_tensors_match_gloo(n, monkeypatch):
-    monkeypatch.delenv("TOPOCOLL_TORCH_SHAREABLE", raising=False)
+    monkeypatch.setenv("TOPOCOLL_TORCH_SHAREABLE", "1")  # the spawned ranks' environment
     monkeypatch.delenv("TOPOCOLL_MAP_PEER_BUFFERS", raising=False)
     with tempfile.TemporaryDirectory() as d:
         mp.spawn(_collectives, args=(n, os.path.join(d, "init")), nprocs=n, join=True)

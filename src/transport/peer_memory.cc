@@ -33,6 +33,7 @@ struct Owned {
   int fd;  // -1: anonymous memory (no memfd could be had, or copied into a forked child)
   uint64_t owner, serial;
   OnFork onFork = OnFork::kShared;
+  bool unused = false;  // markUnused: a fork gives the child fresh memory there, not a copy
 };
 
 struct Registry {
@@ -40,40 +41,83 @@ struct Registry {
   std::map<uintptr_t, Owned> owned;  // by base address
   uint64_t key = 0;                  // this process's key, 0 until first needed (and again in a forked child)
   uint64_t nextSerial = 1;
+  int forkPipe[2] = {-1, -1};        // during fork() with OnFork::kCopied buffers (prepareFork)
 };
 
+bool anyCopiedOnFork(const Registry& reg) {
+  for (const auto& [base, o] : reg.owned)
+    if (o.onFork == OnFork::kCopied && o.fd >= 0) return true;
+  return false;
+}
+
 // In a forked child (single-threaded, the registry's lock held): every OnFork::kCopied buffer becomes private
-// anonymous memory at the same address holding what it held (as fork() gives anonymous memory), and stops being
-// shareable here (fd -1: regionOf no longer names the parent's memfd for it). Only system calls and memcpy: nothing
-// that allocates. A buffer whose copy cannot be mapped stays shared.
+// anonymous memory at the same address holding what it held (as fork() gives anonymous memory; an unused one, whose
+// bytes nobody needs, fresh zeroed memory), and stops being shareable here (fd -1: regionOf no longer names the
+// parent's memfd for it). Only system calls and memcpy: nothing that allocates. Where a copy cannot be mapped the
+// child aborts: staying shared would let it write into its parent's memory.
 void privatizeInChild(Registry& reg) {
   for (auto& [base, o] : reg.owned) {
     if (o.onFork != OnFork::kCopied || o.fd < 0) continue;
     void* at = reinterpret_cast<void*>(base);
-    void* copy = ::mmap(nullptr, o.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (copy == MAP_FAILED) continue;
-    std::memcpy(copy, at, o.len);
-    if (::mremap(copy, o.len, o.len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
-      ::munmap(copy, o.len);
-      continue;
+    bool ok;
+    if (o.unused) {
+      ok = ::mmap(at, o.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED;
+    } else {
+      void* copy = ::mmap(nullptr, o.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      ok = copy != MAP_FAILED;
+      if (ok) {
+        std::memcpy(copy, at, o.len);
+        ok = ::mremap(copy, o.len, o.len, MREMAP_MAYMOVE | MREMAP_FIXED, at) != MAP_FAILED;
+      }
+    }
+    if (!ok) {
+      static const char msg[] =
+          "topocoll: fork(): no memory for the child's private copy of a shareable buffer (OnFork::kCopied); "
+          "aborting the child rather than sharing its parent's memory\n";
+      [[maybe_unused]] ssize_t w = ::write(2, msg, sizeof msg - 1);
+      ::abort();
     }
     ::close(o.fd);
     o.fd = -1;
   }
 }
 
+// fork() with kCopied buffers: the parent waits (in its atfork handler, until the child closes the pipe's write end)
+// for the child's copies, so that the child gets the bytes of the moment of fork(), not what the parent's threads or
+// its peers write afterwards.
+void prepareFork(Registry& reg) {
+  reg.mu.lock();
+  reg.forkPipe[0] = reg.forkPipe[1] = -1;
+  if (anyCopiedOnFork(reg) && ::pipe2(reg.forkPipe, O_CLOEXEC) != 0) reg.forkPipe[0] = reg.forkPipe[1] = -1;
+}
+void parentAfterFork(Registry& reg) {
+  if (reg.forkPipe[1] >= 0) {
+    ::close(reg.forkPipe[1]);
+    char c;
+    for (;;) {  // EOF when the child closed its end (or there is no child: fork failed)
+      ssize_t n = ::read(reg.forkPipe[0], &c, 1);
+      if (n < 0 && errno == EINTR) continue;
+      break;
+    }
+    ::close(reg.forkPipe[0]);
+  }
+  reg.mu.unlock();
+}
+void childAfterFork(Registry& reg) {
+  reg.key = 0;
+  privatizeInChild(reg);
+  if (reg.forkPipe[1] >= 0) ::close(reg.forkPipe[0]), ::close(reg.forkPipe[1]);
+  reg.mu.unlock();
+}
+
 Registry& ownedBuffers() {
   static Registry* r = [] {
     auto* reg = new Registry;  // never destroyed: buffers may be freed from static destructors
-    // A forked child shares its parent's buffers (MAP_SHARED) under the parent's key and serials, which still name
-    // those memfds; what it allocates itself gets a key of its own.
-    // The locks are held across fork() so that the child never inherits one taken by another thread.
-    ::pthread_atfork([] { ownedBuffers().mu.lock(); }, [] { ownedBuffers().mu.unlock(); },
-                     [] {
-                       ownedBuffers().key = 0;
-                       privatizeInChild(ownedBuffers());
-                       ownedBuffers().mu.unlock();
-                     });
+    // A forked child shares its parent's kShared buffers (MAP_SHARED) under the parent's key and serials, which
+    // still name those memfds; what it allocates itself gets a key of its own.
+    // The lock is held across fork() so that the child never inherits one taken by another thread.
+    ::pthread_atfork([] { prepareFork(ownedBuffers()); }, [] { parentAfterFork(ownedBuffers()); },
+                     [] { childAfterFork(ownedBuffers()); });
     return reg;
   }();
   return *r;
@@ -211,6 +255,13 @@ void freeShareable(void* p) {
   }
   ::munmap(p, o.len);
   if (o.fd >= 0) ::close(o.fd);
+}
+
+void markUnused(void* p, bool unused) {
+  Registry& reg = ownedBuffers();
+  std::lock_guard<std::mutex> lk(reg.mu);
+  auto it = reg.owned.find(reinterpret_cast<uintptr_t>(p));
+  if (it != reg.owned.end()) it->second.unused = unused;
 }
 
 RegionRef regionOf(const void* p, size_t n) {

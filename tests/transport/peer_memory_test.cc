@@ -75,18 +75,25 @@ TEST(ShareableBuffer, DescriptorsStayHighAndNeverExhaustTheLimit) {
 }
 
 // fork(): a kShared buffer stays one memory for parent and child (ncclMemAlloc's buffers); a kCopied one (PyTorch's
-// tensors) is copied as fork() copies anonymous memory: same address and bytes in the child, private, no longer
-// shareable there, freed as usual; the parent's stays shareable and never sees the child's writes.
+// tensors) is copied as fork() copies anonymous memory: same address and the bytes of the moment of fork() in the
+// child (the parent's writes right after fork() do not reach it), private, no longer shareable there, freed as
+// usual; the parent's stays shareable and never sees the child's writes; one marked unused is fresh memory there.
 TEST(ShareableBuffer, ForkSharesOrCopiesAsAsked) {
   char* shared = static_cast<char*>(allocShareable(3 * kMiB, OnFork::kShared));
   char* copied = static_cast<char*>(allocShareable(3 * kMiB, OnFork::kCopied));
+  char* dead = static_cast<char*>(allocShareable(3 * kMiB, OnFork::kCopied));
   std::memset(shared, 's', 3 * kMiB);
   std::memset(copied, 'c', 3 * kMiB);
+  std::memset(dead, 'd', 3 * kMiB);
+  markUnused(dead, true);  // a cached block: the child gets fresh memory there, not a copy
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
+  if (pid != 0) std::memset(copied, 'p', 3 * kMiB);  // after fork(): the parent waited for the child's copy
   if (pid == 0) {
     bool ok = copied[0] == 'c' && copied[3 * kMiB - 1] == 'c' && regionOf(copied, 1).fd < 0 &&
-              regionOf(shared, 1).fd >= 0;
+              regionOf(shared, 1).fd >= 0 && dead[0] == 0 && dead[3 * kMiB - 1] == 0 && regionOf(dead, 1).fd < 0;
+    ::usleep(20000);  // the parent's writes (above) must not reach this copy
+    for (size_t i = 0; i < 3 * kMiB; i += 4096) ok = ok && copied[i] == 'c';
     std::memset(copied, 'x', 3 * kMiB);
     shared[0] = 'y';
     ok = ok && copied[kMiB] == 'x';
@@ -103,10 +110,12 @@ TEST(ShareableBuffer, ForkSharesOrCopiesAsAsked) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's checks";
-  EXPECT_EQ(copied[0], 'c') << "the child's writes stay in the child";
-  EXPECT_EQ(copied[kMiB], 'c');
+  EXPECT_EQ(copied[0], 'p') << "the child's writes stay in the child";
+  EXPECT_EQ(copied[kMiB], 'p');
+  EXPECT_EQ(dead[0], 'd');
   EXPECT_EQ(shared[0], 'y') << "kShared: one memory";
   EXPECT_GE(regionOf(copied, 1).fd, 0);
+  freeShareable(dead);
   freeShareable(copied);
   freeShareable(shared);
 }

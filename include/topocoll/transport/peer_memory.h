@@ -20,12 +20,16 @@ namespace topocoll::transport {
 /// kInvalidArgument above 2^50 bytes. Never nullptr for bytes > 0. The memory is MAP_SHARED: with OnFork::kShared
 /// (runtime::memAlloc, ncclMemAlloc) a child forked after the allocation shares it with its parent; with
 /// OnFork::kCopied (PyTorch's tensors, whose users expect fork() to copy them) the child gets a private copy at the
-/// same address, made by fork() itself (an atfork handler: fork takes as long as copying such buffers), and in the
-/// child the buffer is no longer shareable.
+/// same address, made by fork() itself (atfork handlers: the child copies every such buffer at once, not on write,
+/// and the parent waits for it, so that the copy holds the bytes of the moment of fork()), and in the child the
+/// buffer is no longer shareable. A child that cannot map its copy aborts.
 enum class OnFork { kShared, kCopied };
 void* allocShareable(size_t bytes, OnFork onFork = OnFork::kShared);
 /// Frees what allocShareable returned (nullptr: nothing). Throws kInvalidUsage for a pointer it did not return.
 void freeShareable(void* p);
+/// Whether the bytes of buffer `p` (allocShareable's) are dead (a caching allocator's freed block): a forked child
+/// then gets fresh memory there instead of a copy (OnFork::kCopied). Nothing for other pointers.
+void markUnused(void* p, bool unused);
 /// The shareable buffer holding [p, p + n), or a RegionRef with fd < 0.
 RegionRef regionOf(const void* p, size_t n);
 
