@@ -181,9 +181,47 @@ inline void run(Op f, void* dv, const void* av, const void* bv, size_t n) {
   }
 }
 
+// Out of place with non-temporal stores (reduceStreaming): each 64-byte line of the output is computed into a local
+// line (a vectorised loop; it stays in registers or the store buffer) and streamed out, so that the output's lines
+// are not first read for ownership. Measured (2-rank ReduceScatter, 64 MiB out of place): 1.4x; reducing into an
+// L1-sized buffer and streaming that out was no faster than regular stores.
+template <typename T, typename Op>
+inline void runStreaming(Op f, void* dv, const void* av, const void* bv, size_t n) {
+  T* d = static_cast<T*>(dv);
+  const T* a = static_cast<const T*>(av);
+  const T* b = static_cast<const T*>(bv);
+#if defined(TC_HAVE_F16C_PATH)
+  constexpr size_t kLine = 64 / sizeof(T);
+  size_t i = 0;
+  for (; i < n && reinterpret_cast<uintptr_t>(d + i) % 64 != 0; ++i) d[i] = f(a[i], b[i]);
+  for (; i + kLine <= n; i += kLine) {
+    alignas(64) T line[kLine];
+    for (size_t j = 0; j < kLine; ++j) line[j] = f(a[i + j], b[i + j]);
+    const auto* src = reinterpret_cast<const __m128i*>(line);
+    auto* dst = reinterpret_cast<__m128i*>(d + i);
+    _mm_stream_si128(dst, _mm_load_si128(src));
+    _mm_stream_si128(dst + 1, _mm_load_si128(src + 1));
+    _mm_stream_si128(dst + 2, _mm_load_si128(src + 2));
+    _mm_stream_si128(dst + 3, _mm_load_si128(src + 3));
+  }
+  for (; i < n; ++i) d[i] = f(a[i], b[i]);
+  _mm_sfence();
+#else
+  for (size_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
+#endif
+}
+
 // The op is a template parameter, so each (type, op) is its own plain loop the compiler vectorises.
-template <typename T, template <typename, int> class Op>
+template <typename T, template <typename, int> class Op, bool kStream = false>
 inline void dispatch(int op, void* d, const void* a, const void* b, size_t n) {
+  if constexpr (kStream) {
+    switch (op) {
+      case 1: return runStreaming<T>(Op<T, 1>{}, d, a, b, n);
+      case 2: return runStreaming<T>(Op<T, 2>{}, d, a, b, n);
+      case 3: return runStreaming<T>(Op<T, 3>{}, d, a, b, n);
+      default: return runStreaming<T>(Op<T, 0>{}, d, a, b, n);
+    }
+  }
   switch (op) {
     case 1: return run<T>(Op<T, 1>{}, d, a, b, n);
     case 2: return run<T>(Op<T, 2>{}, d, a, b, n);
@@ -192,8 +230,11 @@ inline void dispatch(int op, void* d, const void* a, const void* b, size_t n) {
   }
 }
 
-#define TC_LOOP(NAME, T, OP) \
-  TC_CLONES void NAME(int op, void* d, const void* a, const void* b, size_t n) { dispatch<T, OP>(op, d, a, b, n); }
+#define TC_LOOP(NAME, T, OP)                                                                                 \
+  TC_CLONES void NAME(int op, void* d, const void* a, const void* b, size_t n) { dispatch<T, OP>(op, d, a, b, n); } \
+  TC_CLONES void NAME##Stream(int op, void* d, const void* a, const void* b, size_t n) {                       \
+    dispatch<T, OP, true>(op, d, a, b, n);                                                                     \
+  }
 TC_LOOP(reduceI8, int8_t, IntOp)
 TC_LOOP(reduceU8, uint8_t, IntOp)
 TC_LOOP(reduceI32, int32_t, IntOp)
@@ -269,6 +310,10 @@ void reduceE5M2(int op, void* d, const void* a, const void* b, size_t n) {
 using LoopFn = void (*)(int, void*, const void*, const void*, size_t);
 constexpr LoopFn kLoops[kNumDataTypes] = {reduceI8,  reduceU8,  reduceI32, reduceU32,  reduceI64,  reduceU64,
                                           reduceF16, reduceF32, reduceF64, reduceBF16, reduceE4M3, reduceE5M2};
+// Half (F16C) and fp8 keep their regular loops (their conversions, not the stores, bound them).
+constexpr LoopFn kStreamLoops[kNumDataTypes] = {
+    reduceI8Stream,  reduceU8Stream,  reduceI32Stream, reduceU32Stream,   reduceI64Stream, reduceU64Stream,
+    reduceF16,       reduceF32Stream, reduceF64Stream, reduceBF16Stream, reduceE4M3,      reduceE5M2};
 
 void check(DataType type, RedOp op) {
   if (!isValid(type)) fail(StatusCode::kInvalidArgument, "unknown data type {}", static_cast<int>(type));
@@ -287,6 +332,12 @@ void reduce(DataType type, RedOp op, void* dst, const void* a, const void* b, si
   check(type, op);
   if (count == 0) return;
   kLoops[static_cast<int>(type)](static_cast<int>(op) == 4 ? 0 : static_cast<int>(op), dst, a, b, count);
+}
+
+void reduceStreaming(DataType type, RedOp op, void* dst, const void* a, const void* b, size_t count) {
+  check(type, op);
+  if (count == 0) return;
+  kStreamLoops[static_cast<int>(type)](static_cast<int>(op) == 4 ? 0 : static_cast<int>(op), dst, a, b, count);
 }
 
 void reduceMany(DataType type, RedOp op, void* dst, const void* const* srcs, int n, size_t count) {

@@ -155,6 +155,24 @@ TEST_P(AllTypesAndOps, TwoInputsOutOfPlaceAndInPlaceMatchTheReference) {
   }
 }
 
+// reduceStreaming (non-temporal stores, out of place) gives reduce()'s bits at every length and output alignment
+// (the head before the first 64-byte line, whole lines, the tail).
+TEST_P(AllTypesAndOps, StreamingStoresGiveTheSameBits) {
+  auto t = static_cast<DataType>(std::get<0>(GetParam()));
+  auto op = static_cast<RedOp>(std::get<1>(GetParam()));
+  const size_t es = sizeOf(t);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1023}, size_t{4099}})
+    for (size_t shift = 0; shift < 64; shift += es * 3) {
+      auto a = fill(t, n, 1), b = fill(t, n, 2);
+      std::vector<uint8_t> want(a.size()), got(a.size() + 128);
+      uint8_t* dst = got.data() + (64 - reinterpret_cast<uintptr_t>(got.data()) % 64) % 64 + shift;
+      reduce(t, op, want.data(), a.data(), b.data(), n);
+      reduceStreaming(t, op, dst, a.data(), b.data(), n);
+      ASSERT_EQ(std::memcmp(dst, want.data(), n * es), 0) << to_string(t) << " " << to_string(op) << " n=" << n
+                                                          << " shift=" << shift;
+    }
+}
+
 TEST_P(AllTypesAndOps, ManyInputsFoldLeftToRight) {
   auto t = static_cast<DataType>(std::get<0>(GetParam()));
   auto op = static_cast<RedOp>(std::get<1>(GetParam()));

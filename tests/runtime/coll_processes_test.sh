@@ -73,8 +73,8 @@ nRanks "reducescatter from every peer" 3 15 "every op" reduce_scatter_perf -l 78
 nRanks "allreduce from every peer" 4 15 "every op" all_reduce_perf -l 524287,524288,3145731 -d int8 -o all
 # AllGather between more than 2 ranks from 64 KiB of a rank's input: every rank pulls every peer's input.
 nRanks "allgather from every peer" 3 3 "around the threshold" all_gather_perf -l 196605,196608,9437187 -d int8
-# 2-rank AllGather from 1 MiB of a rank's input: each rank copies its input to its output piece by piece and the peer
-# pulls each piece from there (in place and out of place, around the threshold, odd sizes, a short last piece).
+# 2-rank AllGather from 1 MiB of a rank's input: each rank pulls the peer's input into its output (allGatherStar; in
+# place and out of place, around the threshold, odd sizes).
 nRanks "allgather pair" 2 3 "around the threshold" all_gather_perf -l 2097150,2097152,10485766 -d int8
 # memAlloc buffers are mapped by the peers (docs/transport.md, "Shareable buffers"): from 16 MiB the copies into an
 # output stream past the caches (odd sizes: unaligned heads and tails); the same with the mappings off; and the INFO
@@ -86,6 +86,10 @@ TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks "process_vm_readv only" 2 3 "odd sizes" all_g
 # knob at 0 take the copying algorithms (every rank must agree): every op, in place and out of place, odd sizes.
 nRanks "mapped inputs" 2 10 "every op" reduce_scatter_perf -l 1048579,4194311 -d int8 -o all
 nRanks "mapped inputs" 3 10 "every op" all_reduce_perf -l 1048575,9437187 -d int8 -o all
+# From 16 MiB the 2-rank ReduceScatter out of place writes its output with non-temporal stores (reduceStreaming):
+# every op on int8 (unaligned output heads and tails), float sum.
+nRanks "streamed reductions" 2 5 "every op" reduce_scatter_perf -l 16777219 -d int8 -o all
+nRanks "streamed reductions" 2 1 "float sum" reduce_scatter_perf -l 16777224 -d float
 nRanks "heap buffers" 4 5 "every op" reduce_scatter_perf -l 4194311 -d int8 -o all --malloc
 TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks "copying reductions" 2 5 "every op" all_reduce_perf -l 4194311 -d int8 -o all
 if NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P "$B" all_gather_perf -np 2 -l 16M -n 1 -w 0 > "$tmp/map" 2>&1 &&

@@ -17,6 +17,10 @@ namespace topocoll::collectives {
 /// once at the end (finishAvg).
 void reduce(DataType type, RedOp op, void* dst, const void* a, const void* b, size_t count);
 
+/// reduce() whose stores bypass the caches (x86-64; elsewhere reduce()), for an output nobody reads soon: its lines
+/// are not read for ownership first. dst must not overlap a or b. Same results as reduce().
+void reduceStreaming(DataType type, RedOp op, void* dst, const void* a, const void* b, size_t count);
+
 /// dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], left to right (n >= 1). dst may alias srcs[0].
 void reduceMany(DataType type, RedOp op, void* dst, const void* const* srcs, int n, size_t count);
 
