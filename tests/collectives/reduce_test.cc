@@ -168,6 +168,7 @@ TEST_P(AllTypesAndOps, StreamingStoresGiveTheSameBits) {
       uint8_t* dst = got.data() + (64 - reinterpret_cast<uintptr_t>(got.data()) % 64) % 64 + shift;
       reduce(t, op, want.data(), a.data(), b.data(), n);
       reduceStreaming(t, op, dst, a.data(), b.data(), n);
+      if (n == 0) continue;  // want.data() may be null
       ASSERT_EQ(std::memcmp(dst, want.data(), n * es), 0) << to_string(t) << " " << to_string(op) << " n=" << n
                                                           << " shift=" << shift;
     }
