@@ -326,6 +326,28 @@ void divideInt(void* d, size_t n, int k) {
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(k));
 }
 
+// The same truncating quotient through floating point F with a multiplication, which vectorises where integer
+// division does not (int8 at 16 MiB: 14.8 ms that way). Exact: r = 1/q rounded and |x| + 1/2 (exact in F) make a
+// product within 2^(1-p) relative (p: F's significand bits, 24 or 53) of (|x| + 1/2) / q, which lies at least 1/(2q)
+// from every integer; for |x| < 2^b the error is below 2^(b+1-p) / q < 1/(2q) as b + 2 < p (b: 8 or 32), so
+// truncating gives trunc(|x| / q). q >= 2 keeps the quotient within int32 (uint32's too).
+template <typename T, typename F>
+[[gnu::always_inline]] inline void divideIntVia(void* d, size_t n, int k) {
+  const T q = static_cast<T>(k);
+  if (!(q > 1)) return divideInt<T>(d, n, k);  // a one-byte divisor that wrapped (k >= 128): the scalar rule
+  T* p = static_cast<T*>(d);
+  const F r = F(1) / static_cast<F>(q);
+  for (size_t i = 0; i < n; ++i) {
+    const F x = static_cast<F>(p[i]);
+    // The sign back on, then the conversion truncates toward zero (0 stays 0: 0.5 r < 1).
+    p[i] = static_cast<T>(static_cast<int32_t>(std::copysign((std::fabs(x) + F(0.5)) * r, x)));
+  }
+}
+TC_CLONES void divideInt8(void* d, size_t n, int k) { divideIntVia<int8_t, float>(d, n, k); }
+TC_CLONES void divideUint8(void* d, size_t n, int k) { divideIntVia<uint8_t, float>(d, n, k); }
+TC_CLONES void divideInt32(void* d, size_t n, int k) { divideIntVia<int32_t, double>(d, n, k); }
+TC_CLONES void divideUint32(void* d, size_t n, int k) { divideIntVia<uint32_t, double>(d, n, k); }
+
 }  // namespace
 
 void reduce(DataType type, RedOp op, void* dst, const void* a, const void* b, size_t count) {
@@ -364,10 +386,10 @@ void finishAvg(DataType type, void* dst, size_t count, int nRanks) {
   if (nRanks < 1) fail(StatusCode::kInvalidArgument, "average over {} ranks", nRanks);
   if (nRanks == 1 || count == 0) return;
   switch (type) {
-    case DataType::kInt8: return divideInt<int8_t>(dst, count, nRanks);
-    case DataType::kUint8: return divideInt<uint8_t>(dst, count, nRanks);
-    case DataType::kInt32: return divideInt<int32_t>(dst, count, nRanks);
-    case DataType::kUint32: return divideInt<uint32_t>(dst, count, nRanks);
+    case DataType::kInt8: return divideInt8(dst, count, nRanks);
+    case DataType::kUint8: return divideUint8(dst, count, nRanks);
+    case DataType::kInt32: return divideInt32(dst, count, nRanks);
+    case DataType::kUint32: return divideUint32(dst, count, nRanks);
     case DataType::kInt64: return divideInt<int64_t>(dst, count, nRanks);
     case DataType::kUint64: return divideInt<uint64_t>(dst, count, nRanks);
     case DataType::kFloat32: {

@@ -210,6 +210,35 @@ TEST(Reduce, AvgIsSumThenDivide) {
   EXPECT_EQ(f, (std::vector<float>{0.75f, 0.25f}));
 }
 
+// finishAvg divides 8- and 32-bit integers through float and double (vectorised): the same truncating quotient as
+// integer division, for the extremes and random values of every such type and every rank count up to 300 (one-byte
+// divisors that wrap keep the scalar rule).
+template <typename T>
+void checkAvgMatchesIntegerDivision(DataType type) {
+  std::mt19937_64 rng(17);
+  std::vector<T> values = {std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), T(0), T(1), T(-1),
+                           static_cast<T>(std::numeric_limits<T>::max() - 1),
+                           static_cast<T>(std::numeric_limits<T>::min() + 1)};
+  for (int i = 0; i < 4000; ++i) values.push_back(static_cast<T>(rng()));
+  for (int k = 1; k <= 300; ++k) {
+    if (static_cast<T>(k) == 0) continue;  // a one-byte count of 256: division by zero
+    std::vector<T> got = values;
+    finishAvg(type, got.data(), got.size(), k);
+    for (size_t i = 0; i < values.size(); ++i)
+      ASSERT_EQ(got[i], static_cast<T>(values[i] / static_cast<T>(k)))
+          << "value " << +values[i] << " over " << k << " ranks, type " << static_cast<int>(type);
+  }
+}
+
+TEST(Reduce, IntegerAvgIsTruncatingIntegerDivision) {
+  checkAvgMatchesIntegerDivision<int8_t>(DataType::kInt8);
+  checkAvgMatchesIntegerDivision<uint8_t>(DataType::kUint8);
+  checkAvgMatchesIntegerDivision<int32_t>(DataType::kInt32);
+  checkAvgMatchesIntegerDivision<uint32_t>(DataType::kUint32);
+  checkAvgMatchesIntegerDivision<int64_t>(DataType::kInt64);
+  checkAvgMatchesIntegerDivision<uint64_t>(DataType::kUint64);
+}
+
 TEST(Reduce, IntegersWrapAndFloatsKeepNan) {
   std::vector<int8_t> a = {127}, b = {1}, out(1);
   reduce(DataType::kInt8, RedOp::kSum, out.data(), a.data(), b.data(), 1);
