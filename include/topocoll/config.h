@@ -113,7 +113,7 @@ struct Config {
   std::string hostTuning;          // TOPOCOLL_HOST_TUNING (the host cost model's constants: bench/host_calibrate's JSON)
   // PyTorch backend
   int torchHugePages = 1;          // TOPOCOLL_TORCH_HUGEPAGES (THP_MEM_ALLOC_ENABLE): 2 MiB-aligned MADV_HUGEPAGE tensors
-  int torchShareable = 0;          // TOPOCOLL_TORCH_SHAREABLE: tensors from 2 MiB in shareable (memfd) memory
+  int torchShareable = 1;          // TOPOCOLL_TORCH_SHAREABLE: tensors from 2 MiB in shareable (memfd) memory
   // Debug (the logger reads these itself; they are here so that bad values fail at the API edge)
   std::string debug;               // NCCL_DEBUG
   std::string debugSubsys;         // NCCL_DEBUG_SUBSYS

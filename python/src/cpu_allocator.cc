@@ -44,7 +44,7 @@ std::unordered_map<void*, std::size_t>& hugeBlocks() {
 // freeShareable and markUnused are called without gShareMu held (they take the shareable registry's lock, which
 // fork() holds while the atfork handlers take gShareMu).
 std::atomic<bool> gShareable{false};
-std::atomic<std::uint64_t> gShareAllocs{0}, gShareReuses{0};
+std::atomic<std::uint64_t> gShareAllocs{0}, gShareReuses{0}, gShareReshared{0};
 std::size_t gShareBudget = 0;
 std::mutex gShareMu;
 std::unordered_map<void*, std::size_t>& shareBlocks() {
@@ -71,22 +71,28 @@ void* allocShared(std::size_t n) {
   const std::size_t len = (n + kShareAlign - 1) & ~(kShareAlign - 1);
   void* p = nullptr;
   bool overBudget = false;
-  {
-    std::lock_guard<std::mutex> lk(gShareMu);
-    auto& cache = shareCache();
-    for (auto it = cache.rbegin(); it != cache.rend(); ++it)  // the most recently freed of that length
-      if (it->first == len) {
-        p = it->second;
-        cache.erase(std::next(it).base());
-        gShareCacheBytes -= len;
-        gShareReuses.fetch_add(1, std::memory_order_relaxed);
-        break;
-      }
-    overBudget = !p && shareBlocks().size() + cache.size() >= gShareBudget;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lk(gShareMu);
+      auto& cache = shareCache();
+      for (auto it = cache.rbegin(); it != cache.rend(); ++it)  // the most recently freed of that length
+        if (it->first == len) {
+          p = it->second;
+          cache.erase(std::next(it).base());
+          gShareCacheBytes -= len;
+          break;
+        }
+      overBudget = !p && shareBlocks().size() + cache.size() >= gShareBudget;
+    }
+    if (!p || transport::regionOf(p, 1).fd >= 0) break;
+    // A kept block that is not shareable (in a forked child: fresh private memory) is freed, not reused.
+    transport::freeShareable(p);
+    p = nullptr;
   }
   if (overBudget) return gHugeOn.load(std::memory_order_relaxed) ? allocHuge(n) : c10::alloc_cpu(n);
   if (p) {
     transport::markUnused(p, false);
+    gShareReuses.fetch_add(1, std::memory_order_relaxed);
   } else {
     try {
       p = transport::allocShareable(n, transport::OnFork::kCopied);
@@ -106,13 +112,15 @@ bool releaseShared(void* p) {
   if (!gShareable.load(std::memory_order_relaxed) || reinterpret_cast<std::uintptr_t>(p) % 4096 != 0) return false;
   std::vector<void*> evicted;
   bool keep = false;
+  // A block a fork() turned private (copy-on-write, no longer shareable) is freed rather than kept for reuse.
+  const bool demoted = transport::regionOf(p, 1).fd < 0;
   {
     std::lock_guard<std::mutex> lk(gShareMu);
     auto it = shareBlocks().find(p);
     if (it == shareBlocks().end()) return false;
     const std::size_t len = it->second;
     shareBlocks().erase(it);
-    if (len <= kShareCacheMax) {
+    if (len <= kShareCacheMax && !demoted) {
       auto& cache = shareCache();
       while (gShareCacheBytes + len > kShareCacheMax) {
         evicted.push_back(cache.front().second);
@@ -241,6 +249,21 @@ void noteTensorUse(const void* data, std::size_t bytes) {
           kCollapseAfter, rc == 0 ? "on 2 MiB pages" : std::strerror(err), ms);
 }
 
+void reshareWholeBlock(const void* base, std::size_t storageBytes, const void* data, std::size_t bytes) {
+  if (!gShareable.load(std::memory_order_relaxed) || !base || base != data || bytes != storageBytes ||
+      bytes < kHugeAllocMin || reinterpret_cast<std::uintptr_t>(base) % 4096 != 0)
+    return;
+  {
+    std::lock_guard<std::mutex> lk(gShareMu);
+    if (!shareBlocks().count(const_cast<void*>(base))) return;
+  }
+  if (transport::regionOf(base, 1).fd >= 0) return;  // shareable as it is
+  if (transport::reshare(const_cast<void*>(base))) {
+    gShareReshared.fetch_add(1, std::memory_order_relaxed);
+    TC_INFO(log::kAlloc, "torch: a tensor's {} bytes at {} are shareable again after fork() (one copy)", bytes, base);
+  }
+}
+
 bool installCpuAllocator(bool hugePages, bool shareable) {
   if (!hugePages && !shareable) return gInstalled.load();
   if (hugePages) gHugeOn.store(true);
@@ -294,6 +317,7 @@ CpuAllocatorStats cpuAllocatorStats() {
   s.shareable = gShareable.load();
   s.shareAllocs = gShareAllocs.load(std::memory_order_relaxed);
   s.shareReuses = gShareReuses.load(std::memory_order_relaxed);
+  s.shareReshared = gShareReshared.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lk(gShareMu);
   s.shareLive = shareBlocks().size();
   s.shareCachedBytes = gShareCacheBytes;

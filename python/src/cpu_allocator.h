@@ -28,6 +28,12 @@ bool installCpuAllocator(bool hugePages, bool shareable = false);
 /// thread: the kernel moves it onto 2 MiB pages now rather than never. Nothing when the allocator is not installed.
 void noteTensorUse(const void* data, std::size_t bytes);
 
+/// Before an operation uses tensor bytes [data, data + bytes) whose storage is [base, base + storageBytes): when
+/// the tensor covers the whole of a shareable block that a fork() turned private (transport::peer_memory.h,
+/// OnFork::kCopied), makes it shareable again (transport::reshare: one copy of the block). Called on the thread
+/// that runs the operation, which owns those bytes until it ends. Nothing otherwise.
+void reshareWholeBlock(const void* base, std::size_t storageBytes, const void* data, std::size_t bytes);
+
 struct CpuAllocatorStats {
   bool installed = false;
   std::uint64_t collapses = 0;      // MADV_COLLAPSE calls made by noteTensorUse
@@ -40,6 +46,7 @@ struct CpuAllocatorStats {
   std::uint64_t shareReuses = 0;   // ... allocations served from freed ones
   std::uint64_t shareLive = 0;     // shareable blocks live now
   std::uint64_t shareCachedBytes = 0;  // freed ones kept
+  std::uint64_t shareReshared = 0;     // blocks made shareable again after a fork() (reshareWholeBlock)
 };
 CpuAllocatorStats cpuAllocatorStats();
 

@@ -63,6 +63,7 @@ py::dict allocatorStats() {
   d["shareable"] = s.shareable;
   d["share_allocs"] = s.shareAllocs;
   d["share_reuses"] = s.shareReuses;
+  d["share_reshared"] = s.shareReshared;
   d["share_live"] = s.shareLive;
   d["share_cached_bytes"] = s.shareCachedBytes;
   return d;
@@ -82,6 +83,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_cpu_allocator_stats", &allocatorStats, "The CPU allocator's counters (for tests).");
   m.def("_peer_mappings_cached", &topocoll::transport::peerMappingsCached,
         "Peers' shareable buffers mapped in this process now (for tests).");
+  m.def(
+      "_shareable_at",
+      [](std::uintptr_t address, std::size_t bytes) {
+        return topocoll::transport::regionOf(reinterpret_cast<const void*>(address), bytes).fd >= 0;
+      },
+      py::arg("address"), py::arg("bytes"),
+      "Whether [address, address + bytes) lies in a shareable buffer of this process (tensor.data_ptr(); for tests).");
   m.def("_plan_json", &planJson, py::arg("topology"), py::arg("nodes") = 1, py::arg("gpus_per_node") = 0,
         py::arg("graph_in") = "", py::arg("env") = std::map<std::string, std::string>{}, py::arg("dtype") = "float32",
         py::arg("pretty") = false);

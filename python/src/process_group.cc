@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "cpu_allocator.h"
+#include "topocoll/transport/peer_memory.h"
 
 namespace topocoll::torch_backend {
 
@@ -67,6 +68,13 @@ void checkSameLayout(const at::Tensor& ref, const at::Tensor& t, const char* wha
               " elements but the input has ", ref.numel());
 }
 
+// On the operation's thread, before it runs: a tensor that is a whole shareable block a fork() turned private is
+// made shareable again (cpu_allocator.h), so that the peers map it rather than copy it with process_vm_readv.
+void own(const at::Tensor& t) {
+  const auto& st = t.storage();
+  reshareWholeBlock(st.data(), st.nbytes(), t.data_ptr(), t.nbytes());
+}
+
 size_t bytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 // Whether equally sized tensors are consecutive pieces of one buffer (torch.empty(n * k).chunk(n), ...): a list form
@@ -85,8 +93,16 @@ bool consecutive(const std::vector<at::Tensor>& ts) {
 // A Work run by the group's Worker (or by the thread that waits for it); its future carries the output tensors.
 class ProcessGroupTopocoll::Task : public c10d::Work {
  public:
+  // Queued or running, a Task counts as peer access in flight (transport::notePeerAccess): a fork() meanwhile
+  // copies the shareable tensors into the child rather than making the parent's copy-on-write, since a peer may be
+  // writing into them.
   Task(Worker* worker, int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> fn)
-      : Work(rank, type), worker_(worker), fn_(std::move(fn)), outputs_(std::move(outputs)) {}
+      : Work(rank, type), worker_(worker), fn_(std::move(fn)), outputs_(std::move(outputs)) {
+    transport::notePeerAccess(1);
+  }
+  ~Task() override {
+    if (fn_) transport::notePeerAccess(-1);  // never ran
+  }
 
   // Runs the operation once, on whichever thread claimed it, and completes the Work with its outcome.
   void run() {
@@ -97,6 +113,7 @@ class ProcessGroupTopocoll::Task : public c10d::Work {
       error = std::current_exception();
     }
     fn_ = nullptr;  // drops the tensors it held
+    transport::notePeerAccess(-1);
     c10::intrusive_ptr<at::ivalue::Future> future;
     {
       std::lock_guard<std::mutex> lk(futureMu_);
@@ -351,6 +368,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::broadcast(std::vector<at::T
               opts.rootRank, " out of range");
   at::Tensor t = tensors[0];
   return enqueue(*collWorker_, c10d::OpType::BROADCAST, tensors, [this, t, root = opts.rootRank]() {
+    own(t);
     check(tcclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), toTccl(t), root, comm_, nullptr), "tcclBroadcast");
   });
 }
@@ -361,6 +379,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::allreduce(std::vector<at::T
   at::Tensor t = tensors[0];
   tcclRedOp_t op = toTccl(opts.reduceOp, t);
   return enqueue(*collWorker_, c10d::OpType::ALLREDUCE, tensors, [this, t, op]() {
+    own(t);
     check(tcclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), toTccl(t), op, comm_, nullptr), "tcclAllReduce");
   });
 }
@@ -376,6 +395,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::allreduce_coalesced(std::ve
   tcclRedOp_t op = toTccl(opts.reduceOp, tensors[0]);
   std::vector<at::Tensor> ts = tensors;
   return enqueue(*collWorker_, c10d::OpType::ALLREDUCE_COALESCED, tensors, [this, ts, op]() {
+    for (auto& t : ts) own(t);
     check(tcclGroupStart(), "tcclGroupStart");
     for (auto& t : ts) tcclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), toTccl(t), op, comm_, nullptr);
     check(tcclGroupEnd(), "tcclAllReduce (coalesced)");
@@ -390,6 +410,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::reduce(std::vector<at::Tens
   at::Tensor t = tensors[0];
   tcclRedOp_t op = toTccl(opts.reduceOp, t);
   return enqueue(*collWorker_, c10d::OpType::REDUCE, tensors, [this, t, op, root = opts.rootRank]() {
+    own(t);
     check(tcclReduce(t.data_ptr(), t.data_ptr(), t.numel(), toTccl(t), op, root, comm_, nullptr), "tcclReduce");
   });
 }
@@ -425,6 +446,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::_allgather_base(at::Tensor&
               output.numel(), " elements, ", input.numel() * getSize(), " expected (input x world size)");
   at::Tensor in = input, out = output;
   return enqueue(*collWorker_, c10d::OpType::_ALLGATHER_BASE, {output}, [this, in, out]() {
+    own(in), own(out);
     check(tcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), toTccl(in), comm_, nullptr), "tcclAllGather");
   });
 }
@@ -503,6 +525,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::_reduce_scatter_base(at::Te
   at::Tensor in = input, out = output;
   tcclRedOp_t op = toTccl(opts.reduceOp, out);
   return enqueue(*collWorker_, c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [this, in, out, op]() {
+    own(in), own(out);
     check(tcclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), toTccl(out), op, comm_, nullptr),
           "tcclReduceScatter");
   });

@@ -1,9 +1,10 @@
-"""Shareable tensors (TOPOCOLL_TORCH_SHAREABLE=1; default 0): `import topocoll.torch` installs a CPU allocator whose
+"""Shareable tensors (TOPOCOLL_TORCH_SHAREABLE, default 1): `import topocoll.torch` installs a CPU allocator whose
 blocks from 2 MiB are memfd memory (transport::allocShareable), so that the collectives copy straight out of and into
 the peers' tensors through mappings. Checked: large tensors are shareable and small ones are c10's; freed blocks are
 reused, at most 256 MiB of them kept (the oldest evicted), nothing grows over many rounds; at most a quarter of the
-descriptor limit of them; a forked child gets private copies holding the bytes of the moment of fork() (neither
-side's later writes reach the other) and allocates and frees; off by default; collectives on such tensors give
+descriptor limit of them; a forked child and its parent each keep the bytes of the moment of fork() (neither
+side's later writes reach the other; the parent's tensors turn copy-on-write, and a collective on one makes it
+shareable again) and the child allocates and frees; on by default, off with 0; collectives on such tensors give
 Gloo's results and do map the peers' tensors. Each single-process case runs in a fresh interpreter."""
 import os
 import subprocess
@@ -68,6 +69,7 @@ def test_forked_child_gets_private_copies():
         t = torch.ones(3 << 20)                  # 12 MiB, shareable
         freed = torch.ones(3 << 20); del freed   # a cached block: fresh memory in the child
         assert topocoll.torch.SHAREABLE and C._cpu_allocator_stats()["share_live"] == 1
+        assert C._shareable_at(t.data_ptr(), t.numel() * t.element_size())
         pid = os.fork()
         if pid:
             t.fill_(5.0)                         # right after fork(): must not reach the child's copy
@@ -78,6 +80,7 @@ def test_forked_child_gets_private_copies():
                 t.fill_(7.0)                     # never seen by the parent
                 ts = [torch.full((3 << 20,), 2.0) for _ in range(4)]
                 ok = ok and all(float(x.sum()) == 2.0 * (3 << 20) for x in ts) and float(t[5]) == 7.0
+                ok = ok and all(C._shareable_at(x.data_ptr(), x.numel() * x.element_size()) for x in ts)  # the child's own
                 del ts, t
                 os._exit(0 if ok else 3)
             except BaseException:
@@ -85,6 +88,47 @@ def test_forked_child_gets_private_copies():
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, status
         assert float(t.min()) == 5.0 and float(t.max()) == 5.0, "the child's writes reached the parent"
+        # Nothing was in flight: the parent's tensor is copy-on-write now (not copied into the child at fork()).
+        assert not C._shareable_at(t.data_ptr(), t.numel() * t.element_size())
+        del t
+        s = C._cpu_allocator_stats()
+        assert s["share_live"] == 0 and s["share_cached_bytes"] == 12 << 20, s   # that one was freed, not kept
+    """)
+
+
+def test_collective_reshares_a_tensor_forked_earlier(tmp_path):
+    # One rank: the collectives run (and count as in flight while queued); afterwards a fork() finds none in flight
+    # (the count went back to zero), the tensors turn copy-on-write, and the next collective on a whole one makes it
+    # shareable again with its bytes, while the child keeps its own.
+    _run(f"""
+        import os, time, torch, torch.distributed as dist, topocoll.torch, topocoll._C as C
+        dist.init_process_group("topocoll", init_method="file://{tmp_path}/init", rank=0, world_size=1)
+        t = torch.arange(3 << 20, dtype=torch.float32)
+        part = torch.ones(6 << 20)[: 3 << 20]    # not a whole block: left alone
+        for _ in range(3):
+            dist.all_reduce(t); dist.broadcast(part, 0)
+        w = dist.all_reduce(t, async_op=True); w.wait()
+        r, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(wr)
+            os.read(r, 1)                        # the parent reshared and wrote meanwhile
+            ok = float(t[7]) == 7.0 and float(t[-1]) == (3 << 20) - 1
+            os._exit(0 if ok else 3)
+        os.close(r)
+        assert not C._shareable_at(t.data_ptr(), t.numel() * t.element_size()), "copy-on-write after fork()"
+        dist.all_reduce(t)
+        assert C._shareable_at(t.data_ptr(), t.numel() * t.element_size()), "reshared by the collective"
+        assert C._cpu_allocator_stats()["share_reshared"] == 1
+        dist.broadcast(part, 0)
+        assert not C._shareable_at(part.data_ptr(), part.numel() * part.element_size())
+        assert float(t[7]) == 7.0
+        t.add_(1.0)
+        os.write(wr, b"g"); os.close(wr)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert float(t[7]) == 8.0
+        dist.destroy_process_group()
     """)
 
 
@@ -107,7 +151,7 @@ def test_oldest_freed_blocks_are_evicted_and_descriptors_bounded():
     """)
 
 
-def test_off_by_default():
+def test_on_by_default_off_with_zero():
     _run("""
         import torch, topocoll.torch, topocoll._C as C
         t = torch.ones(4 << 20)
@@ -119,7 +163,7 @@ def test_off_by_default():
         import topocoll.torch
         print(topocoll.torch.SHAREABLE)
     """, {})
-    assert out.strip() == "False", out
+    assert out.strip() == "True", out
 
 
 def test_bad_knob_value_fails_at_import():

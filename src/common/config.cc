@@ -435,13 +435,14 @@ std::vector<Knob> buildRegistry() {
       {"THP_MEM_ALLOC_ENABLE"}));
   r.push_back(intKnob<&Config::torchShareable>(
       "TOPOCOLL_TORCH_SHAREABLE", "torch", 0, 1,
-      "1: `import topocoll.torch` installs PyTorch's CPU allocator that puts tensors of 2 MiB and more in shareable "
-      "memory (memfd, as ncclMemAlloc's; at most a quarter of RLIMIT_NOFILE of them, each holds a descriptor), "
-      "keeping up to 256 MiB of freed blocks for reuse, so that the collectives copy straight out of and into peers' "
-      "tensors through mappings instead of process_vm_readv (1.2-3x from 2 MiB); fork() then copies those tensors "
-      "into the child at once (not on write; the parent waits for the copy), memfd memory is on 4 KiB pages unless "
-      "shmem_enabled allows huge ones, and TOPOCOLL_TORCH_HUGEPAGES applies to the others only. 0 (default): "
-      "tensors stay private memory"));
+      "1 (default): `import topocoll.torch` installs PyTorch's CPU allocator that puts tensors of 2 MiB and more in "
+      "shareable memory (memfd, as ncclMemAlloc's; at most a quarter of RLIMIT_NOFILE of them, each holds a "
+      "descriptor), keeping up to 256 MiB of freed blocks for reuse, so that the collectives copy straight out of and "
+      "into peers' tensors through mappings instead of process_vm_readv (1.2-3x from 2 MiB). fork() keeps "
+      "anonymous memory's meaning: the tensors alive then become copy-on-write in the parent (nothing copied; a "
+      "collective on a whole such tensor makes it shareable again with one copy), or, while an operation is in "
+      "flight, are copied into the child at once. memfd memory is on 4 KiB pages unless shmem_enabled allows huge "
+      "ones, and TOPOCOLL_TORCH_HUGEPAGES applies to the other tensors only. 0: tensors stay private memory"));
   r.push_back(intKnob<&Config::nsocksPerThread>("NCCL_NSOCKS_PERTHREAD", "transport", -2, 64,
                                                 "NET/Socket: data sockets per helper thread (-2: 1)"));
   r.push_back(intKnob<&Config::socketNthreads>("NCCL_SOCKET_NTHREADS", "transport", -2, 16,

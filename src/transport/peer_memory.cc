@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -42,12 +43,37 @@ struct Registry {
   uint64_t key = 0;                  // this process's key, 0 until first needed (and again in a forked child)
   uint64_t nextSerial = 1;
   int forkPipe[2] = {-1, -1};        // during fork() with OnFork::kCopied buffers (prepareFork)
+  size_t forkDemoted = 0;            // buffers the last fork() turned private in the parent (logged after it)
 };
 
+std::atomic<long> gPeerAccess{0};  // notePeerAccess
+
+// Whether fork() leaves a kCopied buffer whose bytes the child must copy at once.
 bool anyCopiedOnFork(const Registry& reg) {
   for (const auto& [base, o] : reg.owned)
-    if (o.onFork == OnFork::kCopied && o.fd >= 0) return true;
+    if (o.onFork == OnFork::kCopied && o.fd >= 0 && !o.unused) return true;
   return false;
+}
+
+// In the parent, before fork() and with no peer access in flight (the registry's lock held): every live kCopied
+// buffer becomes a private mapping of its own memfd at the same address, and the parent's descriptor is closed. Both
+// sides then have copy-on-write views of the bytes of this moment, as fork() gives anonymous memory; nobody writes
+// the memfd any more (peers write only into buffers an operation of ours names, and regionOf no longer names this
+// one). A buffer whose mapping cannot be made stays as it was, and the child copies it.
+void demoteInParent(Registry& reg) {
+  reg.forkDemoted = 0;
+  for (auto& [base, o] : reg.owned) {
+    if (o.onFork != OnFork::kCopied || o.fd < 0 || o.unused) continue;
+    void* view = ::mmap(nullptr, o.len, PROT_READ | PROT_WRITE, MAP_PRIVATE, o.fd, 0);
+    if (view == MAP_FAILED) continue;
+    if (::mremap(view, o.len, o.len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(base)) == MAP_FAILED) {
+      ::munmap(view, o.len);
+      continue;
+    }
+    ::close(o.fd);
+    o.fd = -1;
+    ++reg.forkDemoted;
+  }
 }
 
 // In a forked child (single-threaded, the registry's lock held): every OnFork::kCopied buffer becomes private
@@ -82,12 +108,15 @@ void privatizeInChild(Registry& reg) {
   }
 }
 
-// fork() with kCopied buffers: the parent waits (in its atfork handler, until the child closes the pipe's write end)
-// for the child's copies, so that the child gets the bytes of the moment of fork(), not what the parent's threads or
-// its peers write afterwards.
+// fork() with kCopied buffers: with no peer access in flight the parent's become copy-on-write (demoteInParent);
+// otherwise, or where that failed, the parent waits (in its atfork handler, until the child closes the pipe's write
+// end) for the child's copies, so that the child gets the bytes of the moment of fork(), not what the parent's
+// threads or its peers write afterwards.
 void prepareFork(Registry& reg) {
   reg.mu.lock();
   reg.forkPipe[0] = reg.forkPipe[1] = -1;
+  reg.forkDemoted = 0;
+  if (gPeerAccess.load(std::memory_order_seq_cst) == 0) demoteInParent(reg);
   if (anyCopiedOnFork(reg) && ::pipe2(reg.forkPipe, O_CLOEXEC) != 0) reg.forkPipe[0] = reg.forkPipe[1] = -1;
 }
 void parentAfterFork(Registry& reg) {
@@ -101,7 +130,11 @@ void parentAfterFork(Registry& reg) {
     }
     ::close(reg.forkPipe[0]);
   }
+  const size_t demoted = reg.forkDemoted;
   reg.mu.unlock();
+  if (demoted > 0)
+    TC_INFO(log::kAlloc, "fork(): {} shareable buffer(s) of this process are copy-on-write now, as anonymous memory "
+            "is (not shareable until reshared)", demoted);
 }
 void childAfterFork(Registry& reg) {
   reg.key = 0;
@@ -255,6 +288,51 @@ void freeShareable(void* p) {
   }
   ::munmap(p, o.len);
   if (o.fd >= 0) ::close(o.fd);
+}
+
+void notePeerAccess(int delta) { gPeerAccess.fetch_add(delta, std::memory_order_seq_cst); }
+
+bool reshare(void* p) {
+  Registry& reg = ownedBuffers();
+  size_t len;
+  uint64_t owner, serial;
+  {
+    std::lock_guard<std::mutex> lk(reg.mu);
+    auto it = reg.owned.find(reinterpret_cast<uintptr_t>(p));
+    if (it == reg.owned.end() || it->second.onFork != OnFork::kCopied) return it != reg.owned.end() && it->second.fd >= 0;
+    if (it->second.fd >= 0) return true;
+    len = it->second.len;
+    owner = processKey(reg);
+    serial = reg.nextSerial++;
+  }
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, memfdName(owner, serial).c_str(), MFD_CLOEXEC));
+  if (fd >= 0) fd = keepDescriptorAside(fd);
+  if (fd < 0) return false;
+  void* fresh = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(len)) == 0)
+    fresh = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fresh == MAP_FAILED) {
+    ::close(fd);
+    return false;
+  }
+  // Under the lock: a fork() meanwhile would otherwise see a shared mapping the registry calls private.
+  std::lock_guard<std::mutex> lk(reg.mu);
+  auto it = reg.owned.find(reinterpret_cast<uintptr_t>(p));
+  bool ok = it != reg.owned.end() && it->second.fd < 0 && it->second.len == len;
+  if (ok) {
+    std::memcpy(fresh, p, len);
+    ok = ::mremap(fresh, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p) != MAP_FAILED;
+  }
+  if (!ok) {
+    ::munmap(fresh, len);
+    ::close(fd);
+    return it != reg.owned.end() && it->second.fd >= 0;
+  }
+  ::madvise(p, len, MADV_HUGEPAGE);
+  it->second.fd = fd;
+  it->second.owner = owner;
+  it->second.serial = serial;
+  return true;
 }
 
 void markUnused(void* p, bool unused) {

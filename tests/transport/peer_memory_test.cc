@@ -78,7 +78,10 @@ TEST(ShareableBuffer, DescriptorsStayHighAndNeverExhaustTheLimit) {
 // tensors) is copied as fork() copies anonymous memory: same address and the bytes of the moment of fork() in the
 // child (the parent's writes right after fork() do not reach it), private, no longer shareable there, freed as
 // usual; the parent's stays shareable and never sees the child's writes; one marked unused is fresh memory there.
-TEST(ShareableBuffer, ForkSharesOrCopiesAsAsked) {
+// fork() with kShared, kCopied and unused kCopied buffers. kCopied keeps anonymous memory's meaning either way:
+// with a peer access in flight the child copies at once and the parent's buffer stays shareable; without, the
+// parent's becomes copy-on-write (not shareable until reshare(), which keeps its bytes and leaves the child's alone).
+void forkKeepsEachSidesBytes(bool accessInFlight) {
   char* shared = static_cast<char*>(allocShareable(3 * kMiB, OnFork::kShared));
   char* copied = static_cast<char*>(allocShareable(3 * kMiB, OnFork::kCopied));
   char* dead = static_cast<char*>(allocShareable(3 * kMiB, OnFork::kCopied));
@@ -86,13 +89,19 @@ TEST(ShareableBuffer, ForkSharesOrCopiesAsAsked) {
   std::memset(copied, 'c', 3 * kMiB);
   std::memset(dead, 'd', 3 * kMiB);
   markUnused(dead, true);  // a cached block: the child gets fresh memory there, not a copy
+  const RegionRef before = regionOf(copied, 1);
+  ASSERT_GE(before.fd, 0);
+  if (accessInFlight) notePeerAccess(1);
+  int toChild[2];
+  ASSERT_EQ(::pipe(toChild), 0);
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
-  if (pid != 0) std::memset(copied, 'p', 3 * kMiB);  // after fork(): the parent waited for the child's copy
   if (pid == 0) {
+    ::close(toChild[1]);
     bool ok = copied[0] == 'c' && copied[3 * kMiB - 1] == 'c' && regionOf(copied, 1).fd < 0 &&
               regionOf(shared, 1).fd >= 0 && dead[0] == 0 && dead[3 * kMiB - 1] == 0 && regionOf(dead, 1).fd < 0;
-    ::usleep(20000);  // the parent's writes (above) must not reach this copy
+    char c;
+    ok = ok && ::read(toChild[0], &c, 1) == 1;  // the parent wrote (and reshared) meanwhile: none of it reaches us
     for (size_t i = 0; i < 3 * kMiB; i += 4096) ok = ok && copied[i] == 'c';
     std::memset(copied, 'x', 3 * kMiB);
     shared[0] = 'y';
@@ -107,6 +116,26 @@ TEST(ShareableBuffer, ForkSharesOrCopiesAsAsked) {
     }
     _exit(ok ? 0 : 1);
   }
+  ::close(toChild[0]);
+  if (accessInFlight) notePeerAccess(-1);
+  if (accessInFlight) {
+    EXPECT_EQ(regionOf(copied, 1).serial, before.serial) << "the child copied: still shareable here";
+  } else {
+    EXPECT_LT(regionOf(copied, 1).fd, 0) << "copy-on-write here now";
+  }
+  std::memset(copied, 'p', 2 * kMiB);
+  if (!accessInFlight) {
+    EXPECT_TRUE(reshare(copied));
+    const RegionRef again = regionOf(copied, 1);
+    EXPECT_GE(again.fd, 0);
+    EXPECT_NE(again.serial, before.serial) << "a new memfd: peers must not take it for the old one";
+    EXPECT_EQ(copied[0], 'p');
+    EXPECT_EQ(copied[2 * kMiB], 'c') << "reshare keeps the bytes";
+    EXPECT_EQ(copied[3 * kMiB - 1], 'c');
+  }
+  std::memset(copied, 'p', 3 * kMiB);
+  ASSERT_EQ(::write(toChild[1], "g", 1), 1);
+  ::close(toChild[1]);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's checks";
@@ -115,10 +144,15 @@ TEST(ShareableBuffer, ForkSharesOrCopiesAsAsked) {
   EXPECT_EQ(dead[0], 'd');
   EXPECT_EQ(shared[0], 'y') << "kShared: one memory";
   EXPECT_GE(regionOf(copied, 1).fd, 0);
+  EXPECT_TRUE(reshare(copied)) << "shareable already";
+  EXPECT_FALSE(reshare(shared + 4096)) << "not a buffer's address";
   freeShareable(dead);
   freeShareable(copied);
   freeShareable(shared);
 }
+
+TEST(ShareableBuffer, ForkCopiesIntoTheChildWhileAPeerAccessIsInFlight) { forkKeepsEachSidesBytes(true); }
+TEST(ShareableBuffer, ForkMakesTheParentsCopyOnWriteWhenQuiet) { forkKeepsEachSidesBytes(false); }
 
 TEST(ShareableBuffer, FreeingAPointerItDidNotGiveFailsClearly) {
   int onStack = 0;

@@ -19,10 +19,13 @@ namespace topocoll::transport {
 /// 1023 where the limit allows, for select() users). Throws kSystemError when no memory can be had,
 /// kInvalidArgument above 2^50 bytes. Never nullptr for bytes > 0. The memory is MAP_SHARED: with OnFork::kShared
 /// (runtime::memAlloc, ncclMemAlloc) a child forked after the allocation shares it with its parent; with
-/// OnFork::kCopied (PyTorch's tensors, whose users expect fork() to copy them) the child gets a private copy at the
-/// same address, made by fork() itself (atfork handlers: the child copies every such buffer at once, not on write,
-/// and the parent waits for it, so that the copy holds the bytes of the moment of fork()), and in the child the
-/// buffer is no longer shareable. A child that cannot map its copy aborts.
+/// OnFork::kCopied (PyTorch's tensors, whose users expect fork() to copy them) parent and child each keep the bytes
+/// of the moment of fork() and neither sees the other's later writes, as with anonymous memory. fork() does that in
+/// its atfork handlers in one of two ways: while no peer access is in flight (notePeerAccess) the parent's buffer
+/// becomes a private copy-on-write mapping of the same memory (nothing is copied; the buffer is no longer shareable
+/// in the parent either, until reshare()); otherwise the child copies every such buffer at once and the parent
+/// waits for it (its buffers stay shareable: a peer may be writing into them). In the child the buffer is no longer
+/// shareable. A child that cannot map its copy aborts.
 enum class OnFork { kShared, kCopied };
 void* allocShareable(size_t bytes, OnFork onFork = OnFork::kShared);
 /// Frees what allocShareable returned (nullptr: nothing). Throws kInvalidUsage for a pointer it did not return.
@@ -30,6 +33,14 @@ void freeShareable(void* p);
 /// Whether the bytes of buffer `p` (allocShareable's) are dead (a caching allocator's freed block): a forked child
 /// then gets fresh memory there instead of a copy (OnFork::kCopied). Nothing for other pointers.
 void markUnused(void* p, bool unused);
+/// Counts operations in flight that may let peers read or write this process's OnFork::kCopied buffers (the PyTorch
+/// backend: +1 when it queues one, -1 when it ended): fork() copies eagerly while the count is not zero.
+void notePeerAccess(int delta);
+/// Makes the kCopied buffer at `p` (allocShareable's address) shareable again after a fork() turned it private: a
+/// fresh memfd takes its bytes (one copy) and replaces the private mapping at the same address. The caller owns
+/// every byte of the buffer meanwhile (nothing else may write it during the copy). Returns whether the buffer is
+/// shareable now (false: not allocShareable's, or no memfd could be had; the buffer is unchanged).
+bool reshare(void* p);
 /// The shareable buffer holding [p, p + n), or a RegionRef with fd < 0.
 RegionRef regionOf(const void* p, size_t n);
 
