@@ -310,7 +310,7 @@ bool reshare(void* p) {
   if (fd < 0) return false;
   void* fresh = MAP_FAILED;
   if (::ftruncate(fd, static_cast<off_t>(len)) == 0)
-    fresh = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    fresh = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);  // one call, not a fault a page
   if (fresh == MAP_FAILED) {
     ::close(fd);
     return false;
