@@ -43,10 +43,18 @@ struct Registry {
   uint64_t key = 0;                  // this process's key, 0 until first needed (and again in a forked child)
   uint64_t nextSerial = 1;
   int forkPipe[2] = {-1, -1};        // during fork() with OnFork::kCopied buffers (prepareFork)
-  size_t forkDemoted = 0;            // buffers the last fork() turned private in the parent (logged after it)
+  size_t forkDemoted = 0;            // buffers the last fork() turned private in the parent
 };
 
-std::atomic<long> gPeerAccess{0};  // notePeerAccess
+std::atomic<long> gPeerAccess{0};     // notePeerAccess
+std::atomic<size_t> gDemotedUnlogged{0};  // demotions not logged yet (nothing logs inside fork()'s handlers)
+
+void logDemotions() {
+  if (gDemotedUnlogged.load(std::memory_order_relaxed) == 0) return;
+  if (size_t n = gDemotedUnlogged.exchange(0))
+    TC_INFO(log::kAlloc, "fork(): {} shareable buffer(s) of this process became copy-on-write, as anonymous memory "
+            "is (not shareable until reshared)", n);
+}
 
 // Whether fork() leaves a kCopied buffer whose bytes the child must copy at once.
 bool anyCopiedOnFork(const Registry& reg) {
@@ -67,7 +75,9 @@ void demoteInParent(Registry& reg) {
     void* view = ::mmap(nullptr, o.len, PROT_READ | PROT_WRITE, MAP_PRIVATE, o.fd, 0);
     if (view == MAP_FAILED) continue;
     if (::mremap(view, o.len, o.len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(base)) == MAP_FAILED) {
+      // The kernel may have unmapped the address before failing: the memfd (which holds every byte) goes back there.
       ::munmap(view, o.len);
+      ::mmap(reinterpret_cast<void*>(base), o.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, o.fd, 0);
       continue;
     }
     ::close(o.fd);
@@ -116,7 +126,7 @@ void prepareFork(Registry& reg) {
   reg.mu.lock();
   reg.forkPipe[0] = reg.forkPipe[1] = -1;
   reg.forkDemoted = 0;
-  if (gPeerAccess.load(std::memory_order_seq_cst) == 0) demoteInParent(reg);
+  if (gPeerAccess.load(std::memory_order_seq_cst) <= 0) demoteInParent(reg);  // < 0: a child's inherited tasks
   if (anyCopiedOnFork(reg) && ::pipe2(reg.forkPipe, O_CLOEXEC) != 0) reg.forkPipe[0] = reg.forkPipe[1] = -1;
 }
 void parentAfterFork(Registry& reg) {
@@ -130,14 +140,13 @@ void parentAfterFork(Registry& reg) {
     }
     ::close(reg.forkPipe[0]);
   }
-  const size_t demoted = reg.forkDemoted;
+  gDemotedUnlogged.fetch_add(reg.forkDemoted, std::memory_order_relaxed);  // logged by the next reshare/alloc
   reg.mu.unlock();
-  if (demoted > 0)
-    TC_INFO(log::kAlloc, "fork(): {} shareable buffer(s) of this process are copy-on-write now, as anonymous memory "
-            "is (not shareable until reshared)", demoted);
 }
 void childAfterFork(Registry& reg) {
   reg.key = 0;
+  gPeerAccess.store(0);  // the parent's operations in flight are not the child's
+  gDemotedUnlogged.store(0);
   privatizeInChild(reg);
   if (reg.forkPipe[1] >= 0) ::close(reg.forkPipe[0]), ::close(reg.forkPipe[1]);
   reg.mu.unlock();
@@ -250,6 +259,7 @@ void* allocShareable(size_t bytes, OnFork onFork) {
   if (bytes == 0) return nullptr;
   if (bytes > (size_t{1} << 50)) fail(StatusCode::kInvalidArgument, "memAlloc of {} bytes: too large", bytes);
   const size_t len = (bytes + kAlign - 1) & ~(kAlign - 1);
+  logDemotions();
   Registry& reg = ownedBuffers();
   uint64_t owner, serial;
   {
@@ -293,6 +303,7 @@ void freeShareable(void* p) {
 void notePeerAccess(int delta) { gPeerAccess.fetch_add(delta, std::memory_order_seq_cst); }
 
 bool reshare(void* p) {
+  logDemotions();
   Registry& reg = ownedBuffers();
   size_t len;
   uint64_t owner, serial;
@@ -315,18 +326,24 @@ bool reshare(void* p) {
     ::close(fd);
     return false;
   }
-  // Under the lock: a fork() meanwhile would otherwise see a shared mapping the registry calls private.
+  // The caller owns the bytes: the copy needs no lock (a fork() meanwhile leaves a private buffer alone).
+  std::memcpy(fresh, p, len);
+  // The swap under the lock: a fork() must never see a shared mapping the registry calls private.
   std::lock_guard<std::mutex> lk(reg.mu);
   auto it = reg.owned.find(reinterpret_cast<uintptr_t>(p));
-  bool ok = it != reg.owned.end() && it->second.fd < 0 && it->second.len == len;
-  if (ok) {
-    std::memcpy(fresh, p, len);
-    ok = ::mremap(fresh, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p) != MAP_FAILED;
-  }
-  if (!ok) {
+  if (it == reg.owned.end() || it->second.fd >= 0 || it->second.len != len) {  // freed, or reshared meanwhile
     ::munmap(fresh, len);
     ::close(fd);
     return it != reg.owned.end() && it->second.fd >= 0;
+  }
+  if (::mremap(fresh, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p) == MAP_FAILED) {
+    // The kernel may have unmapped p before failing: the new memfd (which holds the copy) goes there instead.
+    ::munmap(fresh, len);
+    if (::mmap(p, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+      static const char msg[] = "topocoll: reshare(): a tensor's memory could not be mapped back; aborting\n";
+      [[maybe_unused]] ssize_t w = ::write(2, msg, sizeof msg - 1);
+      ::abort();
+    }
   }
   ::madvise(p, len, MADV_HUGEPAGE);
   it->second.fd = fd;
@@ -388,6 +405,18 @@ std::shared_ptr<const PeerMapping> mapPeerRegion(pid_t pid, const RegionRef& r, 
   bool found = false;
   auto other = cachedView(im, key, r, &found);
   if (found) return other;  // another thread imported it meanwhile: ours unmaps as it goes
+  // An older buffer of the owner at the same address (freed, or reshared after a fork()) is dead: its mapping goes
+  // now rather than when the cache evicts it, so that its memory is not kept alive here.
+  if (m)
+    for (auto o = im.order.begin(); o != im.order.end();) {
+      auto it = im.byRegion.find(*o);
+      if (o->first == r.owner && it != im.byRegion.end() && it->second && it->second->ref().base == r.base) {
+        im.byRegion.erase(it);
+        o = im.order.erase(o);
+      } else {
+        ++o;
+      }
+    }
   im.byRegion.emplace(key, m);
   im.order.push_back(key);
   while (im.order.size() > kMaxMappings) {

@@ -170,6 +170,34 @@ TEST(ShareableBuffer, FreeingAPointerItDidNotGiveFailsClearly) {
 
 // A child process allocates a buffer, fills it and tells the parent where it is; the parent maps it, checks the
 // bytes, writes its own and the child checks those. Forged descriptions of the buffer are refused.
+// A buffer reshared after a fork() (a new memfd at the same address): the view of the old one is dropped from the
+// cache when the new one is mapped, not kept alive until evicted. This process plays the peer of itself.
+TEST(PeerMapping, ANewerBufferAtTheSameAddressDropsTheOldView) {
+  char* b = static_cast<char*>(allocShareable(2 * kMiB, OnFork::kCopied));
+  std::memset(b, 'a', 2 * kMiB);
+  const size_t before = peerMappingsCached();
+  const RegionRef old = regionOf(b, 2 * kMiB);
+  auto v1 = mapPeerRegion(::getpid(), old, old.base, 2 * kMiB);
+  if (!v1) GTEST_SKIP() << "pidfd_getfd is not allowed here: nothing is mapped";
+  EXPECT_EQ(peerMappingsCached(), before + 1);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_LT(regionOf(b, 1).fd, 0) << "copy-on-write after the fork";
+  ASSERT_TRUE(reshare(b));
+  const RegionRef now = regionOf(b, 2 * kMiB);
+  auto v2 = mapPeerRegion(::getpid(), now, now.base, 2 * kMiB);
+  ASSERT_TRUE(v2);
+  EXPECT_EQ(peerMappingsCached(), before + 1) << "the old view left the cache";
+  EXPECT_EQ(*v2->at(now, now.base), 'a');
+  EXPECT_EQ(*v1->at(old, old.base), 'a') << "a holder keeps its view mapped";
+  v1.reset();
+  v2.reset();
+  freeShareable(b);
+}
+
 TEST(PeerMapping, MapsThePeersBufferAndRefusesForgedDescriptions) {
   void* inherited = allocShareable(kMiB);  // allocated before the fork: shared with the child, under our key
   const RegionRef mine = regionOf(inherited, kMiB);
