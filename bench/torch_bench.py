@@ -159,7 +159,8 @@ def main():
     ap.add_argument("--capi", metavar="BUILD", help="also time the C API: BUILD/topocoll-perf")
     ap.add_argument("--out", help="write the busbw plot (SVG) here")
     args = ap.parse_args()
-    sizes = [s for s in SIZES if s <= args.max]
+    # 4x steps, plus 1 MiB and the largest size itself (issue 12's targets are "from 1 MiB" and "to 64 MiB")
+    sizes = sorted({s for s in SIZES if s <= args.max} | {s for s in (1 << 20, args.max) if 8 <= s <= args.max})
     results = {}
     print(f"# torch {torch.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, bind {args.bind}")
     for n in args.n:

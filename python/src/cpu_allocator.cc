@@ -56,7 +56,6 @@ std::list<std::pair<std::size_t, void*>>& shareCache() {  // (length, block), ol
   return *m;
 }
 std::size_t gShareCacheBytes = 0;
-constexpr std::size_t kShareAlign = std::size_t(2) << 20;  // allocShareable's rounding of lengths (addresses: pages)
 
 // Descriptors the shareable blocks may hold: a quarter of the soft limit, at most 4096.
 std::size_t shareBudget() {
@@ -68,7 +67,7 @@ std::size_t shareBudget() {
 void* allocHuge(std::size_t n);
 
 void* allocShared(std::size_t n) {
-  const std::size_t len = (n + kShareAlign - 1) & ~(kShareAlign - 1);
+  const std::size_t len = transport::shareableLength(n);
   void* p = nullptr;
   bool overBudget = false;
   for (;;) {
@@ -89,7 +88,8 @@ void* allocShared(std::size_t n) {
     transport::freeShareable(p);
     p = nullptr;
   }
-  if (overBudget) return gHugeOn.load(std::memory_order_relaxed) ? allocHuge(n) : c10::alloc_cpu(n);
+  if (overBudget)
+    return n >= kHugeAllocMin && gHugeOn.load(std::memory_order_relaxed) ? allocHuge(n) : c10::alloc_cpu(n);
   if (p) {
     transport::markUnused(p, false);
     gShareReuses.fetch_add(1, std::memory_order_relaxed);
@@ -186,9 +186,8 @@ void* allocHuge(std::size_t n) {
 class HugePageCpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(std::size_t n) const override {
-    void* p = n < kHugeAllocMin                           ? c10::alloc_cpu(n)
-              : gShareable.load(std::memory_order_relaxed) ? allocShared(n)
-                                                           : allocHuge(n);
+    const bool share = gShareable.load(std::memory_order_relaxed);
+    void* p = n >= kShareMin && share ? allocShared(n) : n < kHugeAllocMin ? c10::alloc_cpu(n) : allocHuge(n);
     c10::profiledCPUMemoryReporter().New(p, n);
     return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
@@ -251,7 +250,7 @@ void noteTensorUse(const void* data, std::size_t bytes) {
 
 void reshareWholeBlock(const void* base, std::size_t storageBytes, const void* data, std::size_t bytes) {
   if (!gShareable.load(std::memory_order_relaxed) || !base || base != data || bytes != storageBytes ||
-      bytes < kHugeAllocMin || reinterpret_cast<std::uintptr_t>(base) % 4096 != 0)
+      bytes < kShareMin || reinterpret_cast<std::uintptr_t>(base) % 4096 != 0)
     return;
   {
     std::lock_guard<std::mutex> lk(gShareMu);
@@ -276,7 +275,7 @@ bool installCpuAllocator(bool hugePages, bool shareable) {
     TC_INFO(log::kInit | log::kAlloc,
             "torch CPU allocator: blocks from {} bytes in shareable memory, up to {} bytes of freed ones kept "
             "(TOPOCOLL_TORCH_SHAREABLE=1), at most {} of them at once (descriptors)",
-            kHugeAllocMin, kShareCacheMax, gShareBudget);
+            kShareMin, kShareCacheMax, gShareBudget);
   }
   if (gInstalled.exchange(true)) return true;
   // SetCPUAllocator takes the pointer for good; the allocator is never destroyed (tensors outlive everything).

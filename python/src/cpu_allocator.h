@@ -15,7 +15,7 @@ namespace topocoll::torch_backend {
 
 /// Installs the allocator as PyTorch's CPU allocator when `hugePages` (TOPOCOLL_TORCH_HUGEPAGES, or PyTorch's
 /// THP_MEM_ALLOC_ENABLE when that is unset) or `shareable` (TOPOCOLL_TORCH_SHAREABLE) is 1; idempotent (a later
-/// call may turn shareable on). Returns whether it is installed. With `shareable`, blocks from kHugeAllocMin come
+/// call may turn shareable on). Returns whether it is installed. With `shareable`, blocks from kShareMin come
 /// from transport::allocShareable (memfd memory that the peers map: the collectives' mapped single copies and
 /// mapped inputs work on such tensors as on ncclMemAlloc's buffers), OnFork::kCopied (a forked child gets private
 /// copies), and freed ones are kept for reuse up to kShareCacheMax bytes (PyTorch frees and allocates the same
@@ -52,6 +52,9 @@ CpuAllocatorStats cpuAllocatorStats();
 
 /// Bytes from which allocations are 2 MiB-aligned and advised huge (2 MiB).
 inline constexpr std::size_t kHugeAllocMin = std::size_t(2) << 20;
+/// Bytes from which allocations are shareable when that is on (1 MiB: issue 12's sizes start there; below 2 MiB
+/// they are rounded to 64 KiB, transport::shareableLength).
+inline constexpr std::size_t kShareMin = std::size_t(1) << 20;
 /// Tensors from this size on that are not on huge pages get their interior collapsed after kCollapseAfter uses.
 inline constexpr std::size_t kCollapseMin = std::size_t(4) << 20;
 inline constexpr int kCollapseAfter = 3;

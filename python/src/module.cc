@@ -58,6 +58,7 @@ py::dict allocatorStats() {
   d["huge_frees"] = s.hugeFrees;
   d["huge_bytes"] = s.hugeBytes;
   d["huge_min"] = topocoll::torch_backend::kHugeAllocMin;
+  d["share_min"] = topocoll::torch_backend::kShareMin;
   d["collapses"] = s.collapses;
   d["collapses_ok"] = s.collapsesOk;
   d["shareable"] = s.shareable;

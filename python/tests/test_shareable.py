@@ -1,5 +1,5 @@
 """Shareable tensors (TOPOCOLL_TORCH_SHAREABLE, default 1): `import topocoll.torch` installs a CPU allocator whose
-blocks from 2 MiB are memfd memory (transport::allocShareable), so that the collectives copy straight out of and into
+blocks from 1 MiB are memfd memory (transport::allocShareable), so that the collectives copy straight out of and into
 the peers' tensors through mappings. Checked: large tensors are shareable and small ones are c10's; freed blocks are
 reused, at most 256 MiB of them kept (the oldest evicted), nothing grows over many rounds; at most a quarter of the
 descriptor limit of them; a forked child and its parent each keep the bytes of the moment of fork() (neither
@@ -35,16 +35,22 @@ def test_large_tensors_are_shareable_and_reused():
         assert s["installed"] and s["shareable"], s
         big = torch.ones((4 << 20) // 4 + 3)     # 4 MiB + 12 bytes: a 6 MiB block
         small = torch.ones(1000)
-        below = torch.empty((2 << 20) - 1, dtype=torch.uint8)
+        below = torch.empty((1 << 20) - 1, dtype=torch.uint8)
         s = C._cpu_allocator_stats()
         assert s["share_allocs"] == 1 and s["share_live"] == 1 and s["huge_allocs"] == 0, s
+        assert s["share_min"] == 1 << 20 and not C._shareable_at(below.data_ptr(), below.numel())
+        mid = torch.empty((1 << 20) + 5, dtype=torch.uint8)  # 1 MiB + 5 bytes: shareable, a 1 MiB + 64 KiB block
+        assert C._shareable_at(mid.data_ptr(), mid.numel()) and C._cpu_allocator_stats()["share_allocs"] == 2
+        del mid
+        assert C._cpu_allocator_stats()["share_cached_bytes"] == (1 << 20) + (64 << 10)
         assert float(big.sum()) == big.numel() and float(small.sum()) == 1000
         del big
         s = C._cpu_allocator_stats()
-        assert s["share_live"] == 0 and s["share_cached_bytes"] == 6 << 20, s
+        kept = (1 << 20) + (64 << 10)             # mid's block
+        assert s["share_live"] == 0 and s["share_cached_bytes"] == (6 << 20) + kept, s
         again = torch.zeros((5 << 20) // 4)      # 5 MiB: the same 6 MiB block, zeroed by torch
         s = C._cpu_allocator_stats()
-        assert s["share_reuses"] == 1 and s["share_allocs"] == 1 and s["share_cached_bytes"] == 0, s
+        assert s["share_reuses"] == 1 and s["share_allocs"] == 2 and s["share_cached_bytes"] == kept, s
         assert float(again.sum()) == 0
     """)
 

@@ -26,7 +26,6 @@
 namespace topocoll::transport {
 namespace {
 
-constexpr size_t kAlign = size_t{2} << 20;  // whole huge pages, as NCCL's ncclMemAlloc rounds to its granularity
 constexpr size_t kMaxMappings = 64;         // peers' buffers mapped at once (imports and failures alike)
 
 struct Owned {
@@ -258,7 +257,7 @@ PeerMapping::~PeerMapping() { ::munmap(base_, ref_.len); }
 void* allocShareable(size_t bytes, OnFork onFork) {
   if (bytes == 0) return nullptr;
   if (bytes > (size_t{1} << 50)) fail(StatusCode::kInvalidArgument, "memAlloc of {} bytes: too large", bytes);
-  const size_t len = (bytes + kAlign - 1) & ~(kAlign - 1);
+  const size_t len = shareableLength(bytes);  // whole huge pages, as ncclMemAlloc rounds to its granularity
   logDemotions();
   Registry& reg = ownedBuffers();
   uint64_t owner, serial;

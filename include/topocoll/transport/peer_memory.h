@@ -14,7 +14,7 @@
 
 namespace topocoll::transport {
 
-/// `bytes` of zeroed memory backed by a memfd (rounded up to 2 MiB), recorded for regionOf; anonymous memory where
+/// `bytes` of zeroed memory backed by a memfd (rounded up to shareableLength(bytes)), recorded for regionOf; anonymous memory where
 /// memfd_create fails or the process is near its descriptor limit (each buffer holds one descriptor, moved above
 /// 1023 where the limit allows, for select() users). Throws kSystemError when no memory can be had,
 /// kInvalidArgument above 2^50 bytes. Never nullptr for bytes > 0. The memory is MAP_SHARED: with OnFork::kShared
@@ -27,6 +27,11 @@ namespace topocoll::transport {
 /// waits for it (its buffers stay shareable: a peer may be writing into them). In the child the buffer is no longer
 /// shareable. A child that cannot map its copy aborts.
 enum class OnFork { kShared, kCopied };
+/// The length allocShareable gives `bytes`: whole 2 MiB (huge) pages from 2 MiB, whole 64 KiB below.
+inline size_t shareableLength(size_t bytes) {
+  const size_t align = bytes >= (size_t{2} << 20) ? (size_t{2} << 20) : (size_t{64} << 10);
+  return (bytes + align - 1) & ~(align - 1);
+}
 void* allocShareable(size_t bytes, OnFork onFork = OnFork::kShared);
 /// Frees what allocShareable returned (nullptr: nothing). Throws kInvalidUsage for a pointer it did not return.
 void freeShareable(void* p);
