@@ -202,13 +202,13 @@ class ProcessGroupTopocoll::Worker {
         kicked_ = false;
       }
       next->run();
-      bool more;
+      bool wake;
       {
         std::lock_guard<std::mutex> lk(mu_);
         busy_ = false;
-        more = !queue_.empty();
+        wake = !queue_.empty() || parked_;
       }
-      if (more) cv_.notify_one();  // what was queued behind it is asynchronous: start it
+      if (wake) cv_.notify_one();  // what was queued behind it is asynchronous: start it (or: back to its timer)
       if (next.get() == task) return;
     }
   }
@@ -238,6 +238,14 @@ class ProcessGroupTopocoll::Worker {
         continue;
       }
       if (stop_ && !busy_) return;  // the queue is empty
+      if (busy_ && lazy_) {
+        // A caller runs a Task: no timer until it is done (it wakes this thread then). On a rank bound to one CPU
+        // each timer wake-up would preempt the collective in progress, once a millisecond.
+        parked_ = true;
+        cv_.wait(lk);
+        parked_ = false;
+        continue;
+      }
       if (!busy_ && queue_.empty() && (!lazy_ || now >= armedUntil)) {
         sleeping_ = true;
         cv_.wait(lk);
@@ -255,6 +263,7 @@ class ProcessGroupTopocoll::Worker {
   bool busy_ = false;      // a Task is running (on the worker thread or a helping caller)
   bool sleeping_ = false;  // the thread waits without a timer: a push must wake it
   bool kicked_ = false;
+  bool parked_ = false;    // the thread waits, without a timer, for a helping caller to finish
   bool stop_ = false;
   std::thread thread_;
 };
