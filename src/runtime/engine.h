@@ -21,6 +21,10 @@
 #include "topocoll/transport/primitives.h"
 #include "topocoll/transport/transport.h"
 
+namespace topocoll::runtime {
+class Communicator;
+}
+
 namespace topocoll::runtime::detail {
 
 class Engine;
@@ -76,6 +80,18 @@ struct Op {
   bool finished() const { return state.load(std::memory_order_acquire) != kPending; }
   /// Back to a fresh op, keeping what its vectors and strings allocated (OpPool).
   void recycle();
+};
+
+/// A group's small send or receive recorded without an op (Communicator::recordGroupShot): what the op would hold.
+struct GroupShot {
+  Communicator* comm = nullptr;
+  transport::Connector* conn = nullptr;  // whose point-to-point mailbox it uses
+  void* buf = nullptr;
+  size_t count = 0, bytes = 0;
+  DataType type = DataType::kUint8;
+  int peer = -1;
+  bool send = false;
+  uint32_t index = 0;  // its place among the sends to (receives from) peer
 };
 
 /// Ops of finished calls kept for the next calls (the collectives' links): the blocking small-message path

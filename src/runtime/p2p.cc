@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <limits>
 #include <thread>
@@ -31,17 +32,33 @@ using transport::Transfer;
 
 namespace {
 
-// NCCL's group state is per thread and spans communicators.
+// NCCL's group state is per thread and spans communicators. `shots`: the leading small sends and receives of one
+// communicator, recorded without ops (Communicator::recordGroupShot); anything else joining the group turns them
+// into ops first (spillShots), so that the order of each peer's messages is kept.
 struct GroupState {
   int depth = 0;
   std::vector<std::pair<Communicator*, std::shared_ptr<Op>>> ops;
   std::vector<std::shared_ptr<detail::CollTask>> colls;
+  std::vector<detail::GroupShot> shots;
 };
 thread_local GroupState tGroup;
+constexpr size_t kMaxGroupShots = 64;
+
+void spillShots() {
+  if (tGroup.shots.empty()) return;
+  std::vector<detail::GroupShot> shots;
+  shots.swap(tGroup.shots);
+  for (const auto& s : shots) tGroup.ops.emplace_back(s.comm, s.comm->groupShotOp(s));
+  shots.clear();
+  if (tGroup.shots.empty()) tGroup.shots.swap(shots);  // keeps the storage
+}
 
 }  // namespace
 
-void detail::addToGroup(Communicator*, std::shared_ptr<CollTask> t) { tGroup.colls.push_back(std::move(t)); }
+void detail::addToGroup(Communicator*, std::shared_ptr<CollTask> t) {
+  spillShots();
+  tGroup.colls.push_back(std::move(t));
+}
 
 namespace {
 // A finished operation needs no engine (which may be gone with its communicator).
@@ -162,6 +179,7 @@ void Communicator::recycleOps(std::pair<Communicator*, std::shared_ptr<Op>>* ops
 
 Request Communicator::issue(std::shared_ptr<Op> op, bool blocking) {
   if (tGroup.depth > 0) {
+    spillShots();  // recorded before this op: they go first
     tGroup.ops.emplace_back(this, op);
     return Request(op);
   }
@@ -269,8 +287,65 @@ bool Communicator::tryShot(bool send, void* buf, size_t count, DataType type, in
   return true;
 }
 
+bool Communicator::recordGroupShot(bool send, void* buf, size_t count, DataType type, int peer,
+                                   detail::GroupShot* out) {
+  if (!tGroup.ops.empty() || !tGroup.colls.empty() || tGroup.shots.size() >= kMaxGroupShots ||
+      (!tGroup.shots.empty() && tGroup.shots[0].comm != this) || peer == rank_ || peer < 0 || peer >= nRanks_ ||
+      !isValid(type) || abort_.load(std::memory_order_relaxed) || count > transport::kShotMaxBytes ||
+      (!buf && count > 0) || !p2pConnected_[peer].load(std::memory_order_acquire))
+    return false;  // the op path says what is wrong, or connects
+  const size_t bytes = count * sizeOf(type);
+  const int max = ctx_->cfg.p2pMailboxMax;
+  if (max <= 0 || bytes > static_cast<size_t>(max) || (count > 0 && deviceBuffer(buf))) return false;
+  transport::Connector* c = p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
+  if (!c->conn.p2pShot.area) return false;
+  out->comm = this;
+  out->conn = c;
+  out->buf = buf;
+  out->count = count;
+  out->bytes = bytes;
+  out->type = type;
+  out->peer = peer;
+  out->send = send;
+  out->index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;
+  return true;
+}
+
+bool Communicator::runGroupShots(const detail::GroupShot* shots, size_t n) {
+  if (abort_.load(std::memory_order_relaxed)) return false;  // the op path fails them
+  // This thread's ops, reset for each group (the group runs to its end here: nothing keeps them).
+  thread_local std::deque<Op> tOps;
+  thread_local std::vector<Op*> tPtrs;
+  while (tOps.size() < n) tOps.emplace_back();
+  tPtrs.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const detail::GroupShot& s = shots[i];
+    Op& op = tOps[i];
+    op.recycle();
+    op.send = s.send;
+    op.peer = s.peer;
+    op.buf = s.buf;
+    op.count = s.count;
+    op.bytes = s.bytes;
+    op.dtype = s.type;
+    op.shot = s.conn;
+    op.shotSig = detail::shotSignature(s.index, s.type);
+    tPtrs.push_back(&op);
+  }
+  if (!engine_->runShotGroup(tPtrs)) return false;
+  engine_->waitAll(tPtrs);  // all finished: throws what failed
+  return true;
+}
+
+std::shared_ptr<Op> Communicator::groupShotOp(const detail::GroupShot& s) {
+  return makeOp(s.send, s.buf, s.count, s.type, s.peer, s.index);
+}
+
 void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
   if (tGroup.depth > 0) {  // no Request to make: the op goes straight into the group (no reference count touched)
+    detail::GroupShot s;
+    if (recordGroupShot(true, const_cast<void*>(buf), count, type, peer, &s)) return tGroup.shots.push_back(s);
+    spillShots();
     tGroup.ops.emplace_back(this, makeOp(true, const_cast<void*>(buf), count, type, peer));
     return;
   }
@@ -281,6 +356,9 @@ void Communicator::send(const void* buf, size_t count, DataType type, int peer) 
 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
   if (tGroup.depth > 0) {
+    detail::GroupShot s;
+    if (recordGroupShot(false, buf, count, type, peer, &s)) return tGroup.shots.push_back(s);
+    spillShots();
     tGroup.ops.emplace_back(this, makeOp(false, buf, count, type, peer));
     return;
   }
@@ -324,6 +402,28 @@ void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops
 void groupEnd() {
   if (tGroup.depth == 0) fail(StatusCode::kInvalidUsage, "groupEnd() without groupStart()");
   if (--tGroup.depth > 0) return;
+  if (!tGroup.shots.empty()) {
+    if (tGroup.ops.empty() && tGroup.colls.empty()) {
+      struct Clear {  // however it ends, the records are this group's only
+        ~Clear() { tGroup.shots.clear(); }
+      } clear;
+      if (tGroup.shots[0].comm->runGroupShots(tGroup.shots.data(), tGroup.shots.size())) return;
+      try {
+        spillShots();  // the engine's mailboxes are busy (queued ops, another thread): the op path
+      } catch (...) {
+        tGroup.ops.clear();
+        throw;
+      }
+    } else {
+      try {
+        spillShots();
+      } catch (...) {  // the group is over either way
+        tGroup.ops.clear();
+        tGroup.colls.clear();
+        throw;
+      }
+    }
+  }
   std::vector<std::pair<Communicator*, std::shared_ptr<Op>>> ops;
   ops.swap(tGroup.ops);
   // However the group ends: its finished operations go back to their communicators' pools and the list's storage

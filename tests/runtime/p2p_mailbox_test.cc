@@ -271,6 +271,51 @@ TEST(MailboxOrder, InterleavedWithCollectives) {
   expectNoErrors(errors);
 }
 
+// A group's leading small messages are recorded without ops (p2p.cc, GroupShot) until something else joins the group:
+// an isend/irecv (a Request), a large message or more than 64 of them turn the records into ops first, so each peer's
+// messages keep their order; a group of records alone runs in the calling thread, also after the engine's queue was
+// busy with asynchronous mailbox ops.
+TEST(MailboxOrder, GroupRecordsKeepTheirOrderWhateverJoinsThem) {
+  auto errors = runRanks(
+      2, [](int r, InitOptions& o) { force(Transport::kP2p, r, o.cfg); },
+      [&](Communicator& c, int r) {
+        const int peer = 1 - r;
+        for (int round = 0; round < 6; ++round) {
+          std::vector<int32_t> out(70), in(70, -1);
+          for (int i = 0; i < 70; ++i) out[i] = r * 100000 + round * 1000 + i;
+          std::vector<uint8_t> bigOut = message(r, peer, 100000, round), bigIn(100000, 0xee);
+          std::vector<Request> reqs;
+          groupStart();
+          for (int i = 0; i < 70; ++i) {
+            const bool async = round % 3 == 1 && i % 9 == 4;  // Requests among the records
+            if (async) reqs.push_back(c.isend(&out[i], 1, DataType::kInt32, peer));
+            else c.send(&out[i], 1, DataType::kInt32, peer);
+            if (round % 3 == 2 && i == 10) c.send(bigOut.data(), bigOut.size(), DataType::kUint8, peer);
+          }
+          for (int i = 0; i < 70; ++i) {
+            if (round % 3 == 1 && i % 7 == 3) reqs.push_back(c.irecv(&in[i], 1, DataType::kInt32, peer));
+            else c.recv(&in[i], 1, DataType::kInt32, peer);
+            if (round % 3 == 2 && i == 10) c.recv(bigIn.data(), bigIn.size(), DataType::kUint8, peer);
+          }
+          groupEnd();
+          for (auto& q : reqs) q.wait();
+          for (int i = 0; i < 70; ++i) check(in[i] == peer * 100000 + round * 1000 + i, "grouped message order");
+          if (round % 3 == 2) check(bigIn == message(peer, r, 100000, round), "large message in the group");
+          // Asynchronous mailbox sends queued on the engine, then a group of two records.
+          int32_t a = r + 10 * round, b = -1, x = 7 + r, y = -1;
+          Request q = c.isend(&a, 1, DataType::kInt32, peer);
+          c.recv(&b, 1, DataType::kInt32, peer);
+          q.wait();
+          groupStart();
+          c.send(&x, 1, DataType::kInt32, peer);
+          c.recv(&y, 1, DataType::kInt32, peer);
+          groupEnd();
+          check(b == peer + 10 * round && y == 7 + peer, "exchange after asynchronous sends");
+        }
+      });
+  expectNoErrors(errors);
+}
+
 // A small receive whose size or type differs from the send: both fail naming both sides, the next message works.
 TEST(MailboxFaults, MismatchFailsBothSides) {
   struct Case {

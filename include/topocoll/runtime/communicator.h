@@ -75,6 +75,7 @@ struct Op;
 class OpPool;
 class Engine;
 struct CollTask;
+struct GroupShot;
 class CollLinks;
 class DeviceColl;
 }
@@ -203,6 +204,12 @@ class Communicator {
   void waitOp(detail::Op& op);
   void waitOps(const std::vector<detail::Op*>& ops);
   bool runGroupInline(const std::vector<detail::Op*>& ops);
+  /// The group's fast path for small messages (p2p.cc): a send or receive that its connection's mailbox takes is
+  /// recorded as a GroupShot (no op, no pool) when the group holds nothing else; runGroupShots runs a group made of
+  /// such records alone, in this thread (false: it cannot now, and the caller turns them into ops: groupShotOp).
+  bool recordGroupShot(bool send, void* buf, size_t count, DataType type, int peer, detail::GroupShot* out);
+  bool runGroupShots(const detail::GroupShot* shots, size_t n);
+  std::shared_ptr<detail::Op> groupShotOp(const detail::GroupShot& s);
   /// The finished operations among `n` of a group's entries (all of this communicator) back to its pool (each kept
   /// only if nobody else holds it), under one lock.
   void recycleOps(std::pair<Communicator*, std::shared_ptr<detail::Op>>* ops, size_t n);
