@@ -15,7 +15,7 @@ BACKEND = "topocoll"
 # when that is unset): a peer pulling them with process_vm_readv pins one page where it pinned 512. See
 # docs/pytorch.md, "Huge pages".
 HUGEPAGES = _C._install_cpu_allocator()
-# Tensors of 2 MiB and more in shareable memory (TOPOCOLL_TORCH_SHAREABLE=1, the default): the peers map them and copy
+# Tensors of 1 MiB and more in shareable memory (TOPOCOLL_TORCH_SHAREABLE=1, the default): the peers map them and copy
 # straight out of and into them. See docs/pytorch.md, "Shareable tensors".
 SHAREABLE = _C._cpu_allocator_stats()["shareable"]
 

@@ -435,10 +435,10 @@ std::vector<Knob> buildRegistry() {
       {"THP_MEM_ALLOC_ENABLE"}));
   r.push_back(intKnob<&Config::torchShareable>(
       "TOPOCOLL_TORCH_SHAREABLE", "torch", 0, 1,
-      "1 (default): `import topocoll.torch` installs PyTorch's CPU allocator that puts tensors of 2 MiB and more in "
+      "1 (default): `import topocoll.torch` installs PyTorch's CPU allocator that puts tensors of 1 MiB and more in "
       "shareable memory (memfd, as ncclMemAlloc's; at most a quarter of RLIMIT_NOFILE of them, each holds a "
       "descriptor), keeping up to 256 MiB of freed blocks for reuse, so that the collectives copy straight out of and "
-      "into peers' tensors through mappings instead of process_vm_readv (1.2-3x from 2 MiB). fork() keeps "
+      "into peers' tensors through mappings instead of process_vm_readv (1.2-3.4x from 1 MiB). fork() keeps "
       "anonymous memory's meaning: the tensors alive then become copy-on-write in the parent (nothing copied; a "
       "collective on a whole such tensor makes it shareable again with one copy), or, while an operation is in "
       "flight, are copied into the child at once. memfd memory is on 4 KiB pages unless shmem_enabled allows huge "
