@@ -44,13 +44,14 @@ struct GroupState {
 thread_local GroupState tGroup;
 constexpr size_t kMaxGroupShots = 64;
 
+// All or nothing: where an op cannot be made (its communicator was aborted) the records stay, and groupEnd reports it.
 void spillShots() {
   if (tGroup.shots.empty()) return;
-  std::vector<detail::GroupShot> shots;
-  shots.swap(tGroup.shots);
-  for (const auto& s : shots) tGroup.ops.emplace_back(s.comm, s.comm->groupShotOp(s));
-  shots.clear();
-  if (tGroup.shots.empty()) tGroup.shots.swap(shots);  // keeps the storage
+  std::vector<std::pair<Communicator*, std::shared_ptr<Op>>> made;
+  made.reserve(tGroup.shots.size());
+  for (const auto& s : tGroup.shots) made.emplace_back(s.comm, s.comm->groupShotOp(s));
+  for (auto& m : made) tGroup.ops.push_back(std::move(m));
+  tGroup.shots.clear();
 }
 
 }  // namespace
@@ -96,7 +97,7 @@ bool Request::test() {
 }
 
 std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, DataType type, int peer,
-                                         uint32_t index) {
+                                         int64_t index) {
   const char* what = send ? "send" : "recv";
   if (abort_.load()) fail(StatusCode::kAborted, "rank {}: {} on an aborted communicator", rank_, what);
   if (peer < 0 || peer >= nRanks_)
@@ -128,8 +129,9 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
     op->parts.clear();
     return op;
   }
-  if (index == 0) index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;
-  op->shotSig = detail::shotSignature(index, type);
+  const uint32_t place = index == kNextIndex ? p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1
+                                             : static_cast<uint32_t>(index);
+  op->shotSig = detail::shotSignature(place, type);
   const Config& cfg = ctx_->cfg;
   if (p2pConnected_[peer].load(std::memory_order_acquire)) {
     chooseShot(*op);
@@ -414,7 +416,7 @@ void groupEnd() {
         tGroup.ops.clear();
         throw;
       }
-    } else {
+    } else {  // defensive: whatever joins the group spills the records first
       try {
         spillShots();
       } catch (...) {  // the group is over either way

@@ -316,6 +316,44 @@ TEST(MailboxOrder, GroupRecordsKeepTheirOrderWhateverJoinsThem) {
   expectNoErrors(errors);
 }
 
+// Groups of records alone (no spill): 3 ranks, every rank sends to and receives from both others, sends and receives
+// interleaved in a different order on each rank, nested groups, over SHM and P2P.
+TEST(MailboxOrder, RecordOnlyGroupsAcrossPeersAndNesting) {
+  for (Transport tr : {Transport::kShm, Transport::kP2p}) {
+    auto errors = runRanks(
+        3, [tr](int r, InitOptions& o) { force(tr, r, o.cfg); },
+        [&](Communicator& c, int r) {
+          for (int round = 0; round < 50; ++round) {
+            const int a = (r + 1) % 3, b = (r + 2) % 3;
+            int64_t toA[3], toB[3], fromA[3] = {-1, -1, -1}, fromB[3] = {-1, -1, -1};
+            for (int i = 0; i < 3; ++i) toA[i] = r * 1000 + a * 100 + round * 3 + i, toB[i] = r * 1000 + b * 100 + round * 3 + i;
+            groupStart();
+            for (int i = 0; i < 3; ++i) {
+              if ((r + round) % 2) {
+                c.recv(&fromB[i], 1, DataType::kInt64, b);
+                groupStart();  // nested: the records stay until the outermost groupEnd
+                c.send(&toA[i], 1, DataType::kInt64, a);
+                groupEnd();
+                c.recv(&fromA[i], 1, DataType::kInt64, a);
+                c.send(&toB[i], 1, DataType::kInt64, b);
+              } else {
+                c.send(&toB[i], 1, DataType::kInt64, b);
+                c.send(&toA[i], 1, DataType::kInt64, a);
+                c.recv(&fromA[i], 1, DataType::kInt64, a);
+                c.recv(&fromB[i], 1, DataType::kInt64, b);
+              }
+            }
+            groupEnd();
+            check(groupDepth() == 0, "group depth after groupEnd");
+            for (int i = 0; i < 3; ++i)
+              check(fromA[i] == a * 1000 + r * 100 + round * 3 + i && fromB[i] == b * 1000 + r * 100 + round * 3 + i,
+                    "record-only group data");
+          }
+        });
+    expectNoErrors(errors);
+  }
+}
+
 // A small receive whose size or type differs from the send: both fail naming both sides, the next message works.
 TEST(MailboxFaults, MismatchFailsBothSides) {
   struct Case {

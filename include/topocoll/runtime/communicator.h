@@ -240,8 +240,11 @@ class Communicator {
   void joinNodes(const InitOptions& opts, const search::NodeGraphs& node, int nvsCount, bool gpuMode);
   void setupTransports(const InitOptions& opts, const search::NodeGraphs& node);
   void logInit() const;
-  /// `index`: the op's place among the sends to (receives from) `peer` when already taken (0: takes the next).
-  std::shared_ptr<detail::Op> makeOp(bool send, void* buf, size_t count, DataType type, int peer, uint32_t index = 0);
+  /// `index`: the op's place among the sends to (receives from) `peer` when already taken (any uint32_t, 0 included:
+  /// the count wraps), or kNextIndex: takes the next.
+  static constexpr int64_t kNextIndex = -1;
+  std::shared_ptr<detail::Op> makeOp(bool send, void* buf, size_t count, DataType type, int peer,
+                                     int64_t index = kNextIndex);
   bool tryInline(bool send, void* buf, size_t count, DataType type, int peer);
   /// The mailbox path of a blocking small send or recv outside groups (p2p.cc): false when it does not apply.
   bool tryShot(bool send, void* buf, size_t count, DataType type, int peer);
