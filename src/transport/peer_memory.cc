@@ -250,6 +250,22 @@ int keepDescriptorAside(int fd) {
   return fd;
 }
 
+// A fresh memfd of `len` bytes named for (owner, serial) (importFd checks the name), mapped shared with `flags`
+// added: its descriptor and address, or {-1, MAP_FAILED} (no memfd: seccomp, an old kernel, the descriptor limit).
+std::pair<int, void*> mapNewMemfd(uint64_t owner, uint64_t serial, size_t len, int flags) {
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, memfdName(owner, serial).c_str(), MFD_CLOEXEC));
+  if (fd >= 0) fd = keepDescriptorAside(fd);
+  if (fd < 0) return {-1, MAP_FAILED};
+  void* p = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(len)) == 0)
+    p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | flags, fd, 0);
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    return {-1, MAP_FAILED};
+  }
+  return {fd, p};
+}
+
 }  // namespace
 
 PeerMapping::~PeerMapping() { ::munmap(base_, ref_.len); }
@@ -266,14 +282,7 @@ void* allocShareable(size_t bytes, OnFork onFork) {
     owner = processKey(reg);
     serial = reg.nextSerial++;
   }
-  int fd = static_cast<int>(::syscall(SYS_memfd_create, memfdName(owner, serial).c_str(), MFD_CLOEXEC));
-  if (fd >= 0) fd = keepDescriptorAside(fd);
-  void* p = MAP_FAILED;
-  if (fd >= 0) {
-    if (::ftruncate(fd, static_cast<off_t>(len)) == 0)
-      p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) ::close(fd), fd = -1;
-  }
+  auto [fd, p] = mapNewMemfd(owner, serial, len, 0);
   if (p == MAP_FAILED) {  // no memfd (seccomp, an old kernel, a limit): private memory, copied with process_vm_*
     p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) fail(StatusCode::kSystemError, "memAlloc of {} bytes: {}", bytes, std::strerror(errno));
@@ -315,16 +324,8 @@ bool reshare(void* p) {
     owner = processKey(reg);
     serial = reg.nextSerial++;
   }
-  int fd = static_cast<int>(::syscall(SYS_memfd_create, memfdName(owner, serial).c_str(), MFD_CLOEXEC));
-  if (fd >= 0) fd = keepDescriptorAside(fd);
-  if (fd < 0) return false;
-  void* fresh = MAP_FAILED;
-  if (::ftruncate(fd, static_cast<off_t>(len)) == 0)
-    fresh = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);  // one call, not a fault a page
-  if (fresh == MAP_FAILED) {
-    ::close(fd);
-    return false;
-  }
+  auto [fd, fresh] = mapNewMemfd(owner, serial, len, MAP_POPULATE);  // one call, not a fault a page: it is all written
+  if (fresh == MAP_FAILED) return false;
   // The caller owns the bytes: the copy needs no lock (a fork() meanwhile leaves a private buffer alone).
   std::memcpy(fresh, p, len);
   // The swap under the lock: a fork() must never see a shared mapping the registry calls private.
