@@ -1096,6 +1096,10 @@ int Engine::goneRank() const {
 
 void Engine::waitAll(const std::vector<Op*>& ops) {
   waitFinished(ops);
+  throwFailures(ops);
+}
+
+void Engine::throwFailures(const std::vector<Op*>& ops) {
   // Every failure is named: a peer that died can make other operations fail too (their peers gave up on us).
   StatusCode code = StatusCode::kOk;
   std::string why;

@@ -169,6 +169,8 @@ class Engine {
   void wait(Op& op);
   /// Drives until all of `ops` finished; throws the first error (in their order).
   void waitAll(const std::vector<Op*>& ops);
+  /// Ops that all finished: throws what failed (every failure named), nothing when all succeeded.
+  void throwFailures(const std::vector<Op*>& ops);
   /// After a failed collective: drives until every op of `ops` ended, throwing nothing, so that none touches the
   /// user's buffers afterwards. What still moves completes; once a peer process of the communicator is gone, an op
   /// that stalls fails at once, also when its own peer is alive: that peer failed the call too and will not post

@@ -323,7 +323,12 @@ bool Communicator::runGroupShots(const detail::GroupShot* shots, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const detail::GroupShot& s = shots[i];
     Op& op = tOps[i];
-    op.recycle();
+    // Only the mailbox fields are reset: these ops never get parts, handles or device buffers (recordGroupShot
+    // refuses them), and each run leaves them finished.
+    op.state.store(Op::kPending, std::memory_order_relaxed);
+    op.code = StatusCode::kOk;
+    if (!op.error.empty()) op.error.clear();
+    op.shotState = 0;
     op.send = s.send;
     op.peer = s.peer;
     op.buf = s.buf;
@@ -335,7 +340,7 @@ bool Communicator::runGroupShots(const detail::GroupShot* shots, size_t n) {
     tPtrs.push_back(&op);
   }
   if (!engine_->runShotGroup(tPtrs)) return false;
-  engine_->waitAll(tPtrs);  // all finished: throws what failed
+  engine_->throwFailures(tPtrs);  // all finished
   return true;
 }
 
