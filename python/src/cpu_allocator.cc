@@ -256,8 +256,8 @@ void reshareWholeBlock(const void* base, std::size_t storageBytes, const void* d
     std::lock_guard<std::mutex> lk(gShareMu);
     if (!shareBlocks().count(const_cast<void*>(base))) return;
   }
-  if (transport::regionOf(base, 1).fd >= 0) return;  // shareable as it is
-  if (transport::reshare(const_cast<void*>(base))) {
+  bool copied = false;  // false too for a block that is shareable as it is
+  if (transport::reshare(const_cast<void*>(base), &copied) && copied) {
     gShareReshared.fetch_add(1, std::memory_order_relaxed);
     TC_INFO(log::kAlloc, "torch: a tensor's {} bytes at {} are shareable again after fork() (one copy)", bytes, base);
   }

@@ -310,7 +310,8 @@ void freeShareable(void* p) {
 
 void notePeerAccess(int delta) { gPeerAccess.fetch_add(delta, std::memory_order_seq_cst); }
 
-bool reshare(void* p) {
+bool reshare(void* p, bool* copied) {
+  if (copied) *copied = false;
   logDemotions();
   Registry& reg = ownedBuffers();
   size_t len;
@@ -349,6 +350,7 @@ bool reshare(void* p) {
   it->second.fd = fd;
   it->second.owner = owner;
   it->second.serial = serial;
+  if (copied) *copied = true;
   return true;
 }
 

@@ -125,7 +125,9 @@ void forkKeepsEachSidesBytes(bool accessInFlight) {
   }
   std::memset(copied, 'p', 2 * kMiB);
   if (!accessInFlight) {
-    EXPECT_TRUE(reshare(copied));
+    bool copiedNow = false;
+    EXPECT_TRUE(reshare(copied, &copiedNow));
+    EXPECT_TRUE(copiedNow) << "this call made the copy";
     const RegionRef again = regionOf(copied, 1);
     EXPECT_GE(again.fd, 0);
     EXPECT_NE(again.serial, before.serial) << "a new memfd: peers must not take it for the old one";
@@ -144,7 +146,9 @@ void forkKeepsEachSidesBytes(bool accessInFlight) {
   EXPECT_EQ(dead[0], 'd');
   EXPECT_EQ(shared[0], 'y') << "kShared: one memory";
   EXPECT_GE(regionOf(copied, 1).fd, 0);
-  EXPECT_TRUE(reshare(copied)) << "shareable already";
+  bool copiedAgain = true;
+  EXPECT_TRUE(reshare(copied, &copiedAgain)) << "shareable already";
+  EXPECT_FALSE(copiedAgain) << "nothing to copy";
   EXPECT_FALSE(reshare(shared + 4096)) << "not a buffer's address";
   freeShareable(dead);
   freeShareable(copied);

@@ -44,8 +44,9 @@ void notePeerAccess(int delta);
 /// Makes the kCopied buffer at `p` (allocShareable's address) shareable again after a fork() turned it private: a
 /// fresh memfd takes its bytes (one copy) and replaces the private mapping at the same address. The caller owns
 /// every byte of the buffer meanwhile (nothing else may write it during the copy). Returns whether the buffer is
-/// shareable now (false: not allocShareable's, or no memfd could be had; the buffer is unchanged).
-bool reshare(void* p);
+/// shareable now (false: not allocShareable's, or no memfd could be had; the buffer is unchanged). `copied` (when
+/// given): whether this call made the copy (false for a buffer that was shareable already).
+bool reshare(void* p, bool* copied = nullptr);
 /// The shareable buffer holding [p, p + n), or a RegionRef with fd < 0.
 RegionRef regionOf(const void* p, size_t n);
 
