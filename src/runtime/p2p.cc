@@ -263,44 +263,61 @@ void* Communicator::deviceStream() {
   return devStream_.get();
 }
 
-// The latency path of a small blocking send or recv outside groups: the message goes through the connection's
-// point-to-point mailbox in this thread (a send returns once its message is written), no op, no queue.
-bool Communicator::tryShot(bool send, void* buf, size_t count, DataType type, int peer) {
-  if (tGroup.depth > 0 || peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) ||
-      abort_.load(std::memory_order_relaxed) || count > transport::kShotMaxBytes || (!buf && count > 0) ||
-      !p2pConnected_[peer].load(std::memory_order_acquire))
-    return false;  // the general path says what is wrong, or connects
-  size_t bytes = count * sizeOf(type);
-  const int max = ctx_->cfg.p2pMailboxMax;
-  if (max <= 0 || bytes > static_cast<size_t>(max) || (count > 0 && deviceBuffer(buf))) return false;
+transport::Connector* Communicator::shotLane(bool send, const void* buf, size_t count, DataType type, int peer,
+                                             size_t* bytes) {
+  if (peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || abort_.load(std::memory_order_relaxed) ||
+      count > transport::kShotMaxBytes || (!buf && count > 0) || !p2pConnected_[peer].load(std::memory_order_acquire))
+    return nullptr;
+  *bytes = count * sizeOf(type);
+  const int max = ctx_->cfg.p2pMailboxMax;  // 0: never (not even empty messages)
+  if (max <= 0 || *bytes > static_cast<size_t>(max) || (count > 0 && deviceBuffer(buf))) return nullptr;
   transport::Connector* c = p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
-  if (!c->conn.p2pShot.area) return false;
-  uint32_t index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;
-  Op op;
+  return c->conn.p2pShot.area ? c : nullptr;
+}
+
+namespace {
+// A mailbox op of this thread, reused call after call (tryShot, runGroupShots): it never gets parts, a handle or a
+// device buffer (shotLane refuses those) and has finished whenever its call returns, so only the fields the mailbox
+// path reads are set again (Op::recycle resets them all, and a fresh Op builds and frees its vectors and strings:
+// measurably slower at 8 B).
+void loadShotOp(Op& op, bool send, void* buf, size_t count, size_t bytes, DataType type, int peer,
+                transport::Connector* lane, uint32_t index) {
+  op.state.store(Op::kPending, std::memory_order_relaxed);
+  op.code = StatusCode::kOk;
+  if (!op.error.empty()) op.error.clear();
+  op.shotState = 0;
   op.send = send;
   op.peer = peer;
   op.buf = buf;
   op.count = count;
-  op.dtype = type;
   op.bytes = bytes;
-  op.shot = c;
+  op.dtype = type;
+  op.shot = lane;
   op.shotSig = detail::shotSignature(index, type);
-  if (!engine_->runShotInline(op)) issue(makeOp(send, buf, count, type, peer, index), true);
+}
+}  // namespace
+
+// The latency path of a small blocking send or recv outside groups: the message goes through the connection's
+// point-to-point mailbox in this thread (a send returns once its message is written), no op, no queue.
+bool Communicator::tryShot(bool send, void* buf, size_t count, DataType type, int peer) {
+  size_t bytes = 0;
+  transport::Connector* c = tGroup.depth > 0 ? nullptr : shotLane(send, buf, count, type, peer, &bytes);
+  if (!c) return false;
+  uint32_t index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;
+  thread_local Op tOp;
+  loadShotOp(tOp, send, buf, count, bytes, type, peer, c, index);
+  if (!engine_->runShotInline(tOp)) issue(makeOp(send, buf, count, type, peer, index), true);
   return true;
 }
 
 bool Communicator::recordGroupShot(bool send, void* buf, size_t count, DataType type, int peer,
                                    detail::GroupShot* out) {
   if (!tGroup.ops.empty() || !tGroup.colls.empty() || tGroup.shots.size() >= kMaxGroupShots ||
-      (!tGroup.shots.empty() && tGroup.shots[0].comm != this) || peer == rank_ || peer < 0 || peer >= nRanks_ ||
-      !isValid(type) || abort_.load(std::memory_order_relaxed) || count > transport::kShotMaxBytes ||
-      (!buf && count > 0) || !p2pConnected_[peer].load(std::memory_order_acquire))
-    return false;  // the op path says what is wrong, or connects
-  const size_t bytes = count * sizeOf(type);
-  const int max = ctx_->cfg.p2pMailboxMax;
-  if (max <= 0 || bytes > static_cast<size_t>(max) || (count > 0 && deviceBuffer(buf))) return false;
-  transport::Connector* c = p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
-  if (!c->conn.p2pShot.area) return false;
+      (!tGroup.shots.empty() && tGroup.shots[0].comm != this))
+    return false;
+  size_t bytes = 0;
+  transport::Connector* c = shotLane(send, buf, count, type, peer, &bytes);
+  if (!c) return false;
   out->comm = this;
   out->conn = c;
   out->buf = buf;
@@ -322,22 +339,8 @@ bool Communicator::runGroupShots(const detail::GroupShot* shots, size_t n) {
   tPtrs.clear();
   for (size_t i = 0; i < n; ++i) {
     const detail::GroupShot& s = shots[i];
-    Op& op = tOps[i];
-    // Only the mailbox fields are reset: these ops never get parts, handles or device buffers (recordGroupShot
-    // refuses them), and each run leaves them finished.
-    op.state.store(Op::kPending, std::memory_order_relaxed);
-    op.code = StatusCode::kOk;
-    if (!op.error.empty()) op.error.clear();
-    op.shotState = 0;
-    op.send = s.send;
-    op.peer = s.peer;
-    op.buf = s.buf;
-    op.count = s.count;
-    op.bytes = s.bytes;
-    op.dtype = s.type;
-    op.shot = s.conn;
-    op.shotSig = detail::shotSignature(s.index, s.type);
-    tPtrs.push_back(&op);
+    loadShotOp(tOps[i], s.send, s.buf, s.count, s.bytes, s.type, s.peer, s.conn, s.index);
+    tPtrs.push_back(&tOps[i]);
   }
   if (!engine_->runShotGroup(tPtrs)) return false;
   engine_->throwFailures(tPtrs);  // all finished

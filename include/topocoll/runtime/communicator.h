@@ -248,6 +248,10 @@ class Communicator {
   bool tryInline(bool send, void* buf, size_t count, DataType type, int peer);
   /// The mailbox path of a blocking small send or recv outside groups (p2p.cc): false when it does not apply.
   bool tryShot(bool send, void* buf, size_t count, DataType type, int peer);
+  /// The connector whose point-to-point mailbox a send (receive) of these arguments takes, its size in `*bytes`; null
+  /// when it does not apply (bad arguments, not connected yet, too large, a device buffer, no mailbox): the op path
+  /// then says what is wrong, or connects.
+  transport::Connector* shotLane(bool send, const void* buf, size_t count, DataType type, int peer, size_t* bytes);
  public:
   /// Once `op`'s peer is connected: a small op whose connection has a point-to-point mailbox takes it (both sides
   /// decide from the size alone).
