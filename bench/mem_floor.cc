@@ -6,7 +6,9 @@
 // of each collective at the size given: the time its writes alone take at the best write rate of min(ranks, CPUs)
 // threads, and its reads at the best read rate, whichever is longer. The data written is not zero: on the project's
 // AMD VM non-temporal stores of zeros ran 1.7-2.8x faster than of other bytes (a floor measured with zeros is not
-// one for real data).
+// one for real data). The last column, nt-fanout, writes every byte read twice (64 KiB blocks copied to two places,
+// the second copy from the cache): the shape of a 2-rank AllGather that pushes its input into both outputs; its
+// rate counts the bytes written.
 //
 //   build/bench/mem_floor [-s MiB (64)] [-r rounds (5)] [-n "2 4"]
 #include <topocoll/memcopy.h>
@@ -27,7 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Op { kWrite, kRead, kCopy };
+enum class Op { kWrite, kRead, kCopy, kFanout };
 
 struct Buffers {
   std::vector<char*> src, dst;
@@ -55,6 +57,12 @@ double measure(Op op, int threads, Buffers& b, int rounds) {
       ts.emplace_back([&, t] {
         if (op == Op::kRead) sinks[t] += readAll(b.src[t], b.bytes);
         else if (op == Op::kCopy) topocoll::copyStreaming(b.dst[t], b.src[t], b.bytes);
+        else if (op == Op::kFanout)
+          for (size_t o = 0, half = b.bytes / 2; o < half; o += sizeof zeros) {
+            size_t n = std::min(sizeof zeros, half - o);
+            topocoll::copyStreaming(b.dst[t] + o, b.src[t] + o, n);
+            topocoll::copyStreaming(b.dst[t] + half + o, b.src[t] + o, n);
+          }
         else
           for (size_t o = 0; o < b.bytes; o += sizeof zeros)
             topocoll::copyStreaming(b.dst[t] + o, zeros, std::min(sizeof zeros, b.bytes - o));
@@ -106,14 +114,14 @@ int main(int argc, char** argv) {
     std::memset(b.dst.back(), 2, b.bytes);
   }
   fmt::print("# {} MiB per thread, median of {} rounds; GB/s of all threads together\n", mib, rounds);
-  fmt::print("{:>8} {:>10} {:>10} {:>10}\n", "threads", "nt-write", "read", "nt-copy");
+  fmt::print("{:>8} {:>10} {:>10} {:>10} {:>10}\n", "threads", "nt-write", "read", "nt-copy", "nt-fanout");
   std::vector<double> bestW(cpus + 1), bestR(cpus + 1);
   for (int t = 1; t <= cpus; ++t) {
     double w = measure(Op::kWrite, t, b, rounds), r = measure(Op::kRead, t, b, rounds),
-           c = measure(Op::kCopy, t, b, rounds);
+           c = measure(Op::kCopy, t, b, rounds), f = measure(Op::kFanout, t, b, rounds);
     bestW[t] = std::max(w, bestW[t - 1]);
     bestR[t] = std::max(r, bestR[t - 1]);
-    fmt::print("{:>8} {:>10.1f} {:>10.1f} {:>10.1f}\n", t, w, r, c);
+    fmt::print("{:>8} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f}\n", t, w, r, c, f);
   }
   // Out of place, nccl-tests' sizes S (AllGather: the output; ReduceScatter: the input): bytes every rank together
   // must write and read at least.
