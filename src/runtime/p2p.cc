@@ -277,11 +277,12 @@ transport::Connector* Communicator::shotLane(bool send, const void* buf, size_t 
 
 namespace {
 // A mailbox op of this thread, reused call after call (tryShot, runGroupShots): it never gets parts, a handle or a
-// device buffer (shotLane refuses those) and has finished whenever its call returns, so only the fields the mailbox
-// path reads are set again (Op::recycle resets them all, and a fresh Op builds and frees its vectors and strings:
+// device buffer (shotLane refuses those), is never posted to the engine, and nothing holds it once its call returns,
+// so only the fields the mailbox path reads are set again (Op::recycle resets them all, and a fresh Op builds and frees its vectors and strings:
 // measurably slower at 8 B).
 void loadShotOp(Op& op, bool send, void* buf, size_t count, size_t bytes, DataType type, int peer,
                 transport::Connector* lane, uint32_t index) {
+  op.engine = nullptr;  // runShotGroup sets it; unread on this path, but never left naming another communicator's
   op.state.store(Op::kPending, std::memory_order_relaxed);
   op.code = StatusCode::kOk;
   if (!op.error.empty()) op.error.clear();
@@ -298,7 +299,8 @@ void loadShotOp(Op& op, bool send, void* buf, size_t count, size_t bytes, DataTy
 }  // namespace
 
 // The latency path of a small blocking send or recv outside groups: the message goes through the connection's
-// point-to-point mailbox in this thread (a send returns once its message is written), no op, no queue.
+// point-to-point mailbox in this thread (a send returns once the receiver posted or took it), on this thread's
+// reused op, never queued.
 bool Communicator::tryShot(bool send, void* buf, size_t count, DataType type, int peer) {
   size_t bytes = 0;
   transport::Connector* c = tGroup.depth > 0 ? nullptr : shotLane(send, buf, count, type, peer, &bytes);
