@@ -232,10 +232,8 @@ bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, 
 }
 
 void Communicator::chooseShot(Op& op) {
-  const int max = ctx_->cfg.p2pMailboxMax;  // 0: never (not even empty messages)
-  if (op.peer == rank_ || max <= 0 || op.bytes > static_cast<size_t>(max)) return;
-  transport::Connector* c = p2pConnectors(op.peer, op.send ? Side::kSend : Side::kRecv)[0];
-  if (!c->conn.p2pShot.area) return;
+  transport::Connector* c = op.peer == rank_ ? nullptr : mailboxOf(op.send, op.peer, op.bytes);
+  if (!c) return;
   op.shot = c;
   if (op.opts.device && !op.devBuf) {  // the mailbox is host memory: a device buffer's bytes are staged
     op.devBuf = op.buf;
@@ -269,8 +267,13 @@ transport::Connector* Communicator::shotLane(bool send, const void* buf, size_t 
       count > transport::kShotMaxBytes || (!buf && count > 0) || !p2pConnected_[peer].load(std::memory_order_acquire))
     return nullptr;
   *bytes = count * sizeOf(type);
+  if (count > 0 && deviceBuffer(buf)) return nullptr;
+  return mailboxOf(send, peer, *bytes);
+}
+
+transport::Connector* Communicator::mailboxOf(bool send, int peer, size_t bytes) {
   const int max = ctx_->cfg.p2pMailboxMax;  // 0: never (not even empty messages)
-  if (max <= 0 || *bytes > static_cast<size_t>(max) || (count > 0 && deviceBuffer(buf))) return nullptr;
+  if (max <= 0 || bytes > static_cast<size_t>(max)) return nullptr;
   transport::Connector* c = p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
   return c->conn.p2pShot.area ? c : nullptr;
 }
@@ -278,8 +281,8 @@ transport::Connector* Communicator::shotLane(bool send, const void* buf, size_t 
 namespace {
 // A mailbox op of this thread, reused call after call (tryShot, runGroupShots): it never gets parts, a handle or a
 // device buffer (shotLane refuses those), is never posted to the engine, and nothing holds it once its call returns,
-// so only the fields the mailbox path reads are set again (Op::recycle resets them all, and a fresh Op builds and frees its vectors and strings:
-// measurably slower at 8 B).
+// so only the fields the mailbox path reads are set again (Op::recycle resets them all, and a fresh Op builds and
+// frees its vectors and strings: measurably slower at 8 B).
 void loadShotOp(Op& op, bool send, void* buf, size_t count, size_t bytes, DataType type, int peer,
                 transport::Connector* lane, uint32_t index) {
   op.engine = nullptr;  // runShotGroup sets it; unread on this path, but never left naming another communicator's

@@ -252,6 +252,9 @@ class Communicator {
   /// when it does not apply (bad arguments, not connected yet, too large, a device buffer, no mailbox): the op path
   /// then says what is wrong, or connects.
   transport::Connector* shotLane(bool send, const void* buf, size_t count, DataType type, int peer, size_t* bytes);
+  /// The connector whose point-to-point mailbox a message of `bytes` to (from) a connected `peer` takes: null when
+  /// it is larger than TOPOCOLL_P2P_MAILBOX_MAX or the connection has none (NET). Any buffer, device ones staged.
+  transport::Connector* mailboxOf(bool send, int peer, size_t bytes);
  public:
   /// Once `op`'s peer is connected: a small op whose connection has a point-to-point mailbox takes it (both sides
   /// decide from the size alone).
