@@ -796,21 +796,35 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
       }
     }
   }
-  // One pass: every op whose earlier ops of the same peer and direction are done makes one attempt.
+  // One pass: every op whose earlier ops of the same peer and direction are done makes one attempt; sends also
+  // once those wrote their messages and only wait for their verdicts (a window of kShotSlots messages from the
+  // oldest unfinished one: a refusal's entry stays until its sender read it), so that a group's sends to one peer
+  // stream through the slots instead of taking a round trip each. Receives take their messages in order.
   size_t left = ops.size();
-  // At most one key per op: reserved for the group's size on its first call (warm-up), so that a later call whose
+  // At most one lane per op: reserved for the group's size on its first call (warm-up), so that a later call whose
   // ops find their peers not ready (a loaded host) allocates nothing either.
-  if (shotBlocked_.capacity() < ops.size()) shotBlocked_.reserve(ops.size());
+  if (shotLanes_.capacity() < ops.size()) shotLanes_.reserve(ops.size());
   auto step = [&] {
     bool moved = false;
-    std::vector<std::pair<int, bool>>& blocked = shotBlocked_;  // keeps its capacity: nothing allocated once warm
-    blocked.clear();
+    std::vector<ShotLaneState>& lanes = shotLanes_;  // keeps its capacity: nothing allocated once warm
+    lanes.clear();
     for (Op* op : ops) {
       if (op->finished()) continue;
-      std::pair<int, bool> key{op->peer, op->send};
-      if (std::find(blocked.begin(), blocked.end(), key) != blocked.end()) continue;
+      auto it = std::find_if(lanes.begin(), lanes.end(),
+                             [&](const ShotLaneState& l) { return l.peer == op->peer && l.send == op->send; });
+      if (it == lanes.end()) it = lanes.insert(lanes.end(), ShotLaneState{op->peer, op->send});
+      if (it->blocked) continue;
+      if (op->send && op->shotState == 0 && it->oldest != 0 &&
+          op->shot->conn.p2pShot.seq + 1 - it->oldest >= static_cast<uint64_t>(transport::kShotSlots)) {
+        it->blocked = true;  // the window is full: the oldest message's verdict first
+        continue;
+      }
       if (op->code == StatusCode::kOk && !shotProgress(*op)) {
-        blocked.push_back(key);
+        if (op->send && op->shotState != 0) {  // written: waits for its verdict, the next sends may write theirs
+          if (it->oldest == 0) it->oldest = op->shotState;
+        } else {
+          it->blocked = true;
+        }
         continue;
       }
       op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);

@@ -247,7 +247,15 @@ class Engine {
   std::vector<int> shotGaveUp_;
   int shotQueued_ = 0;
   std::vector<std::pair<int, bool>> shotInline_;
-  std::vector<std::pair<int, bool>> shotBlocked_;  // runShotGroup: the peers and directions waiting in this pass
+  // runShotGroup, per pass: each peer and direction of the group, whether its next op waits, and (sends) the
+  // sequence number of its oldest message still waiting for a verdict.
+  struct ShotLaneState {
+    int peer = -1;
+    bool send = false;
+    bool blocked = false;
+    uint64_t oldest = 0;
+  };
+  std::vector<ShotLaneState> shotLanes_;
 
   std::atomic<int> callers_{0};        // threads in wait(): the worker leaves the driving to them
   std::mutex workerMu_;

@@ -41,13 +41,21 @@ struct alignas(64) ShotSlot {
 struct alignas(64) ShotArea {
   ShotSlot slot[kShotSlots];
   alignas(64) std::atomic<uint64_t> consumed{0};  // written by the receiver: the last sequence number it took
-  std::atomic<uint64_t> refused{0};   // written by the receiver: the last message it refused (size or type differ)
-  std::atomic<uint64_t> refusal{0};   // ... and what it expected instead (its signature << 32 | its bytes)
-  char pad[40];
+  char pad[56];
   // Written by the receiver when it starts waiting: what it expects next (signature << 32 | bytes). A sender whose
   // message matches it needs no verdict (point-to-point lanes; the collectives do not use it).
   alignas(64) std::atomic<uint64_t> posted{0};
   char pad2[56];
+  // The receiver's refusals (size or type differ), one per slot: message `seq` was refused if refusal[seq %
+  // kShotSlots].seq == seq; `expected` is what the receiver expected instead (its signature << 32 | its bytes). One
+  // entry per slot, not one word, so that a sender with several messages in flight (a group's sends to one peer)
+  // reads the verdict of each: an entry is written again only for the message kShotSlots later, which the sender
+  // writes only once the verdict here was read.
+  struct Refusal {
+    std::atomic<uint64_t> seq{0};
+    std::atomic<uint64_t> expected{0};
+  };
+  Refusal refusal[kShotSlots];
 };
 
 
@@ -79,8 +87,9 @@ class ShotBox {
   /// Receiver: refuses the message just taken (its size or type differ from `expected`, this side's signature << 32
   /// | bytes), before it publishes `consumed` (tryRecv(..., publish = false), then consume()).
   void refuse(uint64_t expected) {
-    area_->refusal.store(expected, std::memory_order_relaxed);
-    area_->refused.store(seq_, std::memory_order_release);
+    ShotArea::Refusal& r = area_->refusal[seq_ % kShotSlots];
+    r.expected.store(expected, std::memory_order_relaxed);
+    r.seq.store(seq_, std::memory_order_release);
   }
   /// Receiver: publishes the message just taken as consumed (tryRecv with publish = false).
   void consume() { area_->consumed.store(seq_, std::memory_order_release); }
@@ -94,8 +103,9 @@ class ShotBox {
   /// expected).
   int verdict(uint64_t seq, uint64_t* expected) const {
     if (area_->consumed.load(std::memory_order_acquire) < seq) return 0;
-    if (area_->refused.load(std::memory_order_acquire) != seq) return 1;
-    *expected = area_->refusal.load(std::memory_order_relaxed);
+    const ShotArea::Refusal& r = area_->refusal[seq % kShotSlots];
+    if (r.seq.load(std::memory_order_acquire) != seq) return 1;
+    *expected = r.expected.load(std::memory_order_relaxed);
     return -1;
   }
   /// Receiver: whether the sender had filled every slot when this side took its last message (it may wait for one).
