@@ -30,7 +30,8 @@ struct alignas(4096) SendMem {
   RecvPost post;      // written by the receiver
 };
 
-/// Owned by the receiver (five pages with the one-shot mailboxes); the sender writes tail and the mailbox slots.
+/// Owned by the receiver (22 pages, 88 KiB, with the two mailboxes of kShotSlots slots); the sender writes tail and
+/// the mailbox slots.
 struct alignas(4096) RecvMem {
   Counter tail;
   Probe probe;
