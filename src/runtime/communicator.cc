@@ -15,6 +15,7 @@
 #include <string>
 
 #include "coll_links.h"
+#include "coll_task.h"
 #include "device_coll.h"
 #include "engine.h"
 #include "topocoll/cuda.h"
@@ -123,6 +124,7 @@ Communicator::Communicator() = default;
 Communicator::~Communicator() {
   // Order matters: the engine stops driving before the connectors (and their buffers) go, the connectors before the
   // proxy that serves their buffers, the proxy before the network it progresses. Collectives first: they use all of it.
+  detail::dropFromGroup(this);  // nothing of this thread's open group may point here any more
   stopCollectives();
   devColl_.reset();  // closes the peers' device allocations it opened
   engine_.reset();

@@ -219,6 +219,17 @@ void Communicator::setupTransports(const InitOptions& opts, const search::NodeGr
   while (p2pMinChannels_ * nRanks_ > p2pn && p2pMinChannels_ > 1) p2pMinChannels_ /= 2;
   p2pConnected_ = std::vector<std::atomic<bool>>(nRanks_);
   for (auto& idx : p2pIndex_) idx = std::make_unique<std::atomic<uint32_t>[]>(nRanks_);
+  // Each peer's point-to-point connectors (NCCL's channels for the peer's round), listed once here: later only read,
+  // from whichever threads send and receive.
+  for (Side side : {Side::kRecv, Side::kSend}) {
+    auto& list = p2pConns_[side == Side::kSend ? 1 : 0];
+    list.assign(nRanks_, {});
+    for (int r = 0; r < nRanks_; ++r) {
+      int base = p2pChannelBase(side == Side::kSend ? sendRound_[r] : recvRound_[r]);
+      for (int part = 0; part < std::max(1, connect_.p2pnChannelsPerPeer); ++part)
+        list[r].push_back(&channels_[(base + part) & (p2pn - 1)].connector(r, side, 1));
+    }
+  }
   TC_INFO(log::kInit, "P2P Chunksize set to {}", p2pChunk_);
 
   // Rings then trees, connection index 0 (ncclTransportRingConnect, ncclTransportTreeConnect).
@@ -257,17 +268,7 @@ int Communicator::p2pChannelBase(int round) const {
 }
 
 const std::vector<transport::Connector*>& Communicator::p2pConnectors(int peer, Side side) {
-  auto& cache = p2pConns_[side == Side::kSend ? 1 : 0];
-  if (cache.empty()) {  // every peer's, once: NCCL's channels for the peer's round
-    int p2pn = std::max(1, connect_.p2pnChannels), perPeer = std::max(1, connect_.p2pnChannelsPerPeer);
-    cache.resize(nRanks_);
-    for (int r = 0; r < nRanks_; ++r) {
-      int base = p2pChannelBase(side == Side::kSend ? sendRound_[r] : recvRound_[r]);
-      for (int part = 0; part < perPeer; ++part)
-        cache[r].push_back(&channels_[(base + part) & (p2pn - 1)].connector(r, side, 1));
-    }
-  }
-  return cache[peer];
+  return p2pConns_[side == Side::kSend ? 1 : 0][peer];
 }
 
 void Communicator::ensureConnected(const std::vector<int>& peers) {

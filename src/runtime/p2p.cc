@@ -40,6 +40,7 @@ struct GroupState {
   std::vector<std::pair<Communicator*, std::shared_ptr<Op>>> ops;
   std::vector<std::shared_ptr<detail::CollTask>> colls;
   std::vector<detail::GroupShot> shots;
+  int dropped = 0;  // operations of communicators destroyed while the group was open (detail::dropFromGroup)
 };
 thread_local GroupState tGroup;
 constexpr size_t kMaxGroupShots = 64;
@@ -55,6 +56,26 @@ void spillShots() {
 }
 
 }  // namespace
+
+void detail::dropFromGroup(Communicator* comm) {
+  if (tGroup.depth == 0) return;
+  const std::string why = "its communicator was destroyed inside the open group (destroy it after groupEnd())";
+  size_t before = tGroup.shots.size() + tGroup.ops.size() + tGroup.colls.size();
+  std::erase_if(tGroup.shots, [&](const GroupShot& s) { return s.comm == comm; });
+  std::erase_if(tGroup.ops, [&](const std::pair<Communicator*, std::shared_ptr<Op>>& o) {
+    if (o.first != comm) return false;
+    o.second->code = StatusCode::kAborted;  // a Request that holds it fails instead of waiting forever
+    o.second->error = why;
+    o.second->state.store(Op::kFailed, std::memory_order_release);
+    return true;
+  });
+  std::erase_if(tGroup.colls, [&](const std::shared_ptr<CollTask>& t) {
+    if (t->comm != comm) return false;
+    t->finish(StatusCode::kAborted, why);
+    return true;
+  });
+  tGroup.dropped += static_cast<int>(before - tGroup.shots.size() - tGroup.ops.size() - tGroup.colls.size());
+}
 
 void detail::addToGroup(Communicator*, std::shared_ptr<CollTask> t) {
   spillShots();
@@ -412,11 +433,27 @@ int groupDepth() { return tGroup.depth; }
 
 namespace {
 void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops);
-}
+void runGroup();
+}  // namespace
 
 void groupEnd() {
   if (tGroup.depth == 0) fail(StatusCode::kInvalidUsage, "groupEnd() without groupStart()");
   if (--tGroup.depth > 0) return;
+  const int dropped = std::exchange(tGroup.dropped, 0);
+  if (dropped == 0) return runGroup();
+  const std::string lost = fmt::format("{} operation(s) of a communicator destroyed inside the open group were dropped "
+                                       "(destroy communicators after groupEnd())", dropped);
+  try {
+    runGroup();
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}; and {}", e.what(), lost));
+  }
+  throw Error(StatusCode::kInvalidUsage, lost);
+}
+
+namespace {
+// groupEnd's work once the outermost group closes: the records, operations and collectives it holds run.
+void runGroup() {
   if (!tGroup.shots.empty()) {
     if (tGroup.ops.empty() && tGroup.colls.empty()) {
       struct Clear {  // however it ends, the records are this group's only
@@ -489,7 +526,6 @@ void groupEnd() {
   if (code != StatusCode::kOk) throw Error(code, why);
 }
 
-namespace {
 void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops) {
   if (ops.empty()) return;
   // This thread's scratch lists (kept between groups: nothing allocated per group once warm).

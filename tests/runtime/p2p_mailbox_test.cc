@@ -442,6 +442,47 @@ TEST(MailboxFaults, MismatchesAmongStreamedGroupSends) {
   }
 }
 
+// A communicator destroyed while this thread's group holds its messages and a collective: the group forgets them
+// (their requests fail, kAborted) and groupEnd() says so (kInvalidUsage) instead of running them on a dead object.
+TEST(MailboxFaults, CommunicatorDestroyedInsideAnOpenGroup) {
+  auto group = bootstrap::makeInMemoryGroup(2);
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      InitOptions o;
+      o.cfg.hostId = "one-host";
+      comms[r] = Communicator::initWithBootstrap(std::move(group[r]), o);
+    });
+  for (auto& t : ts) t.join();
+  int32_t a = 7, b = 0;
+  std::vector<float> x(16, 1.0f), y(16, 0.0f);
+  groupStart();
+  comms[0]->send(&a, 1, DataType::kInt32, 1);  // a record (mailbox size)
+  Request async = comms[0]->irecv(&b, 1, DataType::kInt32, 1);
+  Request coll = comms[0]->iallReduce(x.data(), y.data(), x.size(), DataType::kFloat32, RedOp::kSum);
+  comms[0].reset();
+  try {
+    groupEnd();
+    ADD_FAILURE() << "groupEnd() ran a group whose communicator was destroyed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidUsage) << e.what();
+    EXPECT_NE(std::string(e.what()).find("3 operation(s) of a communicator destroyed inside the open group"),
+              std::string::npos)
+        << e.what();
+  }
+  for (Request* q : {&async, &coll}) {
+    try {
+      q->wait();
+      ADD_FAILURE() << "a dropped request completed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), StatusCode::kAborted) << e.what();
+    }
+  }
+  EXPECT_EQ(groupDepth(), 0);
+  comms[1].reset();
+}
+
 // A small receive times out naming the peer; the message that comes late is skipped by the next receive, which
 // gets its own. An abort from another thread ends a small receive (and a group of them).
 TEST(MailboxFaults, TimeoutLateMessageAndAbort) {

@@ -309,7 +309,8 @@ class Communicator {
   // [recv, send][peer]: sends to / receives from the peer so far, both paths (the mailbox messages' index). The
   // sending and the receiving thread may differ: each counter has one writer at a time.
   std::unique_ptr<std::atomic<uint32_t>[]> p2pIndex_[2];
-  std::vector<std::vector<transport::Connector*>> p2pConns_[2];  // [recv, send][peer]: the peer's p2p connectors
+  // [recv, send][peer]: the peer's point-to-point connectors (listed at init, then only read)
+  std::vector<std::vector<transport::Connector*>> p2pConns_[2];
   std::vector<int> sendRound_, recvRound_;  // NCCL's p2p schedule: the round of each peer
   int p2pMinChannels_ = 1, p2pGroupSize_ = 1;
   size_t p2pChunk_ = 0;
