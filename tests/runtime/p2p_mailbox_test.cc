@@ -158,16 +158,7 @@ TEST(MailboxGroups, MoreMessagesThanSlotsEachWayAndAllToAll) {
 // One thread groups the small messages of two communicators (NCCL's one-process multi-GPU pattern), more than the
 // slots each way: their engines progress the queued mailbox ops. And a group mixing mailbox and FIFO sizes.
 TEST(MailboxGroups, OneThreadSeveralCommunicatorsAndMixedSizes) {
-  auto group = bootstrap::makeInMemoryGroup(2);
-  std::vector<std::unique_ptr<Communicator>> comms(2);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < 2; ++r)
-    ts.emplace_back([&, r] {
-      InitOptions o;
-      o.cfg.hostId = "one-host";
-      comms[r] = Communicator::initWithBootstrap(std::move(group[r]), o);
-    });
-  for (auto& t : ts) t.join();
+  auto comms = testing::initLocalComms(2);
   const int m = transport::kShotSlots + 5;
   std::vector<int32_t> a(m), b(m), ga(m, -1), gb(m, -1);
   for (int i = 0; i < m; ++i) a[i] = i, b[i] = 1000 + i;
@@ -181,6 +172,7 @@ TEST(MailboxGroups, OneThreadSeveralCommunicatorsAndMixedSizes) {
   EXPECT_EQ(gb, b);
   // Mixed sizes in one group, the same communicators from two threads.
   std::vector<std::string> errors(2);
+  std::vector<std::thread> ts(2);
   for (int r = 0; r < 2; ++r)
     ts[r] = std::thread([&, r] {
       try {
@@ -445,16 +437,7 @@ TEST(MailboxFaults, MismatchesAmongStreamedGroupSends) {
 // A communicator destroyed while this thread's group holds its messages and a collective: the group forgets them
 // (their requests fail, kAborted) and groupEnd() says so (kInvalidUsage) instead of running them on a dead object.
 TEST(MailboxFaults, CommunicatorDestroyedInsideAnOpenGroup) {
-  auto group = bootstrap::makeInMemoryGroup(2);
-  std::vector<std::unique_ptr<Communicator>> comms(2);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < 2; ++r)
-    ts.emplace_back([&, r] {
-      InitOptions o;
-      o.cfg.hostId = "one-host";
-      comms[r] = Communicator::initWithBootstrap(std::move(group[r]), o);
-    });
-  for (auto& t : ts) t.join();
+  auto comms = testing::initLocalComms(2);
   int32_t a = 7, b = 0;
   std::vector<float> x(16, 1.0f), y(16, 0.0f);
   groupStart();

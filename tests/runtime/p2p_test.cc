@@ -225,16 +225,7 @@ TEST(AsyncRequests, SendsFirstThenReceivesCompleteWithoutAGroup) {
 TEST(Groups, OneThreadDrivesSeveralCommunicators) {
   // Two ranks' communicators created by two threads; then one thread groups operations of both (NCCL's
   // single-process multi-GPU pattern): connections are made in parallel, the group completes.
-  auto group = bootstrap::makeInMemoryGroup(2);
-  std::vector<std::unique_ptr<Communicator>> comms(2);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < 2; ++r)
-    ts.emplace_back([&, r] {
-      InitOptions o;
-      o.cfg.hostId = "one-host";
-      comms[r] = Communicator::initWithBootstrap(std::move(group[r]), o);
-    });
-  for (auto& t : ts) t.join();
+  auto comms = testing::initLocalComms(2);
   std::vector<float> x(5000, 1.f), y(5000, 2.f), gx(5000), gy(5000);
   groupStart();
   comms[0]->send(x.data(), x.size(), DataType::kFloat32, 1);

@@ -53,6 +53,23 @@ inline std::vector<std::string> runRanks(int n, const std::function<void(int, ru
   return errors;
 }
 
+/// The communicators of `n` ranks of one host in this process, made by `n` threads at once over one in-memory group
+/// (init is collective), for a test that then drives several of them from one thread (NCCL's single-process
+/// multi-GPU pattern).
+inline std::vector<std::unique_ptr<runtime::Communicator>> initLocalComms(int n) {
+  auto group = bootstrap::makeInMemoryGroup(n);
+  std::vector<std::unique_ptr<runtime::Communicator>> comms(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      runtime::InitOptions o;
+      o.cfg.hostId = "one-host";
+      comms[r] = runtime::Communicator::initWithBootstrap(std::move(group[r]), o);
+    });
+  for (auto& t : threads) t.join();
+  return comms;
+}
+
 /// Entries of a /proc directory (open descriptors, threads).
 inline int countEntries(const char* dir) {
   int n = 0;
