@@ -50,7 +50,8 @@ struct CollTask {
 /// Adds a collective to this thread's open group (p2p.cc owns the group state).
 void addToGroup(Communicator* comm, std::shared_ptr<CollTask> t);
 /// A communicator being destroyed: this thread's open group forgets its sends, receives and collectives (their
-/// requests fail, kAborted) and groupEnd() reports them (kInvalidUsage). Other threads' groups cannot be reached:
+/// requests fail, kAborted) and groupEnd() reports them (kInvalidUsage; when the rest of the group fails too, that
+/// failure's code, its message naming the dropped ones as well). Other threads' groups cannot be reached:
 /// destroying a communicator that another thread's open group uses is undefined, as in NCCL.
 void dropFromGroup(Communicator* comm);
 

@@ -354,23 +354,59 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
   if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||
       hasIncoming_.load(std::memory_order_acquire))
     return false;
-  // Single-part operations on distinct connectors only: no order to keep between them, no drains to place.
-  std::vector<Transfer*>& ts = groupParts_;  // keeps its capacity: nothing allocated per call
-  ts.clear();
-  for (Op* op : ops) {
-    if (op->peer == opts_.rank || op->parts.size() != 1) return false;
-    for (Transfer* t : ts)
-      if (&t->connector() == &op->parts[0]->connector()) return false;
-    ts.push_back(op->parts[0].get());
-  }
-  for (Op* op : ops) {
-    op->engine = this;
-    op->parts[0]->open(false);
-  }
+  // Single-part operations. Several on one connector (osu_bw's window, a group of sends to one peer) run in issue
+  // order, as the engine's queue runs them: a connector moves one transfer at a time, the next opens once the one
+  // before finished, while every connector's current transfer moves; so no order of sends and receives can
+  // deadlock two ranks, and nothing goes through the queues (over NET: no proxy hop per message).
+  constexpr size_t kNoOp = static_cast<size_t>(-1);
+  std::vector<Transfer*>& heads = groupParts_;  // keep their capacity: nothing allocated per call once warm
+  std::vector<size_t>& headOp = groupHead_;
+  std::vector<size_t>& tailOp = groupTail_;
+  std::vector<size_t>& next = groupNext_;
+  heads.clear();
+  headOp.clear();
+  tailOp.clear();
+  next.assign(ops.size(), kNoOp);
   for (size_t i = 0; i < ops.size(); ++i) {
-    driveInline(*ts[i], ts);
+    Op* op = ops[i];
+    if (op->peer == opts_.rank || op->parts.size() != 1) return false;
+    Transfer* t = op->parts[0].get();
+    size_t k = 0;
+    while (k < heads.size() && &heads[k]->connector() != &t->connector()) ++k;
+    if (k == heads.size()) {
+      heads.push_back(t);
+      headOp.push_back(i);
+      tailOp.push_back(i);
+    } else {
+      next[tailOp[k]] = i;
+      tailOp[k] = i;
+    }
+  }
+  for (Op* op : ops) op->engine = this;
+  for (Transfer* t : heads) t->open(false);
+  // A connector whose transfer finished takes its next op. After a failure that is not a mismatch (timeout, abort, a
+  // peer gone, a broken connection) the next ones fail at once: each would wait out the timeout again.
+  std::function<bool()> refill = [&] {
+    bool opened = false;
+    for (size_t k = 0; k < heads.size(); ++k)
+      while (heads[k]->finished() && next[headOp[k]] != kNoOp) {
+        const Transfer& done = *heads[k];
+        headOp[k] = next[headOp[k]];
+        heads[k] = ops[headOp[k]]->parts[0].get();
+        if (done.failed() && !done.mismatch())
+          heads[k]->fail(done.errorCode(), fmt::format("an earlier operation over this connection failed ({})",
+                                                       done.error()));
+        else
+          heads[k]->open(false);
+        opened = true;
+      }
+    return opened;
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    refill();  // an op before this one may have ended outside a step (a timeout)
     Op& op = *ops[i];
-    Transfer& t = *ts[i];
+    Transfer& t = *op.parts[0];
+    driveInline(t, heads, &refill);
     if (!op.send && t.mismatch() && t.senderHeader().nParts > 1) {
       for (size_t k = 1; k < std::min<size_t>(t.senderHeader().nParts, op.partConns.size()); ++k) {
         transport::MessageDesc d = op.partDescs[0];
@@ -465,7 +501,7 @@ bool Engine::runInlineGroupParts(const std::vector<Op*>& ops) {
   return true;
 }
 
-void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
+void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, const std::function<bool()>* refill) {
   transport::Connector& c = t.connector();
   const bool net = c.conn.flags & transport::kConnNet;
   Clock::time_point since{};  // read lazily: most transfers finish before any check
@@ -508,6 +544,7 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others) {
     bool progressed = t.progress();
     for (Transfer* o : others)
       if (o != &t && !o->finished()) progressed |= o->progress();
+    if (refill && (*refill)()) progressed |= true;  // the next op of a connector whose transfer ended opened
     if (progressed && !netDrives_.empty()) driveNet();  // out goes what the step published
     moved |= progressed;
     if (hasIncoming_.load(std::memory_order_acquire) || pending_.load(std::memory_order_acquire) != 0)
@@ -667,10 +704,7 @@ bool Engine::progressShots() {
     for (size_t peer = 0; peer < shotQ_[send].size(); ++peer) {
       auto& q = shotQ_[send][peer];
       if (q.empty()) continue;
-      if (!shotInline_.empty() &&
-          std::find(shotInline_.begin(), shotInline_.end(), std::make_pair(static_cast<int>(peer), send == 1)) !=
-              shotInline_.end())
-        continue;  // a caller drives this peer's mailbox inline: its queue waits
+      if (drivenInline(static_cast<int>(peer), send == 1)) continue;  // a caller drives it: its queue waits
       while (!q.empty() && shotProgress(*q.front())) {
         Op* op = q.front();
         q.pop_front();
@@ -814,6 +848,9 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
                              [&](const ShotLaneState& l) { return l.peer == op->peer && l.send == op->send; });
       if (it == lanes.end()) it = lanes.insert(lanes.end(), ShotLaneState{op->peer, op->send});
       if (it->blocked) continue;
+      // A later message than one still without its verdict has none either (the receiver takes them in order): its
+      // look waits for the next pass.
+      if (op->send && op->shotState != 0 && it->oldest != 0) continue;
       if (op->send && op->shotState == 0 && it->oldest != 0 &&
           op->shot->conn.p2pShot.seq + 1 - it->oldest >= static_cast<uint64_t>(transport::kShotSlots)) {
         it->blocked = true;  // the window is full: the oldest message's verdict first
@@ -984,6 +1021,8 @@ void Engine::checkStalls() {
     for (size_t peer = 0; peer < shotQ_[send].size(); ++peer) {
       auto& q = shotQ_[send][peer];
       if (q.empty()) continue;
+      // A caller drives this lane inline (with its own deadlines): nothing of its queue may move meanwhile.
+      if (drivenInline(static_cast<int>(peer), send == 1)) continue;
       std::string why;
       StatusCode code = StatusCode::kOk;
       if (aborted) {

@@ -2,6 +2,7 @@
 // nobody waits, and the waits of the calling threads (which drive them themselves: no hand-off on the fast path).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -193,7 +194,10 @@ class Engine {
     std::chrono::steady_clock::time_point since{};  // when the front part last moved
   };
   bool tryProgress();
-  void driveInline(transport::Transfer& t, const std::vector<transport::Transfer*>& others);
+  /// Drives `t` to its end in this thread, moving `others` too; `refill` (if any), called after each step, may put
+  /// new transfers in the places of finished ones in `others` (same connectors) and says whether it did.
+  void driveInline(transport::Transfer& t, const std::vector<transport::Transfer*>& others,
+                   const std::function<bool()>* refill = nullptr);
   void validate(Op& op);               // driver only
   bool progressOnce();                 // driver only
   void takeIncoming();                 // driver only
@@ -238,6 +242,9 @@ class Engine {
   // thread on one communicator would otherwise wait for each other's lock).
   std::vector<const transport::Connector*> inlineConns_;
   std::vector<transport::Transfer*> groupParts_;  // runInlineGroup's transfers (driver only)
+  // runInlineGroup (driver only): per connector its current op's index and its last op's; per op the next op on its
+  // connector (or kNoOp).
+  std::vector<size_t> groupHead_, groupTail_, groupNext_;
   // NET connections an inline caller moves itself and the sockets it blocks on (driveInline; driver only).
   std::vector<transport::CallerDrive*> netDrives_;
   std::vector<pollfd> netFds_;
@@ -247,6 +254,10 @@ class Engine {
   std::vector<int> shotGaveUp_;
   int shotQueued_ = 0;
   std::vector<std::pair<int, bool>> shotInline_;
+  bool drivenInline(int peer, bool send) const {
+    return !shotInline_.empty() &&
+           std::find(shotInline_.begin(), shotInline_.end(), std::make_pair(peer, send)) != shotInline_.end();
+  }
   // runShotGroup, per pass: each peer and direction of the group, whether its next op waits, and (sends) the
   // sequence number of its oldest message still waiting for a verdict.
   struct ShotLaneState {

@@ -41,8 +41,13 @@ struct GroupState {
   std::vector<std::shared_ptr<detail::CollTask>> colls;
   std::vector<detail::GroupShot> shots;
   int dropped = 0;  // operations of communicators destroyed while the group was open (detail::dropFromGroup)
+  ~GroupState();
 };
 thread_local GroupState tGroup;
+// Set once this thread's group state is destroyed (thread exit; for the main thread, before static destructors):
+// a communicator destroyed after that (a static one) must not touch it. Trivially destructible: always readable.
+thread_local bool tGroupGone = false;
+GroupState::~GroupState() { tGroupGone = true; }
 constexpr size_t kMaxGroupShots = 64;
 
 // All or nothing: where an op cannot be made (its communicator was aborted) the records stay, and groupEnd reports it.
@@ -58,7 +63,7 @@ void spillShots() {
 }  // namespace
 
 void detail::dropFromGroup(Communicator* comm) {
-  if (tGroup.depth == 0) return;
+  if (tGroupGone || tGroup.depth == 0) return;
   const std::string why = "its communicator was destroyed inside the open group (destroy it after groupEnd())";
   size_t before = tGroup.shots.size() + tGroup.ops.size() + tGroup.colls.size();
   std::erase_if(tGroup.shots, [&](const GroupShot& s) { return s.comm == comm; });

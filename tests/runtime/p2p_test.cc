@@ -268,6 +268,91 @@ TEST(Faults, AbortFromAnotherThreadUnblocksWaits) {
   expectNoErrors(errors);
 }
 
+// A group of several messages over one connection (osu_bw's window; the FIFO, mailboxes off) runs inline in issue
+// order: one receive in the middle expects another size, both sides fail that one only, every other message
+// arrives, in order; then the connection works on.
+class Window : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(Window, AMismatchInTheMiddleFailsOnlyItself) {
+  Transport tr = GetParam();
+  const int m = 12, bad = 5;
+  const size_t count = 1000;
+  std::vector<std::string> seen(2);
+  auto errors = runRanks(
+      2,
+      [tr](int r, InitOptions& o) {
+        force(tr, r, o.cfg);
+        o.cfg.p2pMailboxMax = 0;
+      },
+      [&](Communicator& c, int r) {
+        std::vector<std::vector<int32_t>> buf(m, std::vector<int32_t>(count + 1, -1));
+        for (int i = 0; i < m; ++i)
+          for (size_t j = 0; j < count && r == 0; ++j) buf[i][j] = static_cast<int32_t>(i * 100000 + j);
+        try {
+          groupStart();
+          for (int i = 0; i < m; ++i) {
+            if (r == 0) c.send(buf[i].data(), count, DataType::kInt32, 1);
+            else c.recv(buf[i].data(), i == bad ? count + 1 : count, DataType::kInt32, 0);
+          }
+          groupEnd();
+          seen[r] = "no error";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), StatusCode::kInvalidUsage) << e.what();
+          seen[r] = e.what();
+        }
+        if (r == 1)
+          for (int i = 0; i < m; ++i)
+            for (size_t j = 0; j < count && i != bad; ++j)
+              if (buf[i][j] != static_cast<int32_t>(i * 100000 + j))
+                throw Error(StatusCode::kInternal, fmt::format("message {} wrong at {}", i, j));
+        if (allToAll(c, DataType::kInt32, 1000, 7) != 0) throw Error(StatusCode::kInternal, "data wrong afterwards");
+      });
+  expectNoErrors(errors);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(seen[r].find("mismatch"), std::string::npos) << "rank " << r << ": " << seen[r];
+    EXPECT_EQ(seen[r].find("operations failed"), std::string::npos) << "only one fails: " << seen[r];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Window, ::testing::Values(Transport::kP2p, Transport::kShm, Transport::kNet),
+                         [](const auto& info) { return std::string(testing::name(info.param)); });
+
+// A group of receives over one connection from a peer that sends nothing: the first times out, the others fail
+// with it at once (not one timeout each).
+TEST(Faults, AWindowOfReceivesFromASilentPeerFailsWithinOneTimeout) {
+  std::atomic<bool> done{false};
+  auto errors = runRanks(
+      2,
+      [](int r, InitOptions& o) {
+        force(Transport::kShm, r, o.cfg);
+        o.cfg.p2pMailboxMax = 0;
+        o.cfg.timeoutSec = 0.5;
+      },
+      [&](Communicator& c, int r) {
+        c.connectAll();
+        if (r == 1) {
+          while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return;
+        }
+        std::vector<int32_t> x(8 * 100);
+        auto t0 = Clock::now();
+        try {
+          groupStart();
+          for (int i = 0; i < 8; ++i) c.recv(x.data() + 100 * i, 100, DataType::kInt32, 1);
+          groupEnd();
+          ADD_FAILURE() << "the receives completed";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), StatusCode::kTimeout) << e.what();
+          EXPECT_NE(std::string(e.what()).find("8 operations failed"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("an earlier operation over this connection failed"), std::string::npos)
+              << e.what();
+        }
+        EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3));
+        done = true;
+      });
+  expectNoErrors(errors);
+}
+
 TEST(Faults, AReceiveWithoutSenderTimesOutNamingThePeer) {
   std::atomic<bool> done{false};
   auto errors = runRanks(
