@@ -386,7 +386,11 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
   for (Transfer* t : heads) t->open(false);
   // A connector whose transfer finished takes its next op. After a failure that is not a mismatch (timeout, abort, a
   // peer gone, a broken connection) the next ones fail at once: each would wait out the timeout again.
-  std::function<bool()> refill = [&] {
+  // (It captures two pointers: std::function keeps that without allocating.)
+  std::function<bool()> refill = [this, &ops] {
+    std::vector<Transfer*>& heads = groupParts_;
+    std::vector<size_t>& headOp = groupHead_;
+    const std::vector<size_t>& next = groupNext_;
     bool opened = false;
     for (size_t k = 0; k < heads.size(); ++k)
       while (heads[k]->finished() && next[headOp[k]] != kNoOp) {
