@@ -397,11 +397,15 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
         const Transfer& done = *heads[k];
         headOp[k] = next[headOp[k]];
         heads[k] = ops[headOp[k]]->parts[0].get();
-        if (done.failed() && !done.mismatch())
-          heads[k]->fail(done.errorCode(), fmt::format("an earlier operation over this connection failed ({})",
-                                                       done.error()));
-        else
-          heads[k]->open(false);
+        const StatusCode code = done.failed() ? done.errorCode() : StatusCode::kOk;
+        if (code == StatusCode::kTimeout || code == StatusCode::kAborted || code == StatusCode::kRemoteError) {
+          // The root cause once, not wrapped again by every later op.
+          static constexpr std::string_view kEarlier = "an earlier operation over this connection failed (";
+          const std::string& why = done.error();
+          heads[k]->fail(code, why.starts_with(kEarlier) ? why : fmt::format("{}{})", kEarlier, why));
+        } else {
+          heads[k]->open(false);  // done, or failed leaving the connection in step (a mismatch, a copy error)
+        }
         opened = true;
       }
     return opened;
@@ -952,7 +956,7 @@ bool Engine::progressOnce() {
   bool did = shotQueued_ > 0 && progressShots();
   for (size_t i = 0; i < active_.size();) {
     Queue& q = *active_[i];
-    if (!inlineConns_.empty() && std::find(inlineConns_.begin(), inlineConns_.end(), q.conn) != inlineConns_.end()) {
+    if (drivenInline(q.conn)) {
       ++i;  // a caller drives this connector inline: its queue waits
       continue;
     }
@@ -989,6 +993,9 @@ void Engine::checkStalls() {
   bool aborted = opts_.abortFlag && opts_.abortFlag->load();
   for (Queue* q : active_) {
     if (q->parts.empty()) continue;
+    // A caller drives this connector inline (its own deadlines): nothing of its queue may move meanwhile, as in
+    // progressOnce.
+    if (drivenInline(q->conn)) continue;
     int peer = q->conn->peer;
     StatusCode code = StatusCode::kOk;
     std::string why;

@@ -254,6 +254,9 @@ class Engine {
   std::vector<int> shotGaveUp_;
   int shotQueued_ = 0;
   std::vector<std::pair<int, bool>> shotInline_;
+  bool drivenInline(const transport::Connector* c) const {
+    return !inlineConns_.empty() && std::find(inlineConns_.begin(), inlineConns_.end(), c) != inlineConns_.end();
+  }
   bool drivenInline(int peer, bool send) const {
     return !shotInline_.empty() &&
            std::find(shotInline_.begin(), shotInline_.end(), std::make_pair(peer, send)) != shotInline_.end();
