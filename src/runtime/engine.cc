@@ -384,8 +384,8 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
   }
   for (Op* op : ops) op->engine = this;
   for (Transfer* t : heads) t->open(false);
-  // A connector whose transfer finished takes its next op. After a failure that is not a mismatch (timeout, abort, a
-  // peer gone, a broken connection) the next ones fail at once: each would wait out the timeout again.
+  // A connector whose transfer finished takes its next op. After a timeout, an abort or a peer gone (kRemoteError,
+  // also a broken connection) the next ones fail at once: each would wait out the timeout again.
   // (It captures two pointers: std::function keeps that without allocating.)
   std::function<bool()> refill = [this, &ops] {
     std::vector<Transfer*>& heads = groupParts_;
