@@ -2,6 +2,7 @@
 #pragma once
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 
 #include <functional>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "topocoll/runtime/communicator.h"
+#include "topocoll/status.h"
 
 namespace topocoll::testing {
 
@@ -68,6 +70,20 @@ inline std::vector<std::unique_ptr<runtime::Communicator>> initLocalComms(int n)
     });
   for (auto& t : threads) t.join();
   return comms;
+}
+
+/// Runs `calls` (sends and receives) inside one group; returns "no error", or the group's error message, whose code
+/// must be `expected`.
+inline std::string groupError(const std::function<void()>& calls, StatusCode expected) {
+  try {
+    runtime::groupStart();
+    calls();
+    runtime::groupEnd();
+    return "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), expected) << e.what();
+    return e.what();
+  }
 }
 
 /// Entries of a /proc directory (open descriptors, threads).
