@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -349,6 +350,34 @@ bool Engine::runInlineParts(const std::vector<transport::Connector*>& conns, boo
   return true;
 }
 
+namespace {
+// When a caller moves a group's connections itself (all NET, as Engine::driveInline decides), they stay its own for
+// the whole group: driveInline takes and releases them per operation, and between two the proxy was woken for what
+// was still in flight (a wake-up and a context switch per message). Otherwise the proxy moves them: none is taken.
+class DriveHold {
+ public:
+  explicit DriveHold(const std::vector<Transfer*>& ts) {
+    if (!std::all_of(ts.begin(), ts.end(), [](const Transfer* t) { return t->connector().conn.drive != nullptr; }))
+      return;
+    for (const Transfer* t : ts)
+      if (transport::CallerDrive* d = t->connector().conn.drive;
+          n_ < drives_.size() && std::find(drives_.begin(), drives_.begin() + n_, d) == drives_.begin() + n_) {
+        d->take();
+        drives_[n_++] = d;
+      }
+  }
+  ~DriveHold() {
+    for (size_t i = 0; i < n_; ++i) drives_[i]->release();
+  }
+  DriveHold(const DriveHold&) = delete;
+  DriveHold& operator=(const DriveHold&) = delete;
+
+ private:
+  std::array<transport::CallerDrive*, 32> drives_{};  // nothing allocated (more connections: taken per operation)
+  size_t n_ = 0;
+};
+}  // namespace
+
 bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
   std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
   if (!lock.owns_lock() || pending_.load(std::memory_order_acquire) != 0 ||
@@ -357,15 +386,20 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
   // Single-part operations. Several on one connector (osu_bw's window, a group of sends to one peer) run in issue
   // order, as the engine's queue runs them: a connector moves one transfer at a time, the next opens once the one
   // before finished, while every connector's current transfer moves; so no order of sends and receives can
-  // deadlock two ranks, and nothing goes through the queues (over NET: no proxy hop per message).
+  // deadlock two ranks, and nothing goes through the queues (over NET: no proxy hop per message). Over NET the next
+  // send also opens once the one before only waits for its ack (Transfer::streaming()): sends stream instead of
+  // taking a round trip each, each still learning its own verdict (at most kStatusRing steps from the oldest
+  // unfinished op of the connector, whose verdict line the next would otherwise take).
   constexpr size_t kNoOp = static_cast<size_t>(-1);
   std::vector<Transfer*>& heads = groupParts_;  // keep their capacity: nothing allocated per call once warm
   std::vector<size_t>& headOp = groupHead_;
   std::vector<size_t>& tailOp = groupTail_;
   std::vector<size_t>& next = groupNext_;
+  std::vector<size_t>& oldest = groupOldest_;
   heads.clear();
   headOp.clear();
   tailOp.clear();
+  oldest.clear();
   next.assign(ops.size(), kNoOp);
   for (size_t i = 0; i < ops.size(); ++i) {
     Op* op = ops[i];
@@ -377,12 +411,14 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
       heads.push_back(t);
       headOp.push_back(i);
       tailOp.push_back(i);
+      oldest.push_back(i);
     } else {
       next[tailOp[k]] = i;
       tailOp[k] = i;
     }
   }
   for (Op* op : ops) op->engine = this;
+  DriveHold hold(heads);
   for (Transfer* t : heads) t->open(false);
   // A connector whose transfer finished takes its next op. After a timeout, an abort or a peer gone (kRemoteError,
   // also a broken connection) the next ones fail at once: each would wait out the timeout again.
@@ -390,10 +426,18 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
   std::function<bool()> refill = [this, &ops] {
     std::vector<Transfer*>& heads = groupParts_;
     std::vector<size_t>& headOp = groupHead_;
+    std::vector<size_t>& oldest = groupOldest_;
     const std::vector<size_t>& next = groupNext_;
     bool opened = false;
+    // Whether connector k's next op may open beside its current one, still waiting for its ack: its verdict line
+    // (its first step, the connector's step now) must not be one that an unfinished op of the connector waits on.
+    auto streams = [&](size_t k) {
+      if (!heads[k]->streaming()) return false;
+      while (oldest[k] != headOp[k] && ops[oldest[k]]->parts[0]->finished()) oldest[k] = next[oldest[k]];
+      return heads[k]->connector().conn.step - ops[oldest[k]]->parts[0]->firstStep() < transport::kStatusRing;
+    };
     for (size_t k = 0; k < heads.size(); ++k)
-      while (heads[k]->finished() && next[headOp[k]] != kNoOp) {
+      while ((heads[k]->finished() || streams(k)) && next[headOp[k]] != kNoOp) {
         const Transfer& done = *heads[k];
         headOp[k] = next[headOp[k]];
         heads[k] = ops[headOp[k]]->parts[0].get();
@@ -451,6 +495,7 @@ bool Engine::runInlineGroupParts(const std::vector<Op*>& ops) {
     }
   }
   if (!multi) return false;
+  DriveHold hold(ts);  // the receives' drained parts added below are on connectors of these
   for (Op* op : ops) {
     op->engine = this;
     op->parts[0]->open(false);  // a receive's other parts wait for its first (gated)

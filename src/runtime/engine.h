@@ -244,7 +244,7 @@ class Engine {
   std::vector<transport::Transfer*> groupParts_;  // runInlineGroup's transfers (driver only)
   // runInlineGroup (driver only): per connector its current op's index and its last op's; per op the next op on its
   // connector (or kNoOp).
-  std::vector<size_t> groupHead_, groupTail_, groupNext_;
+  std::vector<size_t> groupHead_, groupTail_, groupNext_, groupOldest_;
   // NET connections an inline caller moves itself and the sockets it blocks on (driveInline; driver only).
   std::vector<transport::CallerDrive*> netDrives_;
   std::vector<pollfd> netFds_;

@@ -24,7 +24,7 @@ struct alignas(4096) SendMem {
   Counter head;
   Counter ack;        // NET: acks the proxy received (shared memory: the head is the ack)
   Counter forwarded;  // NET, receive side: the last ack the proxy sent back
-  StatusLine status;
+  StatusLine status[kStatusRing];  // the receiver's verdicts (primitives.h statusOf)
   Rendezvous rdv;
   Probe probe;
   RecvPost post;      // written by the receiver
@@ -47,7 +47,7 @@ inline void bindControl(ConnInfo& ci, SendMem* sm, RecvMem* rm) {
   ci.tail = &rm->tail.value;
   ci.head = &sm->head.value;
   ci.ack = &sm->head.value;
-  ci.status = &sm->status;
+  ci.status = sm->status;
   ci.post = &sm->post;
   ci.rdv = &sm->rdv;
   ci.shot = &rm->shot;

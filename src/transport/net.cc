@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "fifo.h"
+#include "test_hooks.h"
 #include "topocoll/log.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/net.h"
@@ -121,6 +122,9 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
   }
 
   bool progress(Proxy& proxy) override {
+    // A caller's: left alone without the lock (the caller holds it while it moves the connection, and a proxy
+    // waiting for it there costs both a futex round per turn).
+    if (owned_.load(std::memory_order_relaxed) > 0) return false;
     std::lock_guard<std::mutex> lock(mu_);
     // Freed, broken, a caller's, or nothing to do until the engine posts (which rings the proxy).
     if (!data_ || dead_ || owned_.load(std::memory_order_relaxed) > 0 || quiet()) return false;
@@ -128,6 +132,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
   }
 
   void pollFds(std::vector<pollfd>& fds) override {
+    if (owned_.load(std::memory_order_relaxed) > 0) return;
     std::lock_guard<std::mutex> lock(mu_);
     if (owned_.load(std::memory_order_relaxed) == 0 && !quiet()) socketFds(fds);
   }
@@ -178,10 +183,12 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
           failedLocked(e.what());
         }
       }
-      owned_.fetch_sub(1, std::memory_order_seq_cst);
+      // The proxy is woken only once the last caller leaves (a group's window holds the connection across its
+      // operations: waking the proxy between them cost a wake-up per message).
+      const int left = owned_.fetch_sub(1, std::memory_order_seq_cst) - 1;
       // Pairs with ring()'s fence: a thread that posted while we owned it and did not wake the proxy is seen here.
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      wake = data_ && !dead_ && !quiet();
+      wake = left == 0 && data_ && !dead_ && !quiet();
     }
     if (wake) proxyWake_->ring();
   }
@@ -257,12 +264,13 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
       if (ackReq_ && net_->test(ackReq_, &sz)) {
         ackReq_ = nullptr;
         if (sz != sizeof(AckMsg)) fail(StatusCode::kRemoteError, "acknowledgement of {} bytes", sz);
-        if (ackMsg_.statusStep) {
-          sm->status.bytes = ackMsg_.bytes;
-          sm->status.count = ackMsg_.count;
-          sm->status.dtype = ackMsg_.dtype;
-          sm->status.code = ackMsg_.code;
-          sm->status.step.store(ackMsg_.statusStep, std::memory_order_release);
+        if (ackMsg_.statusStep) {  // before the ack that covers its op
+          StatusLine& st = statusOf(sm->status, ackMsg_.statusStep);
+          st.bytes = ackMsg_.bytes;
+          st.count = ackMsg_.count;
+          st.dtype = ackMsg_.dtype;
+          st.code = ackMsg_.code;
+          st.step.store(ackMsg_.statusStep, std::memory_order_release);
         }
         sm->ack.value.store(ackMsg_.ack, std::memory_order_release);
         moved = true;
@@ -332,18 +340,36 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
     if (ack_) {
       uint64_t a = sm->ack.value.load(std::memory_order_acquire);
       if (!ackReq_ && a > ackSent_) {
-        ackMsg_ = AckMsg{};
-        ackMsg_.ack = a;
-        uint64_t st = sm->status.step.load(std::memory_order_acquire);
-        if (st > statusSent_) {
-          ackMsg_.statusStep = st;
-          ackMsg_.bytes = sm->status.bytes;
-          ackMsg_.count = sm->status.count;
-          ackMsg_.dtype = sm->status.dtype;
-          ackMsg_.code = sm->status.code;
+        // The verdicts go back in order, each before (or with) the ack that covers its op: with two or more not
+        // sent yet, the first goes with an ack that stops short of the second's op (its first step), so that the
+        // sender never sees that op acknowledged without its verdict (several ops in flight: NET sends streaming).
+        const StatusLine* first = nullptr;
+        uint64_t nextStep = 0;
+        for (const StatusLine& st : sm->status) {
+          uint64_t s = st.step.load(std::memory_order_acquire);
+          if (s <= statusSent_ || s > a) continue;
+          if (!first || s < first->step.load(std::memory_order_relaxed)) {
+            if (first) nextStep = first->step.load(std::memory_order_relaxed);
+            first = &st;
+          } else if (!nextStep || s < nextStep) {
+            nextStep = s;
+          }
         }
-        ackReq_ = net_->isend(*ack_, &ackMsg_, sizeof(ackMsg_), 0, nullptr);
-        did |= ackReq_ != nullptr;
+        const bool hold = test_hooks::netHoldAck &&
+                          test_hooks::netHoldAck(a, first ? first->step.load(std::memory_order_relaxed) : 0);
+        if (!hold) {
+          ackMsg_ = AckMsg{};
+          ackMsg_.ack = nextStep ? nextStep - 1 : a;
+          if (first) {
+            ackMsg_.statusStep = first->step.load(std::memory_order_relaxed);
+            ackMsg_.bytes = first->bytes;
+            ackMsg_.count = first->count;
+            ackMsg_.dtype = first->dtype;
+            ackMsg_.code = first->code;
+          }
+          ackReq_ = net_->isend(*ack_, &ackMsg_, sizeof(ackMsg_), 0, nullptr);
+          did |= ackReq_ != nullptr;
+        }
       }
       if (ackReq_ && net_->test(ackReq_, &sz)) {
         ackReq_ = nullptr;
@@ -436,7 +462,7 @@ class NetTransport : public Transport {
     ci.tail = &f.rm()->tail.value;
     ci.head = &f.sm()->head.value;
     ci.ack = c.side == Side::kSend && c.connIndex == 0 ? &f.sm()->head.value : &f.sm()->ack.value;
-    ci.status = &f.sm()->status;
+    ci.status = f.sm()->status;
     if (c.side == Side::kRecv) ci.rdv = &f.sm()->rdv;  // our buffer, for the proxy
     ci.flags = kConnNet;
     ci.wake = r.pc.get();  // wakes the proxy unless a caller moves the connection

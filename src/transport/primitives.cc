@@ -27,6 +27,7 @@
 namespace topocoll::transport {
 
 void (*test_hooks::recvStartBetweenLooks)() = nullptr;
+bool (*test_hooks::netHoldAck)(uint64_t, uint64_t) = nullptr;
 
 namespace {
 
@@ -128,8 +129,15 @@ void Transfer::publish(std::atomic<uint64_t>* counter, uint64_t v) {
   ci_.wake->ring();
 }
 
+void Transfer::stopAwaiting() {
+  if (!awaiting_) return;
+  awaiting_ = false;
+  --ci_.awaiting;
+}
+
 void Transfer::failWith(StatusCode code, std::string why, bool breaks) {
   if (finished()) return;
+  stopAwaiting();
   if (offered()) withdraw();  // the user may free the buffer once we return
   if (breaks && state_ != State::kGated && state_ != State::kStart) c_.markBroken(why);
   errorCode_ = code;
@@ -290,16 +298,17 @@ bool Transfer::sendProgress() {
     return true;
   }
   if (state_ == State::kAck && ci_.ack->load(std::memory_order_acquire) >= lastStep_) {
-    ci_.step = lastStep_;
+    ci_.step = std::max(ci_.step, lastStep_);  // NET: advanced already when the last step went out
+    stopAwaiting();
     if (mode_ == kModeRead) takeOver(ci_, buf_);  // the receiver has copied out of our buffer
-    const StatusLine& st = *ci_.status;
+    const StatusLine& st = statusOf(ci_.status, firstStep_ + 1);
     if (copyErr_) {
       failWith(StatusCode::kSystemError,
                fmt::format("{}: single copy into the receiver's buffer failed: {}", what(),
                            std::strerror(static_cast<int>(copyErr_))),
                false);
     } else if (st.step.load(std::memory_order_acquire) == firstStep_ + 1) {
-      ci_.statusSeen = firstStep_ + 1;
+      ci_.statusSeen = std::max(ci_.statusSeen, firstStep_ + 1);
       if (st.code == kMismatch) {
         mismatch_ = true;
         failWith(StatusCode::kInvalidUsage,
@@ -326,10 +335,19 @@ bool Transfer::sendProgress() {
 // failed copy) left its verdict in the status line: the next send over the connector reports it, without starting
 // (the connection stays in step).
 bool Transfer::refusedEarlier() {
-  if (!ci_.status) return false;
-  const StatusLine& st = *ci_.status;
-  uint64_t s = st.step.load(std::memory_order_acquire);
-  if (s <= ci_.statusSeen || s > firstStep_) return false;
+  // Ops still waiting for their own verdicts (NET sends streaming) read them themselves.
+  if (!ci_.status || ci_.awaiting) return false;
+  const StatusLine* found = nullptr;
+  uint64_t s = 0;
+  for (uint64_t i = 0; i < kStatusRing; ++i) {  // the latest verdict not reported yet
+    uint64_t si = ci_.status[i].step.load(std::memory_order_acquire);
+    if (si > ci_.statusSeen && si <= firstStep_ && si > s) {
+      s = si;
+      found = &ci_.status[i];
+    }
+  }
+  if (!found) return false;
+  const StatusLine& st = *found;
   ci_.statusSeen = s;
   auto dtype = static_cast<DataType>(st.dtype);
   failWith(StatusCode::kInvalidUsage,
@@ -474,6 +492,13 @@ bool Transfer::sendSimple() {
     if (h->last) {
       lastStep_ = step + 1;
       state_ = State::kAck;
+      if ((ci_.flags & kConnNet) && ci_.ack != ci_.head) {
+        // Every step is out; the ack and the verdict come later. The connector's next op may open now
+        // (streaming(): Engine::runInlineGroup), its steps after ours.
+        ci_.step = lastStep_;
+        ++ci_.awaiting;
+        awaiting_ = true;
+      }
       return true;
     }
   }
@@ -509,7 +534,7 @@ bool Transfer::sendSingle() {
   }
   if (stepsDone_ == 1) {  // write mode: the receiver's answer
     if (head < firstStep_ + 1) return false;
-    if (ci_.status->step.load(std::memory_order_acquire) == firstStep_ + 1) {
+    if (statusOf(ci_.status, firstStep_ + 1).step.load(std::memory_order_acquire) == firstStep_ + 1) {
       lastStep_ = firstStep_ + 1;  // it refused (mismatch): the ack check reports it
       state_ = State::kAck;
       return true;
@@ -637,7 +662,7 @@ bool Transfer::recvStart() {
 
 void Transfer::finish() {
   if (mismatch_ || copyErr_) {
-    StatusLine& st = *ci_.status;
+    StatusLine& st = statusOf(ci_.status, firstStep_ + 1);
     st.bytes = msg_.bytes;
     st.count = msg_.count;
     st.dtype = static_cast<uint32_t>(msg_.dtype);

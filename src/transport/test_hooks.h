@@ -2,10 +2,16 @@
 // inside the hook, on this thread). Null outside tests; never set while transfers run on other threads.
 #pragma once
 
+#include <cstdint>
+
 namespace topocoll::transport::test_hooks {
 
 /// A receiver's first look for the sender's header, between its two reads (the Simple tail and the LL lines of
 /// its first step).
 extern void (*recvStartBetweenLooks)();
+
+/// A NET receiver about to send back an acknowledgement up to `ack` with the verdict of the op whose first step + 1
+/// is `status` (0: none): true holds it back (the receiver goes on; asked again at its next move).
+extern bool (*netHoldAck)(uint64_t ack, uint64_t status);
 
 }  // namespace topocoll::transport::test_hooks

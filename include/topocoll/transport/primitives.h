@@ -54,7 +54,10 @@ struct SlotHeader {
 };
 static_assert(sizeof(SlotHeader) == 64, "one cache line");
 
-/// The receiver's verdict on an op, written before the ack (NET: carried back by the proxies).
+/// The receiver's verdict on an op, written before the ack (NET: carried back by the proxies). A connection keeps
+/// kStatusRing of them, the op's at statusOf(firstStep + 1): a sender with several ops in flight on one connector
+/// (NET sends streaming in a group, Engine::runInlineGroup) reads the verdict of each; it opens an op only while
+/// the ring's entry for it belongs to no op still waiting for its verdict.
 struct alignas(64) StatusLine {
   std::atomic<uint64_t> step{0};  // firstStep + 1 of the op it is about
   uint64_t bytes = 0;             // what the receiver expected
@@ -64,6 +67,9 @@ struct alignas(64) StatusLine {
   char pad[32];
 };
 static_assert(sizeof(StatusLine) == 64, "one cache line");
+constexpr uint64_t kStatusRing = 16;
+/// The ring entry of the op whose first step + 1 is `tag`.
+inline StatusLine& statusOf(StatusLine* ring, uint64_t tag) { return ring[tag % kStatusRing]; }
 
 /// Shared memory: the receive a receiver has started (its first step and what it expects), written before it looks
 /// for the sender's header. A sender whose LL or Simple message (the data is in the FIFO) matches it completes
@@ -142,6 +148,11 @@ class Transfer {
     if (state_ == State::kGated) state_ = State::kDone;
   }
   bool started() const { return state_ != State::kGated; }
+  /// A NET send whose steps are all out and that only waits for its ack and verdict: the connector's next op may
+  /// open beside it (its verdict has its own line in the status ring).
+  bool streaming() const { return awaiting_ && state_ == State::kAck; }
+  /// The transfer's first step on its connector (set once it started).
+  uint64_t firstStep() const { return firstStep_; }
   /// A receiver past its first step's header (the sender's mode and sizes are known, mismatch() is decided).
   bool pastStart() const { return state_ != State::kGated && state_ != State::kStart; }
   /// Marks the transfer failed from outside (timeout, abort, peer gone). If it had started, the connector is left
@@ -182,6 +193,7 @@ class Transfer {
   bool offered() const;
   void withdraw();
   void finish();
+  void stopAwaiting();
   void failWith(StatusCode code, std::string why, bool breaks);
   void publish(std::atomic<uint64_t>* counter, uint64_t v);
   std::string what() const;
@@ -197,6 +209,7 @@ class Transfer {
   bool drain_ = false, mismatch_ = false;
   bool posted_ = false;                    // NET receiver: our buffer is posted for the proxy
   bool postedRecv_ = false;                // shared-memory receiver: RecvPost written
+  bool awaiting_ = false;                  // NET sender: counted in ConnInfo::awaiting (streaming())
   uint64_t firstStep_ = 0, lastStep_ = 0;  // lastStep_: one past the part's last step
   size_t done_ = 0;                        // bytes moved (LL: words)
   uint64_t stepsDone_ = 0;

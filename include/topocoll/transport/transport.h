@@ -173,7 +173,7 @@ struct ConnInfo {
   std::atomic<uint64_t>* tail = nullptr;   // steps the sender has published
   std::atomic<uint64_t>* head = nullptr;   // steps the receiver has consumed
   std::atomic<uint64_t>* ack = nullptr;    // completion counter (== head, except over NET)
-  StatusLine* status = nullptr;            // the receiver's verdict on each op (primitives.h)
+  StatusLine* status = nullptr;            // the receiver's verdicts, kStatusRing lines (primitives.h statusOf)
   RecvPost* post = nullptr;                // shared memory: what the receiver waits for (primitives.h)
   std::atomic<uint64_t>* forwarded = nullptr;  // NET receiver: the last ack its proxy sent back
   Rendezvous* rdv = nullptr;               // write mode: the receiver's buffer address
@@ -181,6 +181,7 @@ struct ConnInfo {
   std::atomic<uint32_t>* canPush = nullptr;  // 1 once the sender proved it can copy into the receiver's memory
   uint64_t step = 0;                       // this side's next step
   uint64_t statusSeen = 0;                 // sender: the last status line step it reported (eager sends)
+  uint32_t awaiting = 0;                   // sender: ops whose steps are all out, waiting for their verdicts (NET)
   uint32_t flags = 0;
   int peerPid = 0;
   Waker* wake = nullptr;                   // ring after publishing tail/head/ack
