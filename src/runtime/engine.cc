@@ -354,27 +354,32 @@ namespace {
 // When a caller moves a group's connections itself (all NET, as Engine::driveInline decides), they stay its own for
 // the whole group: driveInline takes and releases them per operation, and between two the proxy was woken for what
 // was still in flight (a wake-up and a context switch per message). Otherwise the proxy moves them: none is taken.
+// Engine::driveInline moves the held connections in every drive (or hands them back to the proxy while it drives
+// one it cannot move itself), so that none is left unmoved between the group's operations.
 class DriveHold {
  public:
-  explicit DriveHold(const std::vector<Transfer*>& ts) {
+  DriveHold(std::array<transport::CallerDrive*, 32>& held, size_t& nHeld, const std::vector<Transfer*>& ts)
+      : held_(held), n_(nHeld) {
+    n_ = 0;
     if (!std::all_of(ts.begin(), ts.end(), [](const Transfer* t) { return t->connector().conn.drive != nullptr; }))
       return;
-    for (const Transfer* t : ts)
+    for (const Transfer* t : ts)  // nothing allocated (more connections: taken per operation only)
       if (transport::CallerDrive* d = t->connector().conn.drive;
-          n_ < drives_.size() && std::find(drives_.begin(), drives_.begin() + n_, d) == drives_.begin() + n_) {
+          n_ < held_.size() && std::find(held_.begin(), held_.begin() + n_, d) == held_.begin() + n_) {
         d->take();
-        drives_[n_++] = d;
+        held_[n_++] = d;
       }
   }
   ~DriveHold() {
-    for (size_t i = 0; i < n_; ++i) drives_[i]->release();
+    const size_t n = std::exchange(n_, 0);
+    for (size_t i = 0; i < n; ++i) held_[i]->release();
   }
   DriveHold(const DriveHold&) = delete;
   DriveHold& operator=(const DriveHold&) = delete;
 
  private:
-  std::array<transport::CallerDrive*, 32> drives_{};  // nothing allocated (more connections: taken per operation)
-  size_t n_ = 0;
+  std::array<transport::CallerDrive*, 32>& held_;
+  size_t& n_;
 };
 }  // namespace
 
@@ -418,9 +423,11 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
     }
   }
   for (Op* op : ops) op->engine = this;
-  DriveHold hold(heads);
+  DriveHold hold(held_, nHeld_, heads);
   for (Transfer* t : heads) t->open(false);
-  // A connector whose transfer finished takes its next op. After a timeout, an abort or a peer gone (kRemoteError,
+  // A connector whose transfer finished (or only waits for its ack, over NET) takes its next op; the ones behind
+  // their connector's head move here too (only the driven op and the heads move in driveInline's steps). After a
+  // timeout, an abort or a peer gone (kRemoteError,
   // also a broken connection) the next ones fail at once: each would wait out the timeout again.
   // (It captures two pointers: std::function keeps that without allocating.)
   std::function<bool()> refill = [this, &ops] {
@@ -436,6 +443,10 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
       while (oldest[k] != headOp[k] && ops[oldest[k]]->parts[0]->finished()) oldest[k] = next[oldest[k]];
       return heads[k]->connector().conn.step - ops[oldest[k]]->parts[0]->firstStep() < transport::kStatusRing;
     };
+    bool moved = false;
+    for (size_t k = 0; k < heads.size(); ++k)  // the sends that stream behind each head wait for their acks here
+      for (size_t j = oldest[k]; j != headOp[k]; j = next[j])
+        if (Transfer& x = *ops[j]->parts[0]; !x.finished()) moved |= x.progress();
     for (size_t k = 0; k < heads.size(); ++k)
       while ((heads[k]->finished() || streams(k)) && next[headOp[k]] != kNoOp) {
         const Transfer& done = *heads[k];
@@ -452,7 +463,7 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
         }
         opened = true;
       }
-    return opened;
+    return opened || moved;
   };
   for (size_t i = 0; i < ops.size(); ++i) {
     refill();  // an op before this one may have ended outside a step (a timeout)
@@ -495,7 +506,7 @@ bool Engine::runInlineGroupParts(const std::vector<Op*>& ops) {
     }
   }
   if (!multi) return false;
-  DriveHold hold(ts);  // the receives' drained parts added below are on connectors of these
+  DriveHold hold(held_, nHeld_, ts);
   for (Op* op : ops) {
     op->engine = this;
     op->parts[0]->open(false);  // a receive's other parts wait for its first (gated)
@@ -574,13 +585,29 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, cons
     }
     if (std::find(netDrives_.begin(), netDrives_.end(), d) == netDrives_.end()) netDrives_.push_back(d);
   }
+  // The connections a group holds (DriveHold) move with these when all are NET; otherwise this thread moves none
+  // and hands them back to the proxy until it returns.
+  bool suspended = false;
+  if (nHeld_ > 0) {
+    if (netDrives_.empty()) {
+      for (size_t i = 0; i < nHeld_; ++i) held_[i]->release();
+      suspended = true;
+    } else {
+      for (size_t i = 0; i < nHeld_; ++i)
+        if (std::find(netDrives_.begin(), netDrives_.end(), held_[i]) == netDrives_.end()) netDrives_.push_back(held_[i]);
+    }
+  }
   struct Release {
     std::vector<transport::CallerDrive*>& drives;
+    bool resume;
+    std::array<transport::CallerDrive*, 32>& held;
+    size_t nHeld;
     ~Release() {
       for (transport::CallerDrive* d : drives) d->release();
       drives.clear();
+      for (size_t i = 0; resume && i < nHeld; ++i) held[i]->take();
     }
-  } release{netDrives_};
+  } release{netDrives_, suspended, held_, nHeld_};
   for (transport::CallerDrive* d : netDrives_) d->take();
   // NET waits never yield: against CPU-bound processes a yield waits out their time slices (docs/transport.md, NET).
   // Moved by this thread, they spin within the engine's budget (an answer within it costs no wake-up), then block

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -247,6 +248,10 @@ class Engine {
   std::vector<size_t> groupHead_, groupTail_, groupNext_, groupOldest_;
   // NET connections an inline caller moves itself and the sockets it blocks on (driveInline; driver only).
   std::vector<transport::CallerDrive*> netDrives_;
+  // NET connections an inline group keeps for its whole run (engine.cc DriveHold): driveInline moves them too, or
+  // hands them back to the proxy while it drives a connection it cannot move itself (not NET).
+  std::array<transport::CallerDrive*, 32> held_{};
+  size_t nHeld_ = 0;
   std::vector<pollfd> netFds_;
   // Mailbox ops (driver only): [0 receives, 1 sends][peer], each in issue order; the receives from a peer that
   // gave up before their message came (a late message of theirs is skipped); the peers a caller drives inline.

@@ -302,13 +302,14 @@ bool Transfer::sendProgress() {
     stopAwaiting();
     if (mode_ == kModeRead) takeOver(ci_, buf_);  // the receiver has copied out of our buffer
     const StatusLine& st = statusOf(ci_.status, firstStep_ + 1);
+    const bool refused = st.step.load(std::memory_order_acquire) == firstStep_ + 1;
+    if (refused) ci_.statusSeen = std::max(ci_.statusSeen, firstStep_ + 1);  // reported here, not by the next send
     if (copyErr_) {
       failWith(StatusCode::kSystemError,
                fmt::format("{}: single copy into the receiver's buffer failed: {}", what(),
                            std::strerror(static_cast<int>(copyErr_))),
                false);
-    } else if (st.step.load(std::memory_order_acquire) == firstStep_ + 1) {
-      ci_.statusSeen = std::max(ci_.statusSeen, firstStep_ + 1);
+    } else if (refused) {
       if (st.code == kMismatch) {
         mismatch_ = true;
         failWith(StatusCode::kInvalidUsage,

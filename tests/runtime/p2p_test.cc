@@ -324,6 +324,37 @@ TEST_P(Window, EachOfSeveralMismatchesFailsItself) {
   windowWithMismatches(GetParam(), 24, 20000, {0, 1, 2, 17});
 }
 
+// Both ranks in one group: a window of receives from the peer, then a window of sends to it (osu_bibw's order),
+// longer than the sends may stream ahead of their oldest unacknowledged one: the streaming sends must keep moving
+// while the receives are driven, or each rank waits for the other's sends.
+TEST_P(Window, ReceivesFirstThenSendsBothWays) {
+  const int m = 40;
+  const size_t count = 500;
+  auto errors = runRanks(
+      2,
+      [tr = GetParam()](int r, InitOptions& o) {
+        force(tr, r, o.cfg);
+        o.cfg.p2pMailboxMax = 0;
+        o.cfg.timeoutSec = 20;
+      },
+      [&](Communicator& c, int r) {
+        std::vector<std::vector<int32_t>> in(m, std::vector<int32_t>(count, -1)), out(m, std::vector<int32_t>(count));
+        for (int i = 0; i < m; ++i)
+          for (size_t j = 0; j < count; ++j) out[i][j] = static_cast<int32_t>(r * 1000000 + i * 1000 + j);
+        for (int round = 0; round < 3; ++round) {
+          groupStart();
+          for (int i = 0; i < m; ++i) c.recv(in[i].data(), count, DataType::kInt32, 1 - r);
+          for (int i = 0; i < m; ++i) c.send(out[i].data(), count, DataType::kInt32, 1 - r);
+          groupEnd();
+          for (int i = 0; i < m; ++i)
+            for (size_t j = 0; j < count; ++j)
+              if (in[i][j] != static_cast<int32_t>((1 - r) * 1000000 + i * 1000 + j))
+                throw Error(StatusCode::kInternal, fmt::format("round {} message {} wrong at {}", round, i, j));
+        }
+      });
+  expectNoErrors(errors);
+}
+
 // Over NET: the receiver holds the verdict of message 5 (one step each: its first step + 1 is 6) back until it
 // refused message 6 too, so that both verdicts go back together: the first must come with an acknowledgement that
 // stops short of message 6, or the sender would take message 6 as accepted before its verdict arrived.
