@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <utility>
 
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
