@@ -343,25 +343,24 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
         // The verdicts go back in order, each before (or with) the ack that covers its op: with two or more not
         // sent yet, the first goes with an ack that stops short of the second's op (its first step), so that the
         // sender never sees that op acknowledged without its verdict (several ops in flight: NET sends streaming).
-        const StatusLine* first = nullptr;
-        uint64_t nextStep = 0;
+        const StatusLine* first = nullptr;  // the oldest verdict not sent (its step s1), and the next one's step s2
+        uint64_t s1 = 0, s2 = 0;
         for (const StatusLine& st : sm->status) {
           uint64_t s = st.step.load(std::memory_order_acquire);
           if (s <= statusSent_ || s > a) continue;
-          if (!first || s < first->step.load(std::memory_order_relaxed)) {
-            if (first) nextStep = first->step.load(std::memory_order_relaxed);
+          if (!s1 || s < s1) {
+            s2 = s1;
+            s1 = s;
             first = &st;
-          } else if (!nextStep || s < nextStep) {
-            nextStep = s;
+          } else if (!s2 || s < s2) {
+            s2 = s;
           }
         }
-        const bool hold = test_hooks::netHoldAck &&
-                          test_hooks::netHoldAck(a, first ? first->step.load(std::memory_order_relaxed) : 0);
-        if (!hold) {
+        if (!test_hooks::netHoldAck || !test_hooks::netHoldAck(a, s1)) {
           ackMsg_ = AckMsg{};
-          ackMsg_.ack = nextStep ? nextStep - 1 : a;
+          ackMsg_.ack = s2 ? s2 - 1 : a;
           if (first) {
-            ackMsg_.statusStep = first->step.load(std::memory_order_relaxed);
+            ackMsg_.statusStep = s1;
             ackMsg_.bytes = first->bytes;
             ackMsg_.count = first->count;
             ackMsg_.dtype = first->dtype;
