@@ -426,11 +426,10 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
   for (Op* op : ops) op->engine = this;
   DriveHold hold(held_, nHeld_, heads);
   for (Transfer* t : heads) t->open(false);
-  // A connector whose transfer finished (or only waits for its ack, over NET) takes its next op; the ones behind
-  // their connector's head move here too (only the driven op and the heads move in driveInline's steps). After a
-  // timeout, an abort or a peer gone (kRemoteError,
-  // also a broken connection) the next ones fail at once: each would wait out the timeout again.
-  // (It captures two pointers: std::function keeps that without allocating.)
+  // A connector whose transfer finished (or only waits for its ack, over NET) takes its next op; the sends streaming
+  // behind their connector's head move here too (driveInline's steps move only the driven op and the heads). After
+  // a timeout, an abort or a peer gone (kRemoteError, also a broken connection) the next ones fail at once: each
+  // would wait out the timeout again. (It captures two pointers: std::function keeps that without allocating.)
   std::function<bool()> refill = [this, &ops] {
     std::vector<Transfer*>& heads = groupParts_;
     std::vector<size_t>& headOp = groupHead_;
@@ -440,14 +439,16 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
     // Whether connector k's next op may open beside its current one, still waiting for its ack: its verdict line
     // (its first step, the connector's step now) must not be one that an unfinished op of the connector waits on.
     auto streams = [&](size_t k) {
-      if (!heads[k]->streaming()) return false;
-      while (oldest[k] != headOp[k] && ops[oldest[k]]->parts[0]->finished()) oldest[k] = next[oldest[k]];
-      return heads[k]->connector().conn.step - ops[oldest[k]]->parts[0]->firstStep() < transport::kStatusRing;
+      return heads[k]->streaming() &&
+             heads[k]->connector().conn.step - ops[oldest[k]]->parts[0]->firstStep() < transport::kStatusRing;
     };
     bool moved = false;
-    for (size_t k = 0; k < heads.size(); ++k)  // the sends that stream behind each head wait for their acks here
+    for (size_t k = 0; k < heads.size(); ++k) {  // the sends that stream behind each head wait for their acks here
       for (size_t j = oldest[k]; j != headOp[k]; j = next[j])
         if (Transfer& x = *ops[j]->parts[0]; !x.finished()) moved |= x.progress();
+      // The oldest unfinished op of the connector (the walk above stays short: finished ones are passed once).
+      while (oldest[k] != headOp[k] && ops[oldest[k]]->parts[0]->finished()) oldest[k] = next[oldest[k]];
+    }
     for (size_t k = 0; k < heads.size(); ++k)
       while ((heads[k]->finished() || streams(k)) && next[headOp[k]] != kNoOp) {
         const Transfer& done = *heads[k];
