@@ -303,11 +303,12 @@ bool Engine::runInlineParts(const std::vector<transport::Connector*>& conns, boo
     parts.push_back(std::make_unique<Transfer>(*conns[i], dir, static_cast<char*>(buf) + b, d, topts, !send && i > 0));
   }
   std::vector<Transfer*> ts;
+  Clock::time_point idle{};  // one timeout for the message, not one per part
   auto driveAll = [&](size_t from) {
     ts.clear();
     for (size_t i = from; i < parts.size(); ++i) ts.push_back(parts[i].get());
     for (Transfer* t : ts) {
-      driveInline(*t, ts);
+      driveInline(*t, ts, nullptr, &idle);
       if (t->failed() && !t->mismatch())  // the others cannot complete the message: stop them
         for (Transfer* o : ts)
           if (!o->finished()) o->fail(t->errorCode(), t->error());
@@ -317,7 +318,7 @@ bool Engine::runInlineParts(const std::vector<transport::Connector*>& conns, boo
     driveAll(0);
   } else {
     // The first part says how the sender split its message (Engine::validate for the queued path).
-    driveInline(*parts[0], {});
+    driveInline(*parts[0], {}, nullptr, &idle);
     Transfer& first = *parts[0];
     const bool drain = first.mismatch();
     size_t senderParts = drain ? first.senderHeader().nParts : parts.size();
@@ -467,11 +468,12 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
       }
     return opened || moved;
   };
+  Clock::time_point idle{};  // the group's TOPOCOLL_TIMEOUT clock: one timeout for the group, not one per op
   for (size_t i = 0; i < ops.size(); ++i) {
     refill();  // an op before this one may have ended outside a step (a timeout)
     Op& op = *ops[i];
     Transfer& t = *op.parts[0];
-    driveInline(t, heads, &refill);
+    driveInline(t, heads, &refill, &idle);
     if (!op.send && t.mismatch() && t.senderHeader().nParts > 1) {
       for (size_t k = 1; k < std::min<size_t>(t.senderHeader().nParts, op.partConns.size()); ++k) {
         transport::MessageDesc d = op.partDescs[0];
@@ -521,9 +523,10 @@ bool Engine::runInlineGroupParts(const std::vector<Op*>& ops) {
   };
   // 1. The receives' first parts, every other transfer moving along (sends complete only once the peer's receives
   //    opened all their parts: waiting for them here could deadlock two ranks).
+  Clock::time_point idle{};  // the group's TOPOCOLL_TIMEOUT clock: one timeout for the group, not one per part
   for (size_t i = 0; i < ts.size(); ++i)
     if (!owner[i]->send && ts[i] == owner[i]->parts[0].get()) {
-      driveInline(*ts[i], ts);
+      driveInline(*ts[i], ts, nullptr, &idle);
       settle(*ts[i], *owner[i]);
     }
   // 2. Open the receives' other parts as the sender split (Engine::validate), then drive everything to the end.
@@ -555,7 +558,7 @@ bool Engine::runInlineGroupParts(const std::vector<Op*>& ops) {
     }
   }
   for (size_t i = 0; i < ts.size(); ++i) {
-    driveInline(*ts[i], ts);
+    driveInline(*ts[i], ts, nullptr, &idle);
     settle(*ts[i], *owner[i]);
   }
   for (Op* op : ops) {
@@ -567,10 +570,12 @@ bool Engine::runInlineGroupParts(const std::vector<Op*>& ops) {
   return true;
 }
 
-void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, const std::function<bool()>* refill) {
+void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, const std::function<bool()>* refill,
+                         Clock::time_point* idleSince) {
   transport::Connector& c = t.connector();
   const bool net = c.conn.flags & transport::kConnNet;
-  Clock::time_point since{};  // read lazily: most transfers finish before any check
+  Clock::time_point ownSince{};
+  Clock::time_point& since = idleSince ? *idleSince : ownSince;  // read lazily: most transfers finish before any check
   unsigned polls = 0;
   // The other transfers of the group move too: any order of sends and receives completes.
   inlineConns_.clear();
@@ -651,7 +656,7 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, cons
       t.fail(StatusCode::kRemoteError, fmt::format("rank {}'s process is gone (it exited or was killed)", c.peer));
       break;
     }
-    if (++polls >= 256) {
+    if (++polls >= 256 || backoff.sleeping()) {  // at every slice once the wait sleeps: the deadline on time
       if (since == Clock::time_point{}) since = Clock::now();
       if (Clock::now() - since > opts_.timeout)
         t.fail(StatusCode::kTimeout,
@@ -827,7 +832,7 @@ void Engine::driveShots(const Step& step, const Pending& pending, Op* const* opL
       stopAll(StatusCode::kAborted, "the communicator was aborted", -1);
       return;
     }
-    if (++polls >= 64) {  // every few idle polls (once the wait sleeps, each is a doorbell slice)
+    if (++polls >= 64 || backoff.sleeping()) {  // every few idle polls, and every slice once the wait sleeps
       polls = 0;
       if (since == Clock::time_point{}) since = Clock::now();
       bool gone = false;

@@ -197,8 +197,12 @@ class Engine {
   bool tryProgress();
   /// Drives `t` to its end in this thread, moving `others` too; `refill` (if any), called after each step, may put
   /// new transfers in the places of finished ones in `others` (same connectors) and says whether it did.
+  /// `idleSince` (if any): the clock of TOPOCOLL_TIMEOUT shared by the calls that drive one group's transfers one
+  /// after another (when nothing of the group last moved; {} while it moves), so that a group waiting on several
+  /// silent connections fails within one timeout, not one per transfer.
   void driveInline(transport::Transfer& t, const std::vector<transport::Transfer*>& others,
-                   const std::function<bool()>* refill = nullptr);
+                   const std::function<bool()>* refill = nullptr,
+                   std::chrono::steady_clock::time_point* idleSince = nullptr);
   void validate(Op& op);               // driver only
   bool progressOnce();                 // driver only
   void takeIncoming();                 // driver only

@@ -217,7 +217,7 @@ bool Communicator::runOneShot(const Args& a) {
         continue;
       }
       if (stop()) fail(StatusCode::kAborted, "the communicator was aborted");
-      if (++idle >= 64) {  // every few idle polls (once the wait sleeps, each is a doorbell slice: about 1.3 s)
+      if (++idle >= 64 || backoff.sleeping()) {  // every few idle polls, and every slice once the wait sleeps
         idle = 0;
         // Read lazily: most waits end before a check, without a clock read.
         if (since == std::chrono::steady_clock::time_point{}) since = std::chrono::steady_clock::now();

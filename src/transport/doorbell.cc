@@ -180,6 +180,7 @@ void Backoff::reset() {
   if (polls_ == 0) return;
   if (spinning_) gSpinners.fetch_sub(1, std::memory_order_relaxed);
   spinning_ = false;
+  sleeping_ = false;
   yields_ = 0;
   polls_ = 0;
   spinStart_ = {};
@@ -216,6 +217,7 @@ void Backoff::idle(Doorbell& bell, ReadyRef ready) {
     return;
   }
   // Short slices: deadlines, abort flags and peers that died are checked between them.
+  sleeping_ = true;
   bell.sleep(ready, std::chrono::milliseconds(20));
 }
 

@@ -369,24 +369,24 @@ TEST(Window, TwoVerdictsPendingAtOnceGoBackInOrder) {
 INSTANTIATE_TEST_SUITE_P(Transports, Window, ::testing::Values(Transport::kP2p, Transport::kShm, Transport::kNet),
                          [](const auto& info) { return std::string(testing::name(info.param)); });
 
-// Two ranks with TOPOCOLL_TIMEOUT `timeoutSec`: rank 1 connects and then stays silent until rank 0's `body`
+// `nRanks` ranks with TOPOCOLL_TIMEOUT `timeoutSec`: ranks 1.. connect and then stay silent until rank 0's `body`
 // returned; the time `body` took must stay under `within` (generous: sanitizer builds run several times slower).
 void silentPeer(const std::function<void(int, InitOptions&)>& configure, double timeoutSec,
-                std::chrono::seconds within, const std::function<void(Communicator&)>& body) {
+                std::chrono::seconds within, const std::function<void(Communicator&)>& body, int nRanks = 2) {
   std::atomic<bool> done{false};
   auto errors = runRanks(
-      2,
+      nRanks,
       [&](int r, InitOptions& o) {
         configure(r, o);
         o.cfg.timeoutSec = timeoutSec;
       },
       [&](Communicator& c, int r) {
         c.connectAll();
-        if (r == 1) {
+        if (r > 0) {
           while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
           return;
         }
-        struct Release {  // rank 1 goes, whatever body does
+        struct Release {  // the silent ranks go, whatever body does
           std::atomic<bool>& done;
           ~Release() { done = true; }
         } release{done};
@@ -419,6 +419,31 @@ TEST(Faults, AWindowOfReceivesFromASilentPeerFailsWithinOneTimeout) {
               << e.what();
         }
       });
+}
+
+// A group of receives from four silent peers, each over its own connection and driven one after another: the
+// group fails within one timeout (1 s here), not one per connection (4 s), naming a silent peer.
+TEST(Faults, AGroupOverSeveralSilentConnectionsFailsWithinOneTimeout) {
+  silentPeer(
+      [](int r, InitOptions& o) {
+        force(Transport::kShm, r, o.cfg);
+        o.cfg.p2pMailboxMax = 0;
+      },
+      1.0, std::chrono::seconds(3),
+      [](Communicator& c) {
+        std::vector<int32_t> x(4 * 100);
+        try {
+          groupStart();
+          for (int p = 1; p <= 4; ++p) c.recv(x.data() + 100 * (p - 1), 100, DataType::kInt32, p);
+          groupEnd();
+          ADD_FAILURE() << "the receives completed";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), StatusCode::kTimeout) << e.what();
+          EXPECT_NE(std::string(e.what()).find("4 operations failed"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("did not move"), std::string::npos) << e.what();
+        }
+      },
+      5);
 }
 
 TEST(Faults, AReceiveWithoutSenderTimesOutNamingThePeer) {

@@ -95,10 +95,15 @@ class Backoff {
   void idle(Doorbell& bell, ReadyRef ready);
   /// Call when something advanced.
   void reset();
+  /// Whether the wait has reached its sleeping stage (each idle() a doorbell slice of up to 20 ms, or the caller's
+  /// own blocking): a caller that reads its clock only every so many idle polls should read it at every one now,
+  /// or its deadline comes that many slices late.
+  bool sleeping() const { return sleeping_; }
 
  private:
   int spinUs_, yieldUs_, minYields_;
   bool spinning_ = false;
+  bool sleeping_ = false;
   int yields_ = 0;
   unsigned polls_ = 0;
   std::chrono::steady_clock::time_point spinStart_{};
