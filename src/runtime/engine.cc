@@ -39,6 +39,8 @@ void Op::recycle() {
   shot = nullptr;
   shotSig = 0;
   shotState = 0;
+  shotPeerPost = 0;
+  shotPair = nullptr;
   devBuf = nullptr;
   state.store(kPending, std::memory_order_relaxed);
   draining.store(false, std::memory_order_relaxed);
@@ -746,6 +748,7 @@ bool Engine::shotProgress(Op& op) {
     bool match = ahead == 0 && m.sig == op.shotSig && m.bytes == op.bytes;
     alignas(8) char scratch[transport::kShotMaxBytes];
     if (!box.tryRecv(match ? op.buf : scratch, match ? op.bytes : sizeof scratch, &m, match)) return false;
+    op.shotPeerPost = m.post;
     if (match && op.devBuf && op.bytes) {  // a device buffer's message was staged in op.stage
       try {
         detail::deviceCopy(op.devBuf, op.buf, op.bytes, op.opts.stream);
@@ -885,7 +888,10 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
   }
   // First the first message to each peer is written and the first receive from each peer announces what it expects,
   // then one fence: each side of an exchange then finds the other's receive posted (its send completes at once) and
-  // neither needs to wake the other after taking a message.
+  // neither needs to wake the other after taking a message. A first message to a peer from which the group also
+  // receives carries what that receive expects (ShotSlot::post): in an exchange each side learns its send's verdict
+  // from the message its receive takes anyway, one cache line each way instead of two (the post lines stay where
+  // they were written).
   bool any = false;
   for (size_t i = 0; i < ops.size(); ++i) {
     Op* op = ops[i];
@@ -895,7 +901,15 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
     transport::ConnInfo& ci = op->shot->conn;
     transport::ShotBox box(ci.p2pShot, ci.wake);
     if (op->send) {
-      if (box.trySend(op->shotSig, op->buf, op->bytes, false)) op->shotState = box.seq();
+      Op* pair = nullptr;  // the group's first receive from this peer: this side's next one from it
+      for (Op* o : ops)
+        if (!o->send && o->peer == op->peer) {
+          pair = o;
+          break;
+        }
+      op->shotPair = pair;
+      const uint64_t post = pair ? static_cast<uint64_t>(pair->shotSig) << 32 | pair->bytes : 0;
+      if (box.trySend(op->shotSig, op->buf, op->bytes, false, false, post)) op->shotState = box.seq();
     } else {
       box.post(static_cast<uint64_t>(op->shotSig) << 32 | op->bytes);
       op->shotState = 1;
@@ -925,8 +939,20 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
   // At most one lane per op: reserved for the group's size on its first call (warm-up), so that a later call whose
   // ops find their peers not ready (a loaded host) allocates nothing either.
   if (shotLanes_.capacity() < ops.size()) shotLanes_.reserve(ops.size());
+  // A send paired with a receive that has finished: done without a look at the peer's lines when the reply named
+  // this message; otherwise (no reply post, another message named, the receive failed) as any send from here on.
+  auto settleByReply = [&](Op* op) {
+    Op* pair = std::exchange(op->shotPair, nullptr);
+    if (pair->code != StatusCode::kOk ||
+        pair->shotPeerPost != (static_cast<uint64_t>(op->shotSig) << 32 | op->bytes))
+      return false;
+    op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
+    --left;
+    return true;
+  };
   auto step = [&] {
     bool moved = false;
+    bool waitsForPair = false;
     std::vector<ShotLaneState>& lanes = shotLanes_;  // keeps its capacity: nothing allocated once warm
     lanes.clear();
     for (Op* op : ops) {
@@ -943,6 +969,19 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
         it->blocked = true;  // the window is full: the oldest message's verdict first
         continue;
       }
+      // A written send whose verdict the peer's reply may carry (an exchange): not until the group's receive from
+      // that peer took its message (the group cannot end before that receive does anyway), then as below.
+      if (op->send && op->shotState != 0 && op->shotPair) {
+        if (!op->shotPair->finished() && op->shotPair->code == StatusCode::kOk) {
+          if (it->oldest == 0) it->oldest = op->shotState;
+          waitsForPair = true;
+          continue;
+        }
+        if (settleByReply(op)) {
+          moved = true;
+          continue;
+        }
+      }
       if (op->code == StatusCode::kOk && !shotProgress(*op)) {
         if (op->send && op->shotState != 0) {  // written: waits for its verdict, the next sends may write theirs
           if (it->oldest == 0) it->oldest = op->shotState;
@@ -955,6 +994,11 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
       --left;
       moved = true;
     }
+    // The sends passed over above whose receive finished after them in this pass: settled now, not a pass later.
+    if (waitsForPair)
+      for (Op* op : ops)
+        if (op->shotPair && !op->finished() && op->shotState != 0 && op->shotPair->finished() && settleByReply(op))
+          moved = true;
     return moved;
   };
   if (!step() || left) {

@@ -68,6 +68,11 @@ struct Op {
   transport::Connector* shot = nullptr;
   uint32_t shotSig = 0;
   uint64_t shotState = 0;  // send: its message's sequence number once written; receive: 1 once posted
+  /// Receive: what the message it took says the sender's next receive from this side expects (ShotMessage::post).
+  uint64_t shotPeerPost = 0;
+  /// Send in a group (Engine::runShotGroup): the group's receive from the same peer whose message may carry this
+  /// send's verdict (ShotSlot::post); null otherwise.
+  Op* shotPair = nullptr;
   /// Mailbox op on a device buffer: the user's buffer; `buf` is then `stage` (host), filled before a send is posted
   /// and copied to devBuf once a receive took its message.
   void* devBuf = nullptr;

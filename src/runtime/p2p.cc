@@ -316,6 +316,8 @@ void loadShotOp(Op& op, bool send, void* buf, size_t count, size_t bytes, DataTy
   op.code = StatusCode::kOk;
   if (!op.error.empty()) op.error.clear();
   op.shotState = 0;
+  op.shotPeerPost = 0;
+  op.shotPair = nullptr;
   op.send = send;
   op.peer = peer;
   op.buf = buf;

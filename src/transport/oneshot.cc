@@ -37,7 +37,7 @@ inline void copySmall(void* dst, const void* src, size_t n) {
 }
 }  // namespace
 
-bool ShotBox::trySend(uint32_t sig, const void* data, size_t bytes, bool ring, bool prefetchNext) {
+bool ShotBox::trySend(uint32_t sig, const void* data, size_t bytes, bool ring, bool prefetchNext, uint64_t post) {
   uint64_t seq = seq_ + 1;
   if (seq > static_cast<uint64_t>(kShotSlots) && free_ < seq - kShotSlots) {
     // The slot's previous message (seq - kShotSlots) must have been taken: read the receiver's line only then.
@@ -49,6 +49,7 @@ bool ShotBox::trySend(uint32_t sig, const void* data, size_t bytes, bool ring, b
   // The receiver reads the payload only after it saw this message's flag in `head` (acquire), and this side writes
   // the slot again only after the receiver published it took it: the payload needs no flag of its own.
   copySmall(s.data, data, bytes);
+  s.post.store(post, std::memory_order_relaxed);  // ordered by `head` as the payload is
   s.sig.store(line(sig, flag), std::memory_order_relaxed);
   s.head.store(line(static_cast<uint32_t>(bytes), flag), std::memory_order_release);
   seq_ = seq;
@@ -90,6 +91,7 @@ bool ShotBox::tryRecv(void* out, size_t maxBytes, ShotMessage* m, bool publish, 
   copySmall(out, s.data, take);
   m->sig = head.sig;
   m->bytes = bytes;
+  m->post = s.post.load(std::memory_order_relaxed);  // stored before `head`, as the payload
   seq_ = seq;
   if (publish) area_->consumed.store(seq, std::memory_order_release);
   // A stream (the sender runs ahead): fetch the next slot's lines now, so that their transfer overlaps the caller's

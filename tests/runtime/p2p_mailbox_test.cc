@@ -430,6 +430,97 @@ TEST(MailboxFaults, MismatchesAmongStreamedGroupSends) {
   }
 }
 
+// Grouped exchanges (a send to the peer and a receive from it in one group): each side's first message carries
+// what its receive expects, and the other side settles its send from that reply. Rank 0 always exchanges; rank 1
+// answers in every shape, so that the reply names this send, names none (a group without a receive, blocking
+// calls) or comes before or after the receive; every message arrives, none completes early or hangs.
+TEST(MailboxOrder, ExchangesAgainstEveryShapeOfReply) {
+  const int rounds = 240;
+  for (Transport tr : {Transport::kP2p, Transport::kShm}) {
+    auto errors = runRanks(
+        2, [tr](int r, InitOptions& o) { force(tr, r, o.cfg); },
+        [&](Communicator& c, int r) {
+          for (int i = 0; i < rounds; ++i) {
+            const size_t n = 1 + i % 5;  // sizes vary: every reply names another signature
+            std::vector<int32_t> out(n), in(n, -1);
+            for (size_t j = 0; j < n; ++j) out[j] = r * 100000 + i * 10 + static_cast<int32_t>(j);
+            const int peer = 1 - r;
+            const int shape = r == 0 ? 0 : i % 5;
+            switch (shape) {
+              case 0:  // send first, then receive, one group
+              case 1:  // receive first, then send, one group
+                groupStart();
+                if (shape == 1) c.recv(in.data(), n, DataType::kInt32, peer);
+                c.send(out.data(), n, DataType::kInt32, peer);
+                if (shape == 0) c.recv(in.data(), n, DataType::kInt32, peer);
+                groupEnd();
+                break;
+              case 2:  // blocking calls: the reply carries no post
+                c.send(out.data(), n, DataType::kInt32, peer);
+                c.recv(in.data(), n, DataType::kInt32, peer);
+                break;
+              case 3:  // a group of one send, then a group of one receive
+                groupStart();
+                c.send(out.data(), n, DataType::kInt32, peer);
+                groupEnd();
+                groupStart();
+                c.recv(in.data(), n, DataType::kInt32, peer);
+                groupEnd();
+                break;
+              default:  // the receive posted asynchronously before the send
+              {
+                Request q = c.irecv(in.data(), n, DataType::kInt32, peer);
+                c.send(out.data(), n, DataType::kInt32, peer);
+                q.wait();
+              }
+            }
+            for (size_t j = 0; j < n; ++j)
+              check(in[j] == peer * 100000 + i * 10 + static_cast<int32_t>(j),
+                    fmt::format("round {} (shape {}): element {} is {}", i, shape, j, in[j]));
+          }
+        });
+    expectNoErrors(errors);
+  }
+}
+
+// A size mismatch inside a grouped exchange: the reply names what the receive expects, which is not this send, so
+// the send learns its verdict (refused) as any send does: both the send and the receive fail, naming both sides;
+// the other direction's message arrives, and the next exchange works.
+TEST(MailboxFaults, MismatchInsideAnExchangeFailsBothSides) {
+  for (Transport tr : {Transport::kP2p, Transport::kShm}) {
+    std::vector<std::vector<std::string>> seen(2);
+    auto errors = runRanks(
+        2, [tr](int r, InitOptions& o) { force(tr, r, o.cfg); },
+        [&](Communicator& c, int r) {
+          for (int i = 0; i < 6; ++i) {
+            const bool bad = i % 2 == 1;
+            std::array<int32_t, 4> out{r + 10, i, 0, 0}, in{-1, -1, -1, -1};
+            const size_t recvCount = bad && r == 1 ? 3 : 2;  // rank 1 expects 3 where rank 0 sends 2
+            seen[r].push_back(testing::groupError(
+                [&] {
+                  c.send(out.data(), 2, DataType::kInt32, 1 - r);
+                  c.recv(in.data(), recvCount, DataType::kInt32, 1 - r);
+                },
+                StatusCode::kInvalidUsage));
+            if (r == 0) check(in[0] == 11 && in[1] == i, fmt::format("exchange {}: rank 1's message", i));
+            if (r == 1 && !bad) check(in[0] == 10 && in[1] == i, fmt::format("exchange {}: rank 0's message", i));
+          }
+        });
+    expectNoErrors(errors);
+    for (int i = 0; i < 6; ++i) {
+      if (i % 2 == 0) {
+        EXPECT_EQ(seen[0][i], "no error");
+        EXPECT_EQ(seen[1][i], "no error");
+        continue;
+      }
+      EXPECT_NE(seen[0][i].find("send of 2 x int32 to rank 1"), std::string::npos) << seen[0][i];
+      EXPECT_NE(seen[0][i].find("mismatch"), std::string::npos) << seen[0][i];
+      EXPECT_NE(seen[1][i].find("recv of 3 x int32 from rank 0"), std::string::npos) << seen[1][i];
+      EXPECT_NE(seen[1][i].find("mismatch"), std::string::npos) << seen[1][i];
+    }
+  }
+}
+
 // A communicator destroyed while this thread's group holds its messages and a collective: the group forgets them
 // (their requests fail, kAborted) and groupEnd() says so (kInvalidUsage) instead of running them on a dead object.
 TEST(MailboxFaults, CommunicatorDestroyedInsideAnOpenGroup) {

@@ -34,6 +34,10 @@ constexpr int kShotSlots = 128;
 struct alignas(64) ShotSlot {
   std::atomic<uint64_t> head{0};  // flag << 32 | bytes: stored last, with release
   std::atomic<uint64_t> sig{0};   // flag << 32 | the sender's signature
+  // What the sender's own next receive from this side expects (signature << 32 | bytes; 0: not said), as a
+  // ShotArea::posted of the other direction would say it: a point-to-point exchange's reply carries it, so that
+  // the side that reads it needs no look at the sender's post line (Engine::runShotGroup).
+  std::atomic<uint64_t> post{0};
   unsigned char data[kShotMaxBytes];
 };
 
@@ -63,6 +67,7 @@ struct alignas(64) ShotArea {
 struct ShotMessage {
   uint32_t sig = 0;   // the sender's signature (what it called)
   size_t bytes = 0;   // the sender's size (copied: min(bytes, maxBytes))
+  uint64_t post = 0;  // tryRecv: what the sender's next receive from this side expects (ShotSlot::post; 0: not said)
 };
 
 /// A connection's mailbox, one side's view. Only one thread uses a side at a time (the collectives run one at once).
@@ -77,8 +82,10 @@ class ShotBox {
   /// Sender: writes the next message if its slot is free (false: the receiver is kShotSlots messages behind).
   /// `bytes` <= kShotMaxBytes. `ring`: wake the receiver (otherwise the caller issues a seq_cst fence, then
   /// ringFenced() on the connection's waker: one fence for the messages to several peers). `prefetchNext`: this side
-  /// streams messages (it only sends), ask for the next slot's line early.
-  bool trySend(uint32_t sig, const void* data, size_t bytes, bool ring = true, bool prefetchNext = false);
+  /// streams messages (it only sends), ask for the next slot's line early. `post`: what this side's next receive
+  /// from the peer expects (ShotSlot::post; 0: nothing said).
+  bool trySend(uint32_t sig, const void* data, size_t bytes, bool ring = true, bool prefetchNext = false,
+               uint64_t post = 0);
   /// Receiver: takes the next message if all of it arrived; copies at most `maxBytes` into `out`. `prefetchNext`:
   /// the sender streams ahead of this side (this side only receives), fetch the next slot's line early.
   bool tryRecv(void* out, size_t maxBytes, ShotMessage* m, bool publish = true, bool prefetchNext = false);
