@@ -902,12 +902,15 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
     transport::ShotBox box(ci.p2pShot, ci.wake);
     if (op->send) {
       Op* pair = nullptr;  // the group's first receive from this peer: this side's next one from it
-      for (Op* o : ops)
-        if (!o->send && o->peer == op->peer) {
-          pair = o;
-          break;
-        }
-      op->shotPair = pair;
+      int sends = 0;
+      for (Op* o : ops) {
+        if (!o->send && o->peer == op->peer && !pair) pair = o;
+        sends += o->send && o->peer == op->peer;
+      }
+      // The send waits for the reply only when it is the group's one send to that peer: a window of sends moves on
+      // verdicts, since the receive may finish only after the peer's group took them all (a peer that receives
+      // first and replies after its group: MailboxOrder.AWindowOfSendsBesideAReceiveFromALaterSender).
+      op->shotPair = sends == 1 ? pair : nullptr;
       const uint64_t post = pair ? static_cast<uint64_t>(pair->shotSig) << 32 | pair->bytes : 0;
       if (box.trySend(op->shotSig, op->buf, op->bytes, false, false, post)) op->shotState = box.seq();
     } else {

@@ -483,6 +483,41 @@ TEST(MailboxOrder, ExchangesAgainstEveryShapeOfReply) {
   }
 }
 
+// A group of more sends to a peer than the mailbox has slots, with a receive from that peer, against a peer whose
+// group only receives them and which sends afterwards: the window of sends must keep moving on verdicts (the
+// receive it is grouped with can only finish after the peer's group ended), or both ranks wait for each other.
+TEST(MailboxOrder, AWindowOfSendsBesideAReceiveFromALaterSender) {
+  const int m = transport::kShotSlots + 40;
+  for (Transport tr : {Transport::kP2p, Transport::kShm}) {
+    auto errors = runRanks(
+        2,
+        [tr](int r, InitOptions& o) {
+          force(tr, r, o.cfg);
+          o.cfg.timeoutSec = 20;
+        },
+        [&](Communicator& c, int r) {
+          std::vector<int32_t> buf(m, -1);
+          int32_t back = -1;
+          if (r == 0) {
+            for (int i = 0; i < m; ++i) buf[i] = 7 * i;
+            groupStart();
+            for (int i = 0; i < m; ++i) c.send(&buf[i], 1, DataType::kInt32, 1);
+            c.recv(&back, 1, DataType::kInt32, 1);
+            groupEnd();
+            check(back == 4242, "rank 1's message after its group");
+          } else {
+            groupStart();
+            for (int i = 0; i < m; ++i) c.recv(&buf[i], 1, DataType::kInt32, 0);
+            groupEnd();
+            for (int i = 0; i < m; ++i) check(buf[i] == 7 * i, fmt::format("message {} is {}", i, buf[i]));
+            back = 4242;
+            c.send(&back, 1, DataType::kInt32, 0);
+          }
+        });
+    expectNoErrors(errors);
+  }
+}
+
 // A size mismatch inside a grouped exchange: the reply names what the receive expects, which is not this send, so
 // the send learns its verdict (refused) as any send does: both the send and the receive fail, naming both sides;
 // the other direction's message arrives, and the next exchange works.
