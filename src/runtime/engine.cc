@@ -678,8 +678,16 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, cons
       ::poll(netFds_.data(), netFds_.size(), netFds_.empty() ? 1 : 20);
       continue;
     }
-    backoff.idle(*opts_.doorbell, [&] { return step() || t.finished() || (opts_.abortFlag && opts_.abortFlag->load()); });
+    backoff.idle(*opts_.doorbell, [&] {
+      if (step()) {
+        since = {};  // moved inside the doorbell's check: the timeout's clock starts again
+        return true;
+      }
+      return t.finished() || (opts_.abortFlag && opts_.abortFlag->load());
+    });
   }
+  // What comes after (the group's next transfer, sharing the clock) starts afresh unless this one timed out.
+  if (!(t.failed() && t.errorCode() == StatusCode::kTimeout)) since = {};
   inlineConns_.clear();
 }
 
@@ -821,8 +829,16 @@ void Engine::driveShots(const Step& step, const Pending& pending, Op* const* opL
   };
   auto stopAll = [&](StatusCode code, const std::string& why, int onlyPeer) {
     for (Op* op : ops())
-      if (!op->finished() && op->code == StatusCode::kOk && (onlyPeer < 0 || op->peer == onlyPeer))
+      if (!op->finished() && op->code == StatusCode::kOk && (onlyPeer < 0 || op->peer == onlyPeer)) {
+        // A send that waited for its group's receive (the reply: runShotGroup) may have been taken all the same:
+        // one look at the peer's post line and verdict before it fails. Settled, it stays unfinished here with its
+        // own outcome (runShotGroup marks it).
+        if (op->send && op->shotPair && op->shotState != 0) {
+          op->shotPair = nullptr;
+          if (shotProgress(*op)) continue;
+        }
         shotGaveUp(*op, code, why);
+      }
   };
   while (pending()) {
     if (move()) {
@@ -854,8 +870,13 @@ void Engine::driveShots(const Step& step, const Pending& pending, Op* const* opL
         return;
       }
     }
-    backoff.idle(*opts_.doorbell,
-                 [&] { return move() || (opts_.abortFlag && opts_.abortFlag->load(std::memory_order_relaxed)); });
+    backoff.idle(*opts_.doorbell, [&] {
+      if (move()) {
+        since = {};  // moved inside the doorbell's check: the timeout's clock starts again
+        return true;
+      }
+      return opts_.abortFlag && opts_.abortFlag->load(std::memory_order_relaxed);
+    });
   }
 }
 
@@ -946,7 +967,7 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
   // this message; otherwise (no reply post, another message named, the receive failed) as any send from here on.
   auto settleByReply = [&](Op* op) {
     Op* pair = std::exchange(op->shotPair, nullptr);
-    if (pair->code != StatusCode::kOk ||
+    if (pair->code != StatusCode::kOk || pair->shotPeerPost == 0 ||
         pair->shotPeerPost != (static_cast<uint64_t>(op->shotSig) << 32 | op->bytes))
       return false;
     op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
@@ -1014,7 +1035,8 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
       return left > 0;
     }, ops.data(), ops.size());
     for (Op* op : ops)
-      if (!op->finished()) op->state.store(Op::kFailed, std::memory_order_release);
+      if (!op->finished())  // failed by the wait, or a send settled in its last look (stopAll)
+        op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
   }
   shotInline_.clear();
   return true;

@@ -238,7 +238,13 @@ bool Communicator::runOneShot(const Args& a) {
           fail(StatusCode::kTimeout, "{}", why);
         }
       }
-      backoff.idle(*ctx_->doorbell, [&] { return poll() || stop(); });
+      backoff.idle(*ctx_->doorbell, [&] {
+        if (poll()) {
+          since = {};  // moved inside the doorbell's check: the timeout's clock starts again
+          return true;
+        }
+        return stop();
+      });
     }
   }
   if (!mismatch.empty()) fail(StatusCode::kInvalidUsage, "{}", mismatch);

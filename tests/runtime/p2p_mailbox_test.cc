@@ -518,6 +518,47 @@ TEST(MailboxOrder, AWindowOfSendsBesideAReceiveFromALaterSender) {
   }
 }
 
+// A grouped exchange whose receive times out while its send was taken (the peer received it, then was slow to reply):
+// only the receive fails; the send, which waited for the reply, learns in a last look that it was taken. The late
+// reply is skipped by the next receive.
+TEST(MailboxFaults, AnExchangeWhoseReceiveTimesOutKeepsItsTakenSend) {
+  for (Transport tr : {Transport::kP2p, Transport::kShm}) {
+    std::atomic<bool> failed{false};
+    std::string seen;
+    auto errors = runRanks(
+        2,
+        [tr](int r, InitOptions& o) {
+          force(tr, r, o.cfg);
+          o.cfg.timeoutSec = r == 0 ? 0.5 : 20;
+        },
+        [&](Communicator& c, int r) {
+          int32_t x = 5, y = -1, z = -1;
+          if (r == 0) {
+            seen = testing::groupError(
+                [&] {
+                  c.send(&x, 1, DataType::kInt32, 1);
+                  c.recv(&y, 1, DataType::kInt32, 1);
+                },
+                StatusCode::kTimeout);
+            failed = true;
+            c.recv(&z, 1, DataType::kInt32, 1);  // skips the late reply (y), takes z
+            check(z == 77, fmt::format("the message after the late one is {}", z));
+          } else {
+            c.recv(&x, 1, DataType::kInt32, 0);
+            check(x == 5, "rank 0's message");
+            while (!failed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            y = 66;
+            z = 77;
+            c.send(&y, 1, DataType::kInt32, 0);
+            c.send(&z, 1, DataType::kInt32, 0);
+          }
+        });
+    expectNoErrors(errors);
+    EXPECT_NE(seen.find("recv of 1 x int32 from rank 1"), std::string::npos) << seen;
+    EXPECT_EQ(seen.find("send of"), std::string::npos) << seen;
+  }
+}
+
 // A size mismatch inside a grouped exchange: the reply names what the receive expects, which is not this send, so
 // the send learns its verdict (refused) as any send does: both the send and the receive fail, naming both sides;
 // the other direction's message arrives, and the next exchange works.
