@@ -88,7 +88,7 @@ void fuzzFifo(Reader in) {
 
   std::atomic<uint64_t> tailC{tail}, headC{0}, ackC{0}, forwarded{0};
   std::atomic<uint32_t> canPull{1}, canPush{1};
-  StatusLine status;
+  StatusLine status[kStatusRing];  // the receiver's verdict ring, as RecvMem holds it (fifo.h)
   Rendezvous rdv;
   NoWaker waker;
   Connector c;
@@ -105,7 +105,7 @@ void fuzzFifo(Reader in) {
   ci.tail = &tailC;
   ci.head = &headC;
   ci.ack = &ackC;
-  ci.status = &status;
+  ci.status = status;
   ci.forwarded = &forwarded;
   ci.rdv = &rdv;
   ci.canPull = &canPull;
