@@ -554,22 +554,35 @@ int runRank(const Options& o, const Test& test, const std::string& program) {
 }
 
 // -np N: N child processes on this machine, rank r as host r / (N / hosts).
-int forkRanks(const Options& o, const Test& test, const std::string& program) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+// The root's port is reserved, not only probed: this process keeps a socket bound to it (SO_REUSEADDR, never
+// listening) until its ranks exit. Rank 0's root, also SO_REUSEADDR, may then bind and listen on it, while the
+// kernel gives the port to no connect() and no other bind(0) in between. A probe closed at once lost it to the
+// ranks' or a concurrent test's outgoing connections now and then ("address in use" at the root).
+int reserveLoopbackPort(int& fd) {
+  fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail(StatusCode::kSystemError, "cannot open a socket for the root's port: {}", std::strerror(errno));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(a);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  ::close(s);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    fail(StatusCode::kSystemError, "cannot reserve a loopback port for the root: {}", std::strerror(errno));
+  return ntohs(a.sin_port);
+}
+
+int forkRanks(const Options& o, const Test& test, const std::string& program) {
+  int reserved = -1;
+  int port = reserveLoopbackPort(reserved);
   std::fflush(stdout);
   std::vector<pid_t> pids;
   int perHost = std::max(1, o.np / o.hosts);
   for (int r = 0; r < o.np; ++r) {
     pid_t pid = fork();
     if (pid == 0) {
+      ::close(reserved);  // the launcher's copy keeps the reservation
       int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
       if (o.bind == 1 || (o.bind == -1 && o.np <= cpus)) {
         cpu_set_t set;
@@ -601,6 +614,7 @@ int forkRanks(const Options& o, const Test& test, const std::string& program) {
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
     if (code != 0 && rc != 1) rc = code == 2 ? 2 : 1;  // 2 (bad usage) only when no rank failed otherwise
   }
+  ::close(reserved);
   return rc;
 }
 
