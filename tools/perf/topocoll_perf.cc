@@ -11,12 +11,14 @@
 #include <libgen.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -108,6 +110,7 @@ const char kHelp[] =
     "topocoll's own:\n"
     "  -np <N>                    fork N ranks on this machine (otherwise the launcher's environment: mpirun, srun,\n"
     "                             torchrun's RANK/WORLD_SIZE, NCCL_COMM_ID)\n"
+    "                             (a failed rank's peers are killed 10 s after it, as mpirun does)\n"
     "  --hosts <K>                with -np: as K hosts (NCCL_HOSTID), so ranks talk over the network transport\n"
     "  --bind <0|1>               with -np: bind rank r to CPU r (default: when N <= CPUs, as mpirun -np 2 does)\n"
     "  -l <s1,s2,...>             these sizes instead of -b/-e/-f/-i\n"
@@ -607,12 +610,51 @@ int forkRanks(const Options& o, const Test& test, const std::string& program) {
     }
     pids.push_back(pid);
   }
+  // As mpirun does: once a rank has failed, the others get kStopGrace to fail on their own (they detect a dead
+  // peer within about a second and name it); ranks still running then are killed, so a rank that failed before
+  // the others could reach it (a root that could not listen) does not leave them waiting out TOPOCOLL_TIMEOUT.
+  constexpr auto kStopGrace = std::chrono::seconds(10);
   int rc = 0;
-  for (pid_t p : pids) {
+  size_t left = pids.size();
+  std::chrono::steady_clock::time_point failedAt{};
+  bool killed = false;
+  int failedRank = -1;
+  std::string failedHow;
+  while (left > 0) {
     int st = 0;
-    waitpid(p, &st, 0);
+    pid_t p = waitpid(-1, &st, failedAt == std::chrono::steady_clock::time_point{} ? 0 : WNOHANG);
+    if (p < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p == 0) {
+      if (!killed && std::chrono::steady_clock::now() - failedAt >= kStopGrace) {
+        std::string running;
+        for (size_t r = 0; r < pids.size(); ++r)
+          if (pids[r] > 0) running += fmt::format("{}{}", running.empty() ? "" : ",", r);
+        std::fprintf(stderr, "%s: rank %d failed (%s); rank(s) %s still running %lld s later: killing them\n",
+                     program.c_str(), failedRank, failedHow.c_str(), running.c_str(),
+                     static_cast<long long>(kStopGrace.count()));
+        for (pid_t q : pids)
+          if (q > 0) ::kill(q, SIGKILL);
+        killed = true;
+      }
+      usleep(20000);
+      continue;
+    }
+    auto it = std::find(pids.begin(), pids.end(), p);
+    if (it == pids.end()) continue;
+    *it = -1;
+    --left;
+    if (killed && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) continue;  // ours: the first failure decides rc
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
     if (code != 0 && rc != 1) rc = code == 2 ? 2 : 1;  // 2 (bad usage) only when no rank failed otherwise
+    if (code != 0 && failedAt == std::chrono::steady_clock::time_point{}) {
+      failedAt = std::chrono::steady_clock::now();
+      failedRank = static_cast<int>(it - pids.begin());
+      failedHow = WIFEXITED(st) ? fmt::format("exit status {}", code)
+                                : fmt::format("signal {}", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    }
   }
   ::close(reserved);
   return rc;
