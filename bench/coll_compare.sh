@@ -60,8 +60,15 @@ rm -f "$OUT"/rows.txt "$OUT"/*.log
   ps -eo pcpu,comm --sort=-pcpu | sed -n 2,4p | tr -s ' ' | paste -sd';'
 } > "$OUT/env.txt"
 
-# lib coll np round size time_us busbw (out-of-place columns of nccl-tests rows).
-row() { grep -v '^#' | awk -v lib="$1" -v c="$2" -v np="$3" -v r="$4" 'NF >= 9 {print lib, c, np, r, $1, $6, $8}'; }
+# lib coll np round size time_us busbw (out-of-place columns of nccl-tests rows; topocoll's Broadcast: its in-place
+# columns, since MPI_Bcast and gloo::broadcast have one buffer: an out-of-place Broadcast also copies the root's input
+# into its output, a copy neither peer makes and the bound's traffic leaves out).
+row() {
+  local t=6 b=8
+  [ "$1" = topocoll ] && [ "$2" = broadcast ] && t=10 b=12
+  grep -v '^#' | awk -v lib="$1" -v c="$2" -v np="$3" -v r="$4" -v t=$t -v b=$b \
+    'NF >= 9 {print lib, c, np, r, $1, $t, $b}'
+}
 perfname() { case $1 in allreduce) echo all_reduce_perf ;; allgather) echo all_gather_perf ;;
   reduce_scatter) echo reduce_scatter_perf ;; broadcast) echo broadcast_perf ;; esac; }
 for ((r = 1; r <= ROUNDS; r++)); do
