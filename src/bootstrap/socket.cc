@@ -226,6 +226,10 @@ Socket Socket::connect(const Address& addr, Clock::time_point deadline, const In
     lastErr = errno;
     if (errno == ECONNREFUSED && !retryRefused)
       fail(StatusCode::kRemoteError, "connection to {} refused while {}", addr.toString(), what);
+    // A listener that closes (its process exited) while the handshake is under way resets it: the peer is gone, as
+    // for a refusal (comm_test's dies-after-register saw it when rank 1 reached rank 2's listener as rank 2 exited).
+    if (errno == ECONNRESET)
+      fail(StatusCode::kRemoteError, "connection to {} reset while {}", addr.toString(), what);
     if (errno != ECONNREFUSED && errno != ETIMEDOUT && errno != EAGAIN)
       fail(StatusCode::kSystemError, "connect to {} failed while {}: {}", addr.toString(), what, std::strerror(errno));
     ::poll(nullptr, 0, 20);
