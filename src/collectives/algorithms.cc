@@ -90,6 +90,16 @@ constexpr size_t kStarPiece = 1 << 20;
 // Star and pair reductions from this size (collBytes) reduce straight out of the peers' inputs when every rank can map
 // every peer's (mapInputs): two rounds of small messages decide it, which the copies they save repay from here.
 constexpr size_t kMappedInputsMin = 1 << 20;
+// AllReduce and AllGather on one host from this size (collBytes) write each rank's block straight into every rank's
+// output (mapPeers: docs/collectives.md, "Mapped outputs") instead of offering it for the peers to pull: the block is
+// read once and written n times (the bound's traffic) instead of written once and read and written again by each
+// peer, and no offer, pull and ack per piece.
+// AllGather and Broadcast, which have no input mapping to share the exchange with, from kMappedCopiesMin (measured at
+// 4 ranks, docs/performance.md "Session 33": 1 MiB 0.72-0.76x of the pulls, 2 MiB level, 4-8 MiB 1.1-1.7x).
+constexpr size_t kMappedOutputsMin = 1 << 20;
+constexpr size_t kMappedCopiesMin = 4 << 20;
+// The unit of those writes: a piece read (or reduced) into this core's cache once, then written to every output.
+constexpr size_t kOutputPiece = 128 << 10;
 // 2-rank ReduceScatter from this size of a rank's output (count bytes): reduceScatterPair (the first half of
 // allReducePair) instead of the ring's FIFO steps (measured: 1.3x faster at 64 KiB, 2x from 128 KiB; slower out of
 // place at 32 KiB, where the pulls are too small to be single copies).
@@ -248,7 +258,9 @@ class Runner {
   void allReducePair() {
     const int peer = 1 - me_;
     const Range mine = split(a_.count, 2, me_), theirs = split(a_.count, 2, peer);
-    if (auto in = mapInputs(); !in.empty()) {
+    const Mapped m = mapPeers(true, mapOutputsApply());
+    if (!m.in.empty() && !m.out.empty()) return reduceToOutputs(mine, m);
+    if (const auto& in = m.in; !in.empty()) {
       // The peer's reduced pieces come after it read this rank's input: neither returns while the other reads.
       for (size_t b = theirs.begin; b < theirs.end; b += pieceElems(kPairPiece))
         recv(1, peer, at(recv_, b), std::min(pieceElems(kPairPiece), theirs.end - b));
@@ -303,8 +315,10 @@ class Runner {
   void allReduceStar() {
     const size_t count = a_.count;
     auto block = [&](int q) { return split(count, n_, q); };
+    const Mapped m = mapPeers(true, mapOutputsApply());
+    if (!m.in.empty() && !m.out.empty()) return reduceToOutputs(block(me_), m);
     // The gather waits for every peer's reduced block, offered after that peer read this rank's input: no barrier.
-    if (auto in = mapInputs(); !in.empty()) reduceMapped(block(me_), at(recv_, block(me_).begin), in, [](Range) {});
+    if (!m.in.empty()) reduceMapped(block(me_), at(recv_, block(me_).begin), m.in, [](Range) {});
     else starReduce(block, at(recv_, block(me_).begin));
     starGather(at(recv_, block(me_).begin), block, recv_, [] {});
   }
@@ -314,6 +328,14 @@ class Runner {
   // its own (out of place).
   void allGatherStar() {
     const size_t count = a_.count;
+    if (mapOutputsApply())
+      if (const Mapped m = mapPeers(false, true); !m.out.empty()) {
+        // Every rank writes its input into its block of every output, piece by piece, then waits for the others.
+        const size_t piece = pieceElems(kOutputPiece);
+        for (size_t b = 0; b < count; b += piece)
+          copyToOutputs(m.out, (me_ * count + b) * es_, at(send_, b), (std::min(count, b + piece) - b) * es_, true);
+        return barrier();
+      }
     starGather(send_, [&](int q) { return Range{q * count, (q + 1) * count}; }, recv_,
                [&] { copyUnread(at(recv_, me_ * count), send_, count); });
   }
@@ -380,37 +402,74 @@ class Runner {
 
   size_t pieceElems(size_t bytes) const { return std::max<size_t>(1, bytes / es_); }
 
-  // Reductions straight out of the peers' inputs (docs/collectives.md, "Mapped inputs"). Every rank describes its
-  // input to every peer, maps the peers' inputs, and tells every peer whether it could map them all: the inputs
-  // (index: rank; this rank's is send_) when every rank mapped every input, else empty, the same answer on every rank.
-  // Two rounds of one small message per pair, on channel 0 (one when some rank's input is not shareable).
-  std::vector<const char*> mapInputs() {
+  // Reductions straight out of the peers' inputs (docs/collectives.md, "Mapped inputs") and writes straight into
+  // their outputs ("Mapped outputs"). Every rank describes its input and/or its output to every peer, maps the
+  // peers', and tells every peer which kinds it could map for all. The answer is the same on every rank: `in` holds
+  // every rank's input (index: rank; this rank's own at me_) when every rank mapped every input, else it is empty;
+  // `out` likewise. `inOf` >= 0: only that rank's input (a Broadcast's root's; `in` holds it at that index). Two
+  // rounds of one small message per pair, on channel 0 (one when no rank's buffer is shareable).
+  struct Mapped {
+    std::vector<const char*> in;
+    std::vector<char*> out;
+  };
+  Mapped mapPeers(bool wantIn, bool wantOut, int inOf = -1) {
+    auto inputOf = [&](int q) { return wantIn && (inOf < 0 || q == inOf); };
     if (collBytes(a_, n_) < kMappedInputsMin || n_ < 2 || n_ > kDirectMaxRanks) return {};
     // From 3 ranks every pair at once (the star algorithms do it anyway): a peer connected lazily in the exchange
     // would connect in that pair's turn only (a cycle of ranks waiting for each other's connection beyond 4 ranks).
     // 2 ranks talk over their ring's connectors, connected already.
     if (n_ > 2) l_.connectAll();
     const size_t inBytes = (a_.coll == Coll::kReduceScatter ? a_.count * n_ : a_.count) * es_;
-    PeerBuffer mine;
-    if (!l_.describeBuffer(send_, inBytes, &mine)) mine = PeerBuffer{};
-    std::vector<PeerBuffer> theirs(n_);
+    const size_t outBytes = (a_.coll == Coll::kAllGather ? a_.count * n_ : a_.count) * es_;
+    struct Both {
+      PeerBuffer in, out;
+    };
+    Both mine;
+    if (inputOf(me_) && !l_.describeBuffer(send_, inBytes, &mine.in)) mine.in = PeerBuffer{};
+    if (wantOut && !l_.describeBuffer(recv_, outBytes, &mine.out)) mine.out = PeerBuffer{};
+    std::vector<Both> theirs(n_);
     theirs[me_] = mine;
-    exchange(&mine, theirs.data(), sizeof(PeerBuffer));
-    // A rank that could not describe its input sent zeros: every rank sees it, so all stop here alike.
-    for (const PeerBuffer& b : theirs)
-      if (b.words[0] == 0) return {};
-    std::vector<const char*> in(n_, nullptr);
+    exchange(&mine, theirs.data(), sizeof(Both));
+    // A rank that could not describe a buffer sent zeros for it: every rank sees it, so all leave that kind alike.
+    uint64_t ok = (wantIn ? 1 : 0) | (wantOut ? 2 : 0);
+    for (int q = 0; q < n_; ++q) {
+      if (inputOf(q) && theirs[q].in.words[0] == 0) ok &= ~uint64_t{1};
+      if (theirs[q].out.words[0] == 0) ok &= ~uint64_t{2};
+    }
+    if (!ok) return {};
+    std::vector<const char*> in(n_, nullptr), out(n_, nullptr);
     in[me_] = send_;
-    uint64_t ok = 1;
-    for (int q = 0; q < n_ && ok; ++q)
-      if (q != me_ && !(in[q] = l_.mapPeerBuffer(q, theirs[q], inBytes))) ok = 0;
+    out[me_] = recv_;
+    for (int q = 0; q < n_; ++q) {
+      if (q == me_) continue;
+      if ((ok & 1) && inputOf(q) && !(in[q] = l_.mapPeerBuffer(q, theirs[q].in, inBytes))) ok &= ~uint64_t{1};
+      if ((ok & 2) && !(out[q] = l_.mapPeerBuffer(q, theirs[q].out, outBytes))) ok &= ~uint64_t{2};
+    }
     std::vector<uint64_t> oks(n_);
     exchange(&ok, oks.data(), sizeof ok);
     for (int q = 0; q < n_; ++q)
       if (q != me_) ok &= oks[q];
-    if (!ok) in.clear();
-    return in;
+    Mapped m;
+    if (ok & 1) m.in = std::move(in);
+    if (ok & 2)  // the mappings are writable: the peers' outputs, which their owners lent to this collective
+      for (const char* p : out) m.out.push_back(const_cast<char*>(p));
+    return m;
   }
+  std::vector<const char*> mapInputs() { return mapPeers(true, false).in; }
+  // Writes into the peers' outputs pay from kMappedOutputsMin (AllReduce) and kMappedCopiesMin (AllGather,
+  // Broadcast); TOPOCOLL_MAP_PEER_BUFFERS=0 turns them off with the rest of the mappings.
+  bool mapOutputsApply() const {
+    return collBytes(a_, n_) >= (a_.coll == Coll::kAllReduce ? kMappedOutputsMin : kMappedCopiesMin);
+  }
+  // `bytes` at `src` into every rank's output `out` (mapPeers) at `offset`, starting with the next rank's (the ranks
+  // write to different outputs at once); `self`: this rank's own too. The source, read once, stays in this core's
+  // cache for the other copies. Regular stores: non-temporal ones (copyStreaming) measured no faster here, and slower
+  // in place and for AllGather (docs/performance.md, "Session 33").
+  void copyToOutputs(const std::vector<char*>& out, size_t offset, const char* src, size_t bytes, bool self) const {
+    for (int i = self ? 0 : 1; i < n_; ++i)
+      if (char* dst = out[(me_ + i) % n_] + offset; dst != src) std::memcpy(dst, src, bytes);
+  }
+
   // Sends `bytes` at `mine` to every peer and receives every peer's into all[peer] (all[me] untouched), LL.
   void exchange(const void* mine, void* all, size_t bytes) {
     for (int i = 1; i < n_; ++i) {
@@ -426,6 +485,31 @@ class Runner {
     std::vector<uint64_t> all(n_);
     exchange(&token, all.data(), sizeof token);
   }
+  // Rank r reduces `mine` (elements of every rank's input) out of every rank's input (m.in), a piece at a time into
+  // scratch that stays in this core's cache, and writes each reduced piece into every rank's output (m.out), its own
+  // included: the inputs are read once and the outputs written once, nothing else. Only rank r reads or writes
+  // block `mine` anywhere, so in place each piece is read everywhere before it is written. Then it waits for every
+  // rank: they have written this rank's other blocks and are done reading its input. Operands in reduceMapped's
+  // order (the same bits as every other path).
+  void reduceToOutputs(Range mine, const Mapped& m) {
+    const size_t piece = pieceElems(kOutputPiece);
+    char* tmp = l_.scratch(piece * es_);
+    const void* srcs[kDirectMaxRanks];
+    for (size_t b = mine.begin; b < mine.end; b += piece) {
+      const Range r{b, std::min(mine.end, b + piece)};
+      if (n_ == 2) {
+        reduce2(tmp, at(m.in[1 - me_], r.begin), at(send_, r.begin), r.size());
+      } else {
+        srcs[0] = at(send_, r.begin);
+        for (int i = 1; i < n_; ++i) srcs[i] = at(m.in[(me_ + n_ - i) % n_], r.begin);
+        reduceMany(a_.type, a_.op, tmp, srcs, n_, r.size());
+      }
+      avg(tmp, r.size());
+      copyToOutputs(m.out, r.begin * es_, tmp, r.size() * es_, true);
+    }
+    barrier();
+  }
+
   // Reduces `mine` (elements of every rank's input) out of the inputs `in` (mapInputs) into `out` (element i of
   // mine at out[i - mine.begin]), in pieces; reduced(piece) after each; `stream` (2 ranks, out apart from the inputs):
   // with reduceStreaming. The operands go in the order of the copying
@@ -718,6 +802,16 @@ class Runner {
   // channel's range straight out of the root's buffer, all at once (one single copy each, nobody forwards: a chain
   // makes the last rank wait for every hop), while the root copies its own output (out of place).
   void broadcastStar() {
+    if (mapOutputsApply())
+      if (const Mapped m = mapPeers(true, true, a_.root); !m.in.empty() && !m.out.empty()) {
+        // Rank r copies block r of the root's input into every output (the root's own out of place), piece by piece:
+        // the input read once, the outputs written once. Then every rank waits for the others.
+        const Range mine = split(a_.count, n_, me_);
+        const size_t piece = pieceElems(kOutputPiece);
+        for (size_t b = mine.begin; b < mine.end; b += piece)
+          copyToOutputs(m.out, b * es_, at(m.in[a_.root], b), (std::min(mine.end, b + piece) - b) * es_, true);
+        return barrier();
+      }
     l_.connectAll();
     for (int c = 0; c < nCh_; ++c) {
       Range r = split(a_.count, nCh_, c);
