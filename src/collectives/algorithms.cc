@@ -5,6 +5,7 @@
 #include "topocoll/collectives/algorithms.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -461,8 +462,8 @@ class Runner {
   bool mapOutputsApply() const {
     return collBytes(a_, n_) >= (a_.coll == Coll::kAllReduce ? kMappedOutputsMin : kMappedCopiesMin);
   }
-  // `bytes` at `src` into every rank's output `out` (mapPeers) at `offset`, starting with the next rank's (the ranks
-  // write to different outputs at once); `self`: this rank's own too. The source, read once, stays in this core's
+  // `bytes` at `src` into every rank's output `out` (mapPeers) at `offset`: this rank's own first when `self`, then
+  // the next rank's and on (the ranks write to different outputs at once). The source, read once, stays in this core's
   // cache for the other copies. Regular stores: non-temporal ones (copyStreaming) measured no faster here, and slower
   // in place and for AllGather (docs/performance.md, "Session 33").
   void copyToOutputs(const std::vector<char*>& out, size_t offset, const char* src, size_t bytes, bool self) const {
@@ -479,8 +480,11 @@ class Runner {
     }
     l_.waitAll();
   }
-  // Every rank waits until every rank got here.
+  // Every rank waits until every rank got here. The fence orders this rank's plain loads and stores of the peers'
+  // mapped buffers before the barrier's messages (a no-op on x86; on weaker memory models the LL lines are plain
+  // stores, and a peer past the barrier must see every write into its output and no later read of its input).
   void barrier() {
+    std::atomic_thread_fence(std::memory_order_release);
     uint64_t token = 1;
     std::vector<uint64_t> all(n_);
     exchange(&token, all.data(), sizeof token);

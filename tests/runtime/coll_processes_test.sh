@@ -91,13 +91,10 @@ nRanks "mapped inputs" 3 10 "every op" all_reduce_perf -l 1048575,9437187 -d int
 nRanks "streamed reductions" 2 5 "every op" reduce_scatter_perf -l 16777219 -d int8 -o all
 nRanks "streamed reductions" 2 1 "float sum" reduce_scatter_perf -l 16777224 -d float
 # AllReduce from 1 MiB, AllGather and the 3-8 rank Broadcast from 4 MiB write each rank's block straight into every
-# rank's mapped output (docs/collectives.md, "Mapped outputs"; the "allreduce pair", "allgather" and "mapped inputs"
-# rows above cross those sizes too): every op, odd sizes and blocks, every root.
-nRanks "mapped outputs" 2 5 "every op" all_reduce_perf -l 16777219 -d int8 -o all
-nRanks "mapped outputs" 4 1 "16 MiB" all_gather_perf -l 16M -d int8
-nRanks "mapped outputs" 4 8 "every root, odd blocks" broadcast_perf -l 4194307,16777219 -d int8 -r all
+# rank's mapped output (docs/collectives.md, "Mapped outputs"). The "allreduce pair", "allgather" and "mapped inputs"
+# rows above cross those sizes (every op, odd sizes, 2 and 3 ranks); here the 4-rank Broadcast, every root, odd blocks.
+nRanks "mapped outputs" 4 4 "every root, odd blocks" broadcast_perf -l 4194307 -d int8 -r all
 nRanks "heap buffers" 4 5 "every op" reduce_scatter_perf -l 4194311 -d int8 -o all --malloc
-nRanks "heap buffers" 3 5 "every op" all_reduce_perf -l 4194311 -d int8 -o all --malloc
 TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks "copying reductions" 2 5 "every op" all_reduce_perf -l 4194311 -d int8 -o all
 if NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P "$B" all_gather_perf -np 2 -l 16M -n 1 -w 0 > "$tmp/map" 2>&1 &&
   grep -q "buffer .* mapped here" "$tmp/map"; then
