@@ -91,12 +91,12 @@ constexpr size_t kStarPiece = 1 << 20;
 // Star and pair reductions from this size (collBytes) reduce straight out of the peers' inputs when every rank can map
 // every peer's (mapInputs): two rounds of small messages decide it, which the copies they save repay from here.
 constexpr size_t kMappedInputsMin = 1 << 20;
-// AllReduce and AllGather on one host from this size (collBytes) write each rank's block straight into every rank's
-// output (mapPeers: docs/collectives.md, "Mapped outputs") instead of offering it for the peers to pull: the block is
-// read once and written n times (the bound's traffic) instead of written once and read and written again by each
-// peer, and no offer, pull and ack per piece.
-// AllGather and Broadcast, which have no input mapping to share the exchange with, from kMappedCopiesMin (measured at
-// 4 ranks, docs/performance.md "Session 33": 1 MiB 0.72-0.76x of the pulls, 2 MiB level, 4-8 MiB 1.1-1.7x).
+// AllReduce on one host from kMappedOutputsMin (collBytes) writes each rank's block straight into every rank's output
+// (mapPeers: docs/collectives.md, "Mapped outputs") instead of offering it for the peers to pull: the block is read
+// once and written n times (the bound's traffic) instead of written once and read and written again by each peer,
+// and no offer, pull and ack per piece. AllGather and the 3-8 rank Broadcast, which have no input mapping to share
+// the exchange with, from kMappedCopiesMin (measured at 4 ranks, docs/performance.md "Session 33": 1 MiB 0.72-0.76x
+// of the pulls, 2 MiB level, 4-8 MiB 1.1-1.7x).
 constexpr size_t kMappedOutputsMin = 1 << 20;
 constexpr size_t kMappedCopiesMin = 4 << 20;
 // The unit of those writes: a piece read (or reduced) into this core's cache once, then written to every output.
@@ -330,13 +330,8 @@ class Runner {
   void allGatherStar() {
     const size_t count = a_.count;
     if (mapOutputsApply())
-      if (const Mapped m = mapPeers(false, true); !m.out.empty()) {
-        // Every rank writes its input into its block of every output, piece by piece, then waits for the others.
-        const size_t piece = pieceElems(kOutputPiece);
-        for (size_t b = 0; b < count; b += piece)
-          copyToOutputs(m.out, (me_ * count + b) * es_, at(send_, b), (std::min(count, b + piece) - b) * es_, true);
-        return barrier();
-      }
+      if (const Mapped m = mapPeers(false, true); !m.out.empty())
+        return spreadToOutputs(m.out, me_ * count, send_, count);
     starGather(send_, [&](int q) { return Range{q * count, (q + 1) * count}; }, recv_,
                [&] { copyUnread(at(recv_, me_ * count), send_, count); });
   }
@@ -462,13 +457,20 @@ class Runner {
   bool mapOutputsApply() const {
     return collBytes(a_, n_) >= (a_.coll == Coll::kAllReduce ? kMappedOutputsMin : kMappedCopiesMin);
   }
-  // `bytes` at `src` into every rank's output `out` (mapPeers) at `offset`: this rank's own first when `self`, then
-  // the next rank's and on (the ranks write to different outputs at once). The source, read once, stays in this core's
-  // cache for the other copies. Regular stores: non-temporal ones (copyStreaming) measured no faster here, and slower
-  // in place and for AllGather (docs/performance.md, "Session 33").
-  void copyToOutputs(const std::vector<char*>& out, size_t offset, const char* src, size_t bytes, bool self) const {
-    for (int i = self ? 0 : 1; i < n_; ++i)
-      if (char* dst = out[(me_ + i) % n_] + offset; dst != src) std::memcpy(dst, src, bytes);
+  // `elems` at `src` into every rank's output `out` (mapPeers) at element `at`: this rank's own first, then the next
+  // rank's and on (the ranks write to different outputs at once). The source, read once, stays in this core's cache
+  // for the other copies. Regular stores: non-temporal ones (copyStreaming) measured no faster here, and slower in
+  // place and for AllGather (docs/performance.md, "Session 33").
+  void copyToOutputs(const std::vector<char*>& out, size_t atElem, const char* src, size_t elems) const {
+    for (int i = 0; i < n_; ++i)
+      if (char* dst = at(out[(me_ + i) % n_], atElem); dst != src) std::memcpy(dst, src, elems * es_);
+  }
+  // copyToOutputs of `elems` at `src` in kOutputPiece pieces, then a barrier: every rank has written this rank's other
+  // blocks and read what it needed of this rank's input.
+  void spreadToOutputs(const std::vector<char*>& out, size_t atElem, const char* src, size_t elems) {
+    const size_t piece = pieceElems(kOutputPiece);
+    for (size_t b = 0; b < elems; b += piece) copyToOutputs(out, atElem + b, at(src, b), std::min(piece, elems - b));
+    barrier();
   }
 
   // Sends `bytes` at `mine` to every peer and receives every peer's into all[peer] (all[me] untouched), LL.
@@ -509,7 +511,7 @@ class Runner {
         reduceMany(a_.type, a_.op, tmp, srcs, n_, r.size());
       }
       avg(tmp, r.size());
-      copyToOutputs(m.out, r.begin * es_, tmp, r.size() * es_, true);
+      copyToOutputs(m.out, r.begin, tmp, r.size());
     }
     barrier();
   }
@@ -808,13 +810,10 @@ class Runner {
   void broadcastStar() {
     if (mapOutputsApply())
       if (const Mapped m = mapPeers(true, true, a_.root); !m.in.empty() && !m.out.empty()) {
-        // Rank r copies block r of the root's input into every output (the root's own out of place), piece by piece:
-        // the input read once, the outputs written once. Then every rank waits for the others.
+        // Rank r copies block r of the root's input into every output (the root's own out of place): the input read
+        // once, the outputs written once.
         const Range mine = split(a_.count, n_, me_);
-        const size_t piece = pieceElems(kOutputPiece);
-        for (size_t b = mine.begin; b < mine.end; b += piece)
-          copyToOutputs(m.out, b * es_, at(m.in[a_.root], b), (std::min(mine.end, b + piece) - b) * es_, true);
-        return barrier();
+        return spreadToOutputs(m.out, mine.begin, at(m.in[a_.root], mine.begin), mine.size());
       }
     l_.connectAll();
     for (int c = 0; c < nCh_; ++c) {
