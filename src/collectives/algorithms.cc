@@ -147,6 +147,7 @@ class Runner {
   char* at(char* base, size_t elem) const { return base + elem * es_; }
   const char* at(const char* base, size_t elem) const { return base + elem * es_; }
   void reduce2(void* dst, const void* x, const void* y, size_t n) const { reduce(a_.type, a_.op, dst, x, y, n); }
+  int avgRanks() const { return a_.op == RedOp::kAvg ? n_ : 0; }  // reduceToMany's divisor
   void avg(void* dst, size_t n) const {
     if (a_.op == RedOp::kAvg) finishAvg(a_.type, dst, n, n_);
   }
@@ -282,16 +283,19 @@ class Runner {
   // The ring's reduce-scatter between 2 ranks without its FIFO copies: rank r pulls the peer's input block r piece by
   // piece and reduces it with its own into its output, while the peer pulls block 1-r of this rank's input. In place
   // (the output is block r of the input) nothing written is pulled: the peer pulls block 1-r only.
+  // A ReduceScatter out of place from kStreamCopyMin writes its output, which nobody reads during the call, past
+  // the caches (2 ranks at 64 MiB: 1.4x; in place, where the output's lines were just read, slower: regular stores).
+  bool streamsOutput() const {
+    const size_t bytes = a_.count * es_;
+    const bool apart = recv_ + bytes <= send_ || send_ + n_ * bytes <= recv_;
+    return apart && collBytes(a_, n_) >= kStreamCopyMin;
+  }
   void reduceScatterPair() {
     const int peer = 1 - me_;
     const size_t count = a_.count;
     const Range mine{me_ * count, (me_ + 1) * count}, theirs{peer * count, (peer + 1) * count};
     if (auto in = mapInputs(); !in.empty()) {
-      // Out of place from kStreamCopyMin the output, which nobody reads during the call, is written past the caches
-      // (measured at 64 MiB: 1.4x; in place, where the output's lines were just read, slower: regular stores).
-      const char* out = recv_;
-      const bool apart = out + count * es_ <= send_ || send_ + 2 * count * es_ <= out;
-      reduceMapped(mine, recv_, in, [](Range) {}, apart && collBytes(a_, n_) >= kStreamCopyMin);
+      reduceMapped(mine, recv_, in, [](Range) {}, streamsOutput());
       return barrier();  // the peer may still be reading this rank's input
     }
     pairReduce(mine, theirs, recv_, [](Range) {}, [](Range) {});
@@ -302,7 +306,7 @@ class Runner {
   void reduceScatterStar() {
     const size_t count = a_.count;
     if (auto in = mapInputs(); !in.empty()) {
-      reduceMapped(Range{me_ * count, (me_ + 1) * count}, recv_, in, [](Range) {});
+      reduceMapped(Range{me_ * count, (me_ + 1) * count}, recv_, in, [](Range) {}, streamsOutput());
       return barrier();  // the peers may still be reading this rank's input
     }
     starReduce([&](int q) { return Range{q * count, (q + 1) * count}; }, recv_);
@@ -461,6 +465,10 @@ class Runner {
   // rank's and on (the ranks write to different outputs at once). The source, read once, stays in this core's cache
   // for the other copies. Regular stores: non-temporal ones (copyStreaming) measured no faster here, and slower in
   // place and for AllGather (docs/performance.md, "Session 33").
+  // `elems` at `src` into every rank's output `out` (mapPeers) at element `at`: this rank's own first, then the next
+  // rank's and on (the ranks write to different outputs at once). The source, read once, stays in this core's cache
+  // for the other copies. Regular stores: non-temporal ones (copyStreaming) measured no faster here, and slower in
+  // place and for AllGather (docs/performance.md, "Session 33").
   void copyToOutputs(const std::vector<char*>& out, size_t atElem, const char* src, size_t elems) const {
     for (int i = 0; i < n_; ++i)
       if (char* dst = at(out[(me_ + i) % n_], atElem); dst != src) std::memcpy(dst, src, elems * es_);
@@ -491,36 +499,45 @@ class Runner {
     std::vector<uint64_t> all(n_);
     exchange(&token, all.data(), sizeof token);
   }
-  // Rank r reduces `mine` (elements of every rank's input) out of every rank's input (m.in), a piece at a time into
-  // scratch that stays in this core's cache, and writes each reduced piece into every rank's output (m.out), its own
-  // included: the inputs are read once and the outputs written once, nothing else. Only rank r reads or writes
-  // block `mine` anywhere, so in place each piece is read everywhere before it is written. Then it waits for every
-  // rank: they have written this rank's other blocks and are done reading its input. Operands in reduceMapped's
-  // order (the same bits as every other path).
+  // The operands of elements r out of every rank's input `in` (mapPeers), in the order of the copying algorithms
+  // (pairReduce: the peer's, then this rank's; starReduce: this rank's, then the peers' from the previous rank
+  // backwards), so that every path gives the same bits; into srcs, which it returns.
+  const void** operands(Range r, const std::vector<const char*>& in, const void** srcs) const {
+    if (n_ == 2) {
+      srcs[0] = at(in[1 - me_], r.begin), srcs[1] = at(send_, r.begin);
+    } else {
+      srcs[0] = at(send_, r.begin);
+      for (int i = 1; i < n_; ++i) srcs[i] = at(in[(me_ + n_ - i) % n_], r.begin);
+    }
+    return srcs;
+  }
+  // Rank r reduces `mine` (elements of every rank's input) out of every rank's input (m.in) and writes the result
+  // into every rank's output (m.out), its own included, in one pass per piece (reduceToMany): the inputs are read
+  // once and the outputs written once, nothing else. From kStreamCopyMin, outputs apart from their rank's input get
+  // non-temporal stores: nobody reads them before the collective ends, and their lines are not read for ownership
+  // first (4 ranks, 64 MiB out of place: 1.8-2.0x against reducing into scratch and copying that out,
+  // docs/performance.md "Session 34"); below it they would have stayed in the last-level cache (2 ranks at 4 MiB:
+  // 1.2-2x slower streamed).
+  // Only rank r reads or writes block `mine` anywhere, so in place each line is read everywhere before it is
+  // written. Then it waits for every rank: they have written this rank's other blocks and are done reading its input.
   void reduceToOutputs(Range mine, const Mapped& m) {
     const size_t piece = pieceElems(kOutputPiece);
-    char* tmp = l_.scratch(piece * es_);
     const void* srcs[kDirectMaxRanks];
+    void* dsts[kDirectMaxRanks];
+    uint32_t stream = 0;  // outputs apart from their rank's input: nobody reads them before the collective ends
+    for (int i = 0; i < n_ && collBytes(a_, n_) >= kStreamCopyMin; ++i)
+      if (m.out[(me_ + i) % n_] != m.in[(me_ + i) % n_]) stream |= 1u << i;
     for (size_t b = mine.begin; b < mine.end; b += piece) {
       const Range r{b, std::min(mine.end, b + piece)};
-      if (n_ == 2) {
-        reduce2(tmp, at(m.in[1 - me_], r.begin), at(send_, r.begin), r.size());
-      } else {
-        srcs[0] = at(send_, r.begin);
-        for (int i = 1; i < n_; ++i) srcs[i] = at(m.in[(me_ + n_ - i) % n_], r.begin);
-        reduceMany(a_.type, a_.op, tmp, srcs, n_, r.size());
-      }
-      avg(tmp, r.size());
-      copyToOutputs(m.out, r.begin, tmp, r.size());
+      for (int i = 0; i < n_; ++i) dsts[i] = at(m.out[(me_ + i) % n_], r.begin);
+      reduceToMany(a_.type, a_.op, dsts, n_, stream, operands(r, m.in, srcs), n_, r.size(), avgRanks());
     }
     barrier();
   }
 
   // Reduces `mine` (elements of every rank's input) out of the inputs `in` (mapInputs) into `out` (element i of
-  // mine at out[i - mine.begin]), in pieces; reduced(piece) after each; `stream` (2 ranks, out apart from the inputs):
-  // with reduceStreaming. The operands go in the order of the copying
-  // algorithms (pairReduce: the peer's, then this rank's; starReduce: this rank's, then the peers' from the previous
-  // rank backwards), so that either path gives the same bits.
+  // mine at out[i - mine.begin]), in pieces, operands in operands()'s order; reduced(piece) after each; `stream`
+  // (out apart from the inputs and read by nobody soon): with non-temporal stores.
   template <class Reduced>
   void reduceMapped(Range mine, char* out, const std::vector<const char*>& in, const Reduced& reduced,
                     bool stream = false) {
@@ -528,17 +545,8 @@ class Runner {
     const void* srcs[kDirectMaxRanks];
     for (size_t b = mine.begin; b < mine.end; b += piece) {
       const Range r{b, std::min(mine.end, b + piece)};
-      char* dst = at(out, r.begin - mine.begin);
-      if (n_ == 2 && stream) {
-        reduceStreaming(a_.type, a_.op, dst, at(in[1 - me_], r.begin), at(send_, r.begin), r.size());
-      } else if (n_ == 2) {
-        reduce2(dst, at(in[1 - me_], r.begin), at(send_, r.begin), r.size());
-      } else {
-        srcs[0] = at(send_, r.begin);
-        for (int i = 1; i < n_; ++i) srcs[i] = at(in[(me_ + n_ - i) % n_], r.begin);
-        reduceMany(a_.type, a_.op, dst, srcs, n_, r.size());
-      }
-      avg(dst, r.size());
+      void* dst = at(out, r.begin - mine.begin);
+      reduceToMany(a_.type, a_.op, &dst, 1, stream ? 1 : 0, operands(r, in, srcs), n_, r.size(), avgRanks());
       reduced(r);
     }
   }

@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "topocoll/memcopy.h"
 #include "topocoll/status.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -181,47 +182,72 @@ inline void run(Op f, void* dv, const void* av, const void* bv, size_t n) {
   }
 }
 
-// Out of place with non-temporal stores (reduceStreaming): each 64-byte line of the output is computed into a local
-// line (a vectorised loop; it stays in registers or the store buffer) and streamed out, so that the output's lines
-// are not first read for ownership. Measured (2-rank ReduceScatter, 64 MiB out of place): 1.4x; reducing into an
-// L1-sized buffer and streaming that out was no faster than regular stores.
-template <typename T, typename Op>
-inline void runStreaming(Op f, void* dv, const void* av, const void* bv, size_t n) {
-  T* d = static_cast<T*>(dv);
-  const T* a = static_cast<const T*>(av);
-  const T* b = static_cast<const T*>(bv);
-#if defined(TC_HAVE_F16C_PATH)
-  constexpr size_t kLine = 64 / sizeof(T);
-  size_t i = 0;
-  for (; i < n && reinterpret_cast<uintptr_t>(d + i) % 64 != 0; ++i) d[i] = f(a[i], b[i]);
-  for (; i + kLine <= n; i += kLine) {
-    alignas(64) T line[kLine];
-    for (size_t j = 0; j < kLine; ++j) line[j] = f(a[i + j], b[i + j]);
-    const auto* src = reinterpret_cast<const __m128i*>(line);
-    auto* dst = reinterpret_cast<__m128i*>(d + i);
-    _mm_stream_si128(dst, _mm_load_si128(src));
-    _mm_stream_si128(dst + 1, _mm_load_si128(src + 1));
-    _mm_stream_si128(dst + 2, _mm_load_si128(src + 2));
-    _mm_stream_si128(dst + 3, _mm_load_si128(src + 3));
+// K sources folded into kSpan elements of `line` starting at element i: line = s[0] op s[1] op ... (kFirst), or
+// line op s[0] op ... . K is a constant, so each element is one expression whose partial results stay in registers.
+template <typename T, size_t kSpan, int K, bool kFirst, typename Op>
+[[gnu::always_inline]] inline void foldInto(Op f, T* __restrict line, const T* const* s, size_t i) {
+  for (size_t j = 0; j < kSpan; ++j) {
+    T v = kFirst ? s[0][i + j] : f(line[j], s[0][i + j]);
+    for (int k = 1; k < K; ++k) v = f(v, s[k][i + j]);
+    line[j] = v;
   }
-  for (; i < n; ++i) d[i] = f(a[i], b[i]);
-  _mm_sfence();
-#else
-  for (size_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
+}
+template <typename T, size_t kSpan, bool kFirst, typename Op>
+[[gnu::always_inline]] inline int foldSome(Op f, T* line, const T* const* s, int left, size_t i) {
+  switch (left) {
+    case 1: return foldInto<T, kSpan, 1, kFirst>(f, line, s, i), 1;
+    case 2: return foldInto<T, kSpan, 2, kFirst>(f, line, s, i), 2;
+    case 3: return foldInto<T, kSpan, 3, kFirst>(f, line, s, i), 3;
+    default: return foldInto<T, kSpan, 4, kFirst>(f, line, s, i), 4;
+  }
+}
+
+// reduceToMany: every source folded into four 64-byte lines (reduceMany's order: s0 op s1, then op s2, ...), then
+// those lines stored into every output; the sources are read and the outputs written in the same pass, as a memcpy
+// interleaves its loads and stores (out of the caches: 4 sources into 4 outputs 2.3x faster than reducing into
+// scratch and copying that out, bench/reduce_bench). Outputs in streamMask get non-temporal stores where the span is
+// 16-byte aligned in them. All of a span's loads come before its stores, so an output may be one of the sources.
+// Inlined into each instruction set's clone of its caller (a separate function would be compiled for the baseline).
+template <typename T, typename Op>
+[[gnu::always_inline]] inline void runFanout(Op f, void* const* dv, int nd, uint32_t streamMask, const void* const* sv,
+                                             int ns, size_t n) {
+  const T* s[32];
+  T* d[32];
+  for (int k = 0; k < ns; ++k) s[k] = static_cast<const T*>(sv[k]);
+  for (int k = 0; k < nd; ++k) d[k] = static_cast<T*>(dv[k]);
+  const auto one = [&](size_t i) {
+    T v = s[0][i];
+    for (int k = 1; k < ns; ++k) v = f(v, s[k][i]);
+    for (int k = 0; k < nd; ++k) d[k][i] = v;
+  };
+  constexpr size_t kSpan = 256 / sizeof(T);  // four lines a step: the loop's overhead is paid once for them
+  size_t i = 0;
+  for (; i < n && reinterpret_cast<uintptr_t>(d[0] + i) % 64 != 0; ++i) one(i);
+  for (; i + kSpan <= n; i += kSpan) {
+    alignas(64) T line[kSpan];
+    for (int k = foldSome<T, kSpan, true>(f, line, s, ns, i); k < ns;)
+      k += foldSome<T, kSpan, false>(f, line, s + k, ns - k, i);
+    for (int k = 0; k < nd; ++k) {
+#if defined(TC_HAVE_F16C_PATH)
+      if ((streamMask >> k & 1) && reinterpret_cast<uintptr_t>(d[k] + i) % 16 == 0) {
+        const auto* l = reinterpret_cast<const __m128i*>(line);
+        auto* o = reinterpret_cast<__m128i*>(d[k] + i);
+        for (size_t q = 0; q < sizeof line / 16; ++q) _mm_stream_si128(o + q, _mm_load_si128(l + q));
+        continue;
+      }
+#endif
+      std::memcpy(d[k] + i, line, sizeof line);
+    }
+  }
+  for (; i < n; ++i) one(i);
+#if defined(TC_HAVE_F16C_PATH)
+  if (streamMask) _mm_sfence();
 #endif
 }
 
 // The op is a template parameter, so each (type, op) is its own plain loop the compiler vectorises.
-template <typename T, template <typename, int> class Op, bool kStream = false>
+template <typename T, template <typename, int> class Op>
 inline void dispatch(int op, void* d, const void* a, const void* b, size_t n) {
-  if constexpr (kStream) {
-    switch (op) {
-      case 1: return runStreaming<T>(Op<T, 1>{}, d, a, b, n);
-      case 2: return runStreaming<T>(Op<T, 2>{}, d, a, b, n);
-      case 3: return runStreaming<T>(Op<T, 3>{}, d, a, b, n);
-      default: return runStreaming<T>(Op<T, 0>{}, d, a, b, n);
-    }
-  }
   switch (op) {
     case 1: return run<T>(Op<T, 1>{}, d, a, b, n);
     case 2: return run<T>(Op<T, 2>{}, d, a, b, n);
@@ -230,19 +256,34 @@ inline void dispatch(int op, void* d, const void* a, const void* b, size_t n) {
   }
 }
 
-#define TC_LOOP(NAME, T, OP)                                                                                 \
-  TC_CLONES void NAME(int op, void* d, const void* a, const void* b, size_t n) { dispatch<T, OP>(op, d, a, b, n); } \
-  TC_CLONES void NAME##Stream(int op, void* d, const void* a, const void* b, size_t n) {                       \
-    dispatch<T, OP, true>(op, d, a, b, n);                                                                     \
+template <typename T, template <typename, int> class Op>
+[[gnu::always_inline]] inline void dispatchFanout(int op, void* const* d, int nd, uint32_t mask, const void* const* s,
+                                                  int ns, size_t n) {
+  switch (op) {
+    case 1: return runFanout<T>(Op<T, 1>{}, d, nd, mask, s, ns, n);
+    case 2: return runFanout<T>(Op<T, 2>{}, d, nd, mask, s, ns, n);
+    case 3: return runFanout<T>(Op<T, 3>{}, d, nd, mask, s, ns, n);
+    default: return runFanout<T>(Op<T, 0>{}, d, nd, mask, s, ns, n);
   }
-TC_LOOP(reduceI8, int8_t, IntOp)
-TC_LOOP(reduceU8, uint8_t, IntOp)
-TC_LOOP(reduceI32, int32_t, IntOp)
-TC_LOOP(reduceU32, uint32_t, IntOp)
-TC_LOOP(reduceI64, int64_t, IntOp)
-TC_LOOP(reduceU64, uint64_t, IntOp)
-TC_LOOP(reduceF32, float, FloatOp)
-TC_LOOP(reduceF64, double, FloatOp)
+}
+// reduce<X> (two inputs) and fanout<X> (reduceToMany's loop) of each type whose loops vectorise (half and fp8 go
+// through reduceMany in blocks for reduceToMany).
+#define TC_LOOP(X, T, OP)                                                                                     \
+  TC_CLONES void reduce##X(int op, void* d, const void* a, const void* b, size_t n) {                        \
+    dispatch<T, OP>(op, d, a, b, n);                                                                         \
+  }                                                                                                          \
+  TC_CLONES void fanout##X(int op, void* const* d, int nd, uint32_t mask, const void* const* s, int ns,       \
+                           size_t n) {                                                                       \
+    dispatchFanout<T, OP>(op, d, nd, mask, s, ns, n);                                                        \
+  }
+TC_LOOP(I8, int8_t, IntOp)
+TC_LOOP(U8, uint8_t, IntOp)
+TC_LOOP(I32, int32_t, IntOp)
+TC_LOOP(U32, uint32_t, IntOp)
+TC_LOOP(I64, int64_t, IntOp)
+TC_LOOP(U64, uint64_t, IntOp)
+TC_LOOP(F32, float, FloatOp)
+TC_LOOP(F64, double, FloatOp)
 template <typename T, int kOp>
 using HalfOp = Narrow<uint16_t, h2f, f2h>::Op<T, kOp>;
 template <typename T, int kOp>
@@ -297,8 +338,9 @@ void reduceF16(int op, void* d, const void* a, const void* b, size_t n) {
 #endif
   reduceF16Portable(op, d, a, b, n);
 }
-TC_LOOP(reduceBF16, uint16_t, Bf16Op)
+TC_LOOP(BF16, uint16_t, Bf16Op)
 #undef TC_LOOP
+
 // fp8 rounds through a table search: no vector form, and a niche type on the host.
 void reduceE4M3(int op, void* d, const void* a, const void* b, size_t n) {
   dispatch<uint8_t, Narrow<uint8_t, E4M3::decode, E4M3::encode>::Op>(op, d, a, b, n);
@@ -310,10 +352,9 @@ void reduceE5M2(int op, void* d, const void* a, const void* b, size_t n) {
 using LoopFn = void (*)(int, void*, const void*, const void*, size_t);
 constexpr LoopFn kLoops[kNumDataTypes] = {reduceI8,  reduceU8,  reduceI32, reduceU32,  reduceI64,  reduceU64,
                                           reduceF16, reduceF32, reduceF64, reduceBF16, reduceE4M3, reduceE5M2};
-// Half (F16C) and fp8 keep their regular loops (their conversions, not the stores, bound them).
-constexpr LoopFn kStreamLoops[kNumDataTypes] = {
-    reduceI8Stream,  reduceU8Stream,  reduceI32Stream, reduceU32Stream,   reduceI64Stream, reduceU64Stream,
-    reduceF16,       reduceF32Stream, reduceF64Stream, reduceBF16Stream, reduceE4M3,      reduceE5M2};
+using FanoutFn = void (*)(int, void* const*, int, uint32_t, const void* const*, int, size_t);
+constexpr FanoutFn kFanoutLoops[kNumDataTypes] = {fanoutI8,  fanoutU8,  fanoutI32, fanoutU32,  fanoutI64, fanoutU64,
+                                                  nullptr,   fanoutF32, fanoutF64, fanoutBF16, nullptr,   nullptr};
 
 void check(DataType type, RedOp op) {
   if (!isValid(type)) fail(StatusCode::kInvalidArgument, "unknown data type {}", static_cast<int>(type));
@@ -356,12 +397,6 @@ void reduce(DataType type, RedOp op, void* dst, const void* a, const void* b, si
   kLoops[static_cast<int>(type)](static_cast<int>(op) == 4 ? 0 : static_cast<int>(op), dst, a, b, count);
 }
 
-void reduceStreaming(DataType type, RedOp op, void* dst, const void* a, const void* b, size_t count) {
-  check(type, op);
-  if (count == 0) return;
-  kStreamLoops[static_cast<int>(type)](static_cast<int>(op) == 4 ? 0 : static_cast<int>(op), dst, a, b, count);
-}
-
 void reduceMany(DataType type, RedOp op, void* dst, const void* const* srcs, int n, size_t count) {
   check(type, op);
   if (n < 1) fail(StatusCode::kInvalidArgument, "reduceMany needs at least one source, got {}", n);
@@ -378,6 +413,35 @@ void reduceMany(DataType type, RedOp op, void* dst, const void* const* srcs, int
     size_t len = std::min(block, count - off), b = off * es;
     reduce(type, op, d + b, static_cast<const char*>(srcs[0]) + b, static_cast<const char*>(srcs[1]) + b, len);
     for (int s = 2; s < n; ++s) reduce(type, op, d + b, d + b, static_cast<const char*>(srcs[s]) + b, len);
+  }
+}
+
+void reduceToMany(DataType type, RedOp op, void* const* dsts, int nDsts, uint32_t streamMask, const void* const* srcs,
+                  int nSrcs, size_t count, int avgRanks) {
+  check(type, op);
+  if (nSrcs < 1 || nSrcs > 32 || nDsts < 1 || nDsts > 32)
+    fail(StatusCode::kInvalidArgument, "reduceToMany needs 1-32 sources and outputs, got {} and {}", nSrcs, nDsts);
+  if (count == 0) return;
+  const int code = static_cast<int>(op) == 4 ? 0 : static_cast<int>(op);
+  if (nSrcs == 2 && nDsts == 1 && !streamMask && (op != RedOp::kAvg || avgRanks <= 1))
+    return reduce(type, op, dsts[0], srcs[0], srcs[1], count);  // the plain loop: faster in the caches
+  if (FanoutFn loop = kFanoutLoops[static_cast<int>(type)]; loop && (op != RedOp::kAvg || avgRanks <= 1))
+    return loop(code, dsts, nDsts, streamMask, srcs, nSrcs, count);
+  // Half, fp8 and avg: reduceMany into a block that stays in L1, finished, then copied into every output (the
+  // outputs that are also sources only after the whole block is read).
+  const size_t es = sizeOf(type), block = (4u << 10) / es;
+  alignas(64) char tmp[4u << 10];
+  const void* at[32];
+  for (size_t off = 0; off < count; off += block) {
+    const size_t len = std::min(block, count - off), b = off * es;
+    for (int k = 0; k < nSrcs; ++k) at[k] = static_cast<const char*>(srcs[k]) + b;
+    reduceMany(type, op, tmp, at, nSrcs, len);
+    if (op == RedOp::kAvg) finishAvg(type, tmp, len, avgRanks);
+    for (int k = 0; k < nDsts; ++k) {
+      char* d = static_cast<char*>(dsts[k]) + b;
+      if (streamMask >> k & 1) copyStreaming(d, tmp, len * es);
+      else std::memcpy(d, tmp, len * es);
+    }
   }
 }
 

@@ -155,23 +155,58 @@ TEST_P(AllTypesAndOps, TwoInputsOutOfPlaceAndInPlaceMatchTheReference) {
   }
 }
 
-// reduceStreaming (non-temporal stores, out of place) gives reduce()'s bits at every length and output alignment
-// (the head before the first 64-byte line, whole lines, the tail).
-TEST_P(AllTypesAndOps, StreamingStoresGiveTheSameBits) {
+// reduceToMany gives reduceMany's bits (then finishAvg's for avg) in every output, whatever the number of sources
+// and outputs, the outputs' alignments (each its own, so the head before the first 64-byte line differs), the
+// lengths (head, whole lines, tail), with and without non-temporal stores, and writes nothing around the outputs.
+TEST_P(AllTypesAndOps, ReduceToManyGivesReduceManysBitsInEveryOutput) {
   auto t = static_cast<DataType>(std::get<0>(GetParam()));
   auto op = static_cast<RedOp>(std::get<1>(GetParam()));
   const size_t es = sizeOf(t);
-  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1023}, size_t{4099}})
-    for (size_t shift = 0; shift < 64; shift += es * 3) {
-      auto a = fill(t, n, 1), b = fill(t, n, 2);
-      std::vector<uint8_t> want(a.size()), got(a.size() + 128);
-      uint8_t* dst = got.data() + (64 - reinterpret_cast<uintptr_t>(got.data()) % 64) % 64 + shift;
-      reduce(t, op, want.data(), a.data(), b.data(), n);
-      reduceStreaming(t, op, dst, a.data(), b.data(), n);
-      if (n == 0) continue;  // want.data() may be null
-      ASSERT_EQ(std::memcmp(dst, want.data(), n * es), 0) << to_string(t) << " " << to_string(op) << " n=" << n
-                                                          << " shift=" << shift;
-    }
+  for (int ns : {1, 2, 3, 5})
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1023}, size_t{4099}})
+      for (uint32_t mask : {0u, 1u, 7u})
+        for (size_t shift = 0; shift < 64; shift += es * 5) {
+          std::vector<std::vector<uint8_t>> in;
+          std::vector<const void*> srcs;
+          for (int k = 0; k < ns; ++k) in.push_back(fill(t, n, 1 + k));
+          for (auto& v : in) srcs.push_back(v.data());
+          std::vector<uint8_t> want(n * es + 1);
+          reduceMany(t, op, want.data(), srcs.data(), ns, n);
+          if (op == RedOp::kAvg) finishAvg(t, want.data(), n, ns);
+          std::vector<std::vector<uint8_t>> out(3, std::vector<uint8_t>(n * es + 256, 0xee));
+          std::vector<void*> dsts;
+          for (int k = 0; k < 3; ++k) {  // output k starts k * shift bytes past a 64-byte line, plus 64
+            uint8_t* base = out[k].data() + (64 - reinterpret_cast<uintptr_t>(out[k].data()) % 64) % 64;
+            dsts.push_back(base + 64 + (k * shift) % 64);
+          }
+          reduceToMany(t, op, dsts.data(), 3, mask, srcs.data(), ns, n, op == RedOp::kAvg ? ns : 0);
+          for (int k = 0; k < 3; ++k) {
+            const size_t off = static_cast<uint8_t*>(dsts[k]) - out[k].data();
+            for (size_t i = 0; i < out[k].size(); ++i) {
+              const bool inside = i >= off && i < off + n * es;
+              ASSERT_EQ(out[k][i], inside ? want[i - off] : 0xee)
+                  << to_string(t) << " " << to_string(op) << " sources " << ns << " n=" << n << " mask " << mask
+                  << " output " << k << " shift " << shift << " byte " << i;
+            }
+          }
+        }
+}
+
+// In place: an output may be one of the sources (the same range); every line is read before it is written.
+TEST_P(AllTypesAndOps, ReduceToManyInPlaceOnItsSources) {
+  auto t = static_cast<DataType>(std::get<0>(GetParam()));
+  auto op = static_cast<RedOp>(std::get<1>(GetParam()));
+  const size_t n = 4099;
+  std::vector<std::vector<uint8_t>> in;
+  std::vector<const void*> srcs;
+  std::vector<void*> dsts;
+  for (int k = 0; k < 3; ++k) in.push_back(fill(t, n, 4 + k));
+  for (auto& v : in) srcs.push_back(v.data()), dsts.push_back(v.data());
+  std::vector<uint8_t> want(n * sizeOf(t));
+  reduceMany(t, op, want.data(), srcs.data(), 3, n);
+  if (op == RedOp::kAvg) finishAvg(t, want.data(), n, 3);
+  reduceToMany(t, op, dsts.data(), 3, 0, srcs.data(), 3, n, op == RedOp::kAvg ? 3 : 0);
+  for (int k = 0; k < 3; ++k) ASSERT_EQ(in[k], want) << to_string(t) << " " << to_string(op) << " output " << k;
 }
 
 TEST_P(AllTypesAndOps, ManyInputsFoldLeftToRight) {

@@ -17,12 +17,16 @@ namespace topocoll::collectives {
 /// once at the end (finishAvg).
 void reduce(DataType type, RedOp op, void* dst, const void* a, const void* b, size_t count);
 
-/// reduce() whose stores bypass the caches (x86-64; elsewhere reduce()), for an output nobody reads soon: its lines
-/// are not read for ownership first. dst must not overlap a or b. Same results as reduce().
-void reduceStreaming(DataType type, RedOp op, void* dst, const void* a, const void* b, size_t count);
-
 /// dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], left to right (n >= 1). dst may alias srcs[0].
 void reduceMany(DataType type, RedOp op, void* dst, const void* const* srcs, int n, size_t count);
+
+/// Reduces the nSrcs sources as reduceMany does (same bits) and writes the result into each of the nDsts outputs
+/// (1-32 of each) in one pass: the sources' and outputs' lines stream through together, as in a memcpy, so an output
+/// is written without first sitting in a scratch buffer. Outputs whose bit is set in streamMask get non-temporal
+/// stores (x86-64; their lines are not read for ownership): set it for outputs nobody reads soon and that are not
+/// sources. An output may be one of the sources (same range), never partly overlap one. kAvg divides by avgRanks.
+void reduceToMany(DataType type, RedOp op, void* const* dsts, int nDsts, uint32_t streamMask, const void* const* srcs,
+                  int nSrcs, size_t count, int avgRanks = 0);
 
 /// Avg's last step: dst[i] /= nRanks (integers: truncating division, as NCCL's SumPostDiv).
 void finishAvg(DataType type, void* dst, size_t count, int nRanks);
