@@ -436,13 +436,18 @@ void reduceToMany(DataType type, RedOp op, void* const* dsts, int nDsts, uint32_
     const size_t len = std::min(block, count - off), b = off * es;
     for (int k = 0; k < nSrcs; ++k) at[k] = static_cast<const char*>(srcs[k]) + b;
     reduceMany(type, op, tmp, at, nSrcs, len);
-    if (op == RedOp::kAvg) finishAvg(type, tmp, len, avgRanks);
+    if (op == RedOp::kAvg && avgRanks > 1) finishAvg(type, tmp, len, avgRanks);
     for (int k = 0; k < nDsts; ++k) {
       char* d = static_cast<char*>(dsts[k]) + b;
       if (streamMask >> k & 1) copyStreaming(d, tmp, len * es);
       else std::memcpy(d, tmp, len * es);
     }
   }
+}
+
+void copyToMany(void* const* dsts, int nDsts, uint32_t streamMask, const void* src, size_t bytes) {
+  if (nDsts < 1 || nDsts > 32) fail(StatusCode::kInvalidArgument, "copyToMany needs 1-32 outputs, got {}", nDsts);
+  if (bytes) fanoutU8(0, dsts, nDsts, streamMask, &src, 1, bytes);
 }
 
 void finishAvg(DataType type, void* dst, size_t count, int nRanks) {

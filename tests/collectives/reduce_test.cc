@@ -192,6 +192,23 @@ TEST_P(AllTypesAndOps, ReduceToManyGivesReduceManysBitsInEveryOutput) {
         }
 }
 
+// Avg without a divisor (avgRanks 0) reduces as sum, as reduceMany alone does, on every path (half and fp8 take the
+// blockwise one).
+TEST(Reduce, ReduceToManyAvgWithoutDivisorIsSum) {
+  for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kFloat8e4m3, DataType::kInt8}) {
+    const size_t n = 1000, es = sizeOf(t);
+    std::vector<std::vector<uint8_t>> in;
+    std::vector<const void*> srcs;
+    for (int k = 0; k < 3; ++k) in.push_back(fill(t, n, 7 + k));
+    for (auto& v : in) srcs.push_back(v.data());
+    std::vector<uint8_t> want(n * es), got(n * es);
+    reduceMany(t, RedOp::kAvg, want.data(), srcs.data(), 3, n);
+    void* dst = got.data();
+    reduceToMany(t, RedOp::kAvg, &dst, 1, 0, srcs.data(), 3, n, 0);
+    EXPECT_EQ(got, want) << to_string(t);
+  }
+}
+
 // In place: an output may be one of the sources (the same range); every line is read before it is written.
 TEST_P(AllTypesAndOps, ReduceToManyInPlaceOnItsSources) {
   auto t = static_cast<DataType>(std::get<0>(GetParam()));
@@ -293,6 +310,28 @@ TEST(Reduce, BadTypeOrOpIsAnError) {
 
 }  // namespace
 }  // namespace topocoll::collectives
+
+// copyToMany puts every byte into every output whatever their alignments (each its own) and the length, with and
+// without non-temporal stores, and writes nothing around them.
+TEST(CopyToMany, EveryOutputGetsEveryByteAndNothingElse) {
+  std::vector<uint8_t> src(4096 + 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (uint32_t mask : {0u, 5u, 7u})
+    for (size_t so : {0, 3, 16})
+      for (size_t n : {1, 63, 64, 255, 256, 257, 1000, 4096}) {
+        std::vector<std::vector<uint8_t>> out(3, std::vector<uint8_t>(4096 + 256, 0xee));
+        std::vector<void*> dsts;
+        for (int k = 0; k < 3; ++k) dsts.push_back(out[k].data() + 64 + k * 7);
+        topocoll::collectives::copyToMany(dsts.data(), 3, mask, src.data() + so, n);
+        for (int k = 0; k < 3; ++k)
+          for (size_t i = 0; i < out[k].size(); ++i) {
+            const size_t off = 64 + k * 7;
+            const bool inside = i >= off && i < off + n;
+            ASSERT_EQ(out[k][i], inside ? src[so + i - off] : 0xee)
+                << "mask " << mask << ", src offset " << so << ", " << n << " bytes, output " << k << ", byte " << i;
+          }
+      }
+}
 
 // The streaming copy moves every byte whatever the alignment of either side and the length (head, 64-byte body,
 // tail), and writes nothing outside the destination.

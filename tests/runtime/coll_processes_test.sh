@@ -86,14 +86,20 @@ TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks "process_vm_readv only" 2 3 "odd sizes" all_g
 # knob at 0 take the copying algorithms (every rank must agree): every op, in place and out of place, odd sizes.
 nRanks "mapped inputs" 2 10 "every op" reduce_scatter_perf -l 1048579,4194311 -d int8 -o all
 nRanks "mapped inputs" 3 10 "every op" all_reduce_perf -l 1048575,9437187 -d int8 -o all
-# From 16 MiB the 2-rank ReduceScatter out of place writes its output with non-temporal stores (reduceStreaming):
-# every op on int8 (unaligned output heads and tails), float sum.
+# From 16 MiB the mapped reductions write outputs apart from the inputs with non-temporal stores (reduceToMany): the
+# ReduceScatter's one output, the AllReduce's every output; every op on int8 (unaligned output heads and tails), float
+# sum.
 nRanks "streamed reductions" 2 5 "every op" reduce_scatter_perf -l 16777219 -d int8 -o all
 nRanks "streamed reductions" 2 1 "float sum" reduce_scatter_perf -l 16777224 -d float
+nRanks "streamed reductions" 3 5 "every op" all_reduce_perf -l 16777219 -d int8 -o all
+nRanks "streamed reductions" 4 1 "float sum" reduce_scatter_perf -l 16777232 -d float
 # AllReduce from 1 MiB, AllGather and the 3-8 rank Broadcast from 4 MiB write each rank's block straight into every
 # rank's mapped output (docs/collectives.md, "Mapped outputs"). The "allreduce pair", "allgather" and "mapped inputs"
 # rows above cross those sizes (every op, odd sizes, 2 and 3 ranks); here the 4-rank Broadcast, every root, odd blocks.
 nRanks "mapped outputs" 4 4 "every root, odd blocks" broadcast_perf -l 4194307 -d int8 -r all
+# From 16 MiB, between 3 and 8 ranks, in one pass with non-temporal stores (copyToMany; the "streamed pulls" AllGather
+# row above crosses it too).
+nRanks "mapped outputs" 3 3 "every root, odd blocks" broadcast_perf -l 16777219 -d int8 -r all
 nRanks "heap buffers" 4 5 "every op" reduce_scatter_perf -l 4194311 -d int8 -o all --malloc
 TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks "copying reductions" 2 5 "every op" all_reduce_perf -l 4194311 -d int8 -o all
 if NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P "$B" all_gather_perf -np 2 -l 16M -n 1 -w 0 > "$tmp/map" 2>&1 &&

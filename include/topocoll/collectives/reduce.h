@@ -24,9 +24,13 @@ void reduceMany(DataType type, RedOp op, void* dst, const void* const* srcs, int
 /// (1-32 of each) in one pass: the sources' and outputs' lines stream through together, as in a memcpy, so an output
 /// is written without first sitting in a scratch buffer. Outputs whose bit is set in streamMask get non-temporal
 /// stores (x86-64; their lines are not read for ownership): set it for outputs nobody reads soon and that are not
-/// sources. An output may be one of the sources (same range), never partly overlap one. kAvg divides by avgRanks.
+/// sources. An output may be one of the sources (same range), never partly overlap one. kAvg divides by avgRanks
+/// (none when avgRanks <= 1, as kSum).
 void reduceToMany(DataType type, RedOp op, void* const* dsts, int nDsts, uint32_t streamMask, const void* const* srcs,
                   int nSrcs, size_t count, int avgRanks = 0);
+
+/// reduceToMany of one source: `bytes` at src copied into each of the nDsts outputs (none of them src) in one pass.
+void copyToMany(void* const* dsts, int nDsts, uint32_t streamMask, const void* src, size_t bytes);
 
 /// Avg's last step: dst[i] /= nRanks (integers: truncating division, as NCCL's SumPostDiv).
 void finishAvg(DataType type, void* dst, size_t count, int nRanks);
