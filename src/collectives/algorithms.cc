@@ -463,12 +463,8 @@ class Runner {
   }
   // `elems` at `src` into every rank's output `out` (mapPeers) at element `at`: this rank's own first, then the next
   // rank's and on (the ranks write to different outputs at once). The source, read once, stays in this core's cache
-  // for the other copies. Regular stores: non-temporal ones (copyStreaming) measured no faster here, and slower in
-  // place and for AllGather (docs/performance.md, "Session 33").
-  // `elems` at `src` into every rank's output `out` (mapPeers) at element `at`: this rank's own first, then the next
-  // rank's and on (the ranks write to different outputs at once). The source, read once, stays in this core's cache
-  // for the other copies. Regular stores: non-temporal ones (copyStreaming) measured no faster here, and slower in
-  // place and for AllGather (docs/performance.md, "Session 33").
+  // for the other copies. Regular stores (2 ranks, or below kStreamCopyMin): non-temporal ones (copyStreaming, or
+  // copyToMany's) measured slower there (docs/performance.md, "Session 33" and "Session 34").
   void copyToOutputs(const std::vector<char*>& out, size_t atElem, const char* src, size_t elems) const {
     for (int i = 0; i < n_; ++i)
       if (char* dst = at(out[(me_ + i) % n_], atElem); dst != src) std::memcpy(dst, src, elems * es_);
@@ -483,7 +479,8 @@ class Runner {
     }
     // 3-8 ranks from kStreamCopyMin: one pass from the source into every output but the source itself, with
     // non-temporal stores (nobody reads the outputs before the barrier; docs/performance.md "Session 34": 3-4 ranks
-    // level to 1.3x; at 2 ranks a memcpy per output stayed faster).
+    // at 64 MiB 0.92-1.37x, 5 of 6 medians ahead, 16 MiB too noisy to call; at 2 ranks a memcpy per output stayed
+    // faster).
     void* dsts[kDirectMaxRanks];
     int nd = 0;
     for (int i = 0; i < n_; ++i)
@@ -530,9 +527,9 @@ class Runner {
   // into every rank's output (m.out), its own included, in one pass per piece (reduceToMany): the inputs are read
   // once and the outputs written once, nothing else. From kStreamCopyMin, outputs apart from their rank's input get
   // non-temporal stores: nobody reads them before the collective ends, and their lines are not read for ownership
-  // first (4 ranks, 64 MiB out of place: 1.8-2.0x against reducing into scratch and copying that out,
-  // docs/performance.md "Session 34"); below it they would have stayed in the last-level cache (2 ranks at 4 MiB:
-  // 1.2-2x slower streamed).
+  // first (4 ranks, 64 MiB out of place, against reducing into scratch and copying that out: 1.43x median in
+  // docs/performance.md "Session 34"'s interleaved rounds, 1.8-2.0x in earlier ones); below it they would have stayed
+  // in the last-level cache (2 ranks at 4 MiB: 1.2-2x slower streamed).
   // Only rank r reads or writes block `mine` anywhere, so in place each line is read everywhere before it is
   // written. Then it waits for every rank: they have written this rank's other blocks and are done reading its input.
   void reduceToOutputs(Range mine, const Mapped& m) {

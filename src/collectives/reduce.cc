@@ -210,7 +210,7 @@ template <typename T, size_t kSpan, bool kFirst, typename Op>
 // Inlined into each instruction set's clone of its caller (a separate function would be compiled for the baseline).
 template <typename T, typename Op>
 [[gnu::always_inline]] inline void runFanout(Op f, void* const* dv, int nd, uint32_t streamMask, const void* const* sv,
-                                             int ns, size_t n) {
+                                             int ns, size_t n, DataType type, int avgRanks) {
   const T* s[32];
   T* d[32];
   for (int k = 0; k < ns; ++k) s[k] = static_cast<const T*>(sv[k]);
@@ -218,6 +218,7 @@ template <typename T, typename Op>
   const auto one = [&](size_t i) {
     T v = s[0][i];
     for (int k = 1; k < ns; ++k) v = f(v, s[k][i]);
+    if (avgRanks > 1) finishAvg(type, &v, 1, avgRanks);
     for (int k = 0; k < nd; ++k) d[k][i] = v;
   };
   constexpr size_t kSpan = 256 / sizeof(T);  // four lines a step: the loop's overhead is paid once for them
@@ -227,6 +228,7 @@ template <typename T, typename Op>
     alignas(64) T line[kSpan];
     for (int k = foldSome<T, kSpan, true>(f, line, s, ns, i); k < ns;)
       k += foldSome<T, kSpan, false>(f, line, s + k, ns - k, i);
+    if (avgRanks > 1) finishAvg(type, line, kSpan, avgRanks);  // avg: the sum divided, as reduceMany + finishAvg
     for (int k = 0; k < nd; ++k) {
 #if defined(TC_HAVE_F16C_PATH)
       if ((streamMask >> k & 1) && reinterpret_cast<uintptr_t>(d[k] + i) % 16 == 0) {
@@ -258,12 +260,12 @@ inline void dispatch(int op, void* d, const void* a, const void* b, size_t n) {
 
 template <typename T, template <typename, int> class Op>
 [[gnu::always_inline]] inline void dispatchFanout(int op, void* const* d, int nd, uint32_t mask, const void* const* s,
-                                                  int ns, size_t n) {
+                                                  int ns, size_t n, DataType t, int avg) {
   switch (op) {
-    case 1: return runFanout<T>(Op<T, 1>{}, d, nd, mask, s, ns, n);
-    case 2: return runFanout<T>(Op<T, 2>{}, d, nd, mask, s, ns, n);
-    case 3: return runFanout<T>(Op<T, 3>{}, d, nd, mask, s, ns, n);
-    default: return runFanout<T>(Op<T, 0>{}, d, nd, mask, s, ns, n);
+    case 1: return runFanout<T>(Op<T, 1>{}, d, nd, mask, s, ns, n, t, avg);
+    case 2: return runFanout<T>(Op<T, 2>{}, d, nd, mask, s, ns, n, t, avg);
+    case 3: return runFanout<T>(Op<T, 3>{}, d, nd, mask, s, ns, n, t, avg);
+    default: return runFanout<T>(Op<T, 0>{}, d, nd, mask, s, ns, n, t, avg);
   }
 }
 // reduce<X> (two inputs) and fanout<X> (reduceToMany's loop) of each type whose loops vectorise (half and fp8 go
@@ -273,8 +275,8 @@ template <typename T, template <typename, int> class Op>
     dispatch<T, OP>(op, d, a, b, n);                                                                         \
   }                                                                                                          \
   TC_CLONES void fanout##X(int op, void* const* d, int nd, uint32_t mask, const void* const* s, int ns,       \
-                           size_t n) {                                                                       \
-    dispatchFanout<T, OP>(op, d, nd, mask, s, ns, n);                                                        \
+                           size_t n, DataType t, int avg) {                                                  \
+    dispatchFanout<T, OP>(op, d, nd, mask, s, ns, n, t, avg);                                                \
   }
 TC_LOOP(I8, int8_t, IntOp)
 TC_LOOP(U8, uint8_t, IntOp)
@@ -352,7 +354,7 @@ void reduceE5M2(int op, void* d, const void* a, const void* b, size_t n) {
 using LoopFn = void (*)(int, void*, const void*, const void*, size_t);
 constexpr LoopFn kLoops[kNumDataTypes] = {reduceI8,  reduceU8,  reduceI32, reduceU32,  reduceI64,  reduceU64,
                                           reduceF16, reduceF32, reduceF64, reduceBF16, reduceE4M3, reduceE5M2};
-using FanoutFn = void (*)(int, void* const*, int, uint32_t, const void* const*, int, size_t);
+using FanoutFn = void (*)(int, void* const*, int, uint32_t, const void* const*, int, size_t, DataType, int);
 constexpr FanoutFn kFanoutLoops[kNumDataTypes] = {fanoutI8,  fanoutU8,  fanoutI32, fanoutU32,  fanoutI64, fanoutU64,
                                                   nullptr,   fanoutF32, fanoutF64, fanoutBF16, nullptr,   nullptr};
 
@@ -423,12 +425,16 @@ void reduceToMany(DataType type, RedOp op, void* const* dsts, int nDsts, uint32_
     fail(StatusCode::kInvalidArgument, "reduceToMany needs 1-32 sources and outputs, got {} and {}", nSrcs, nDsts);
   if (count == 0) return;
   const int code = static_cast<int>(op) == 4 ? 0 : static_cast<int>(op);
-  if (nSrcs == 2 && nDsts == 1 && !streamMask && (op != RedOp::kAvg || avgRanks <= 1))
-    return reduce(type, op, dsts[0], srcs[0], srcs[1], count);  // the plain loop: faster in the caches
-  if (FanoutFn loop = kFanoutLoops[static_cast<int>(type)]; loop && (op != RedOp::kAvg || avgRanks <= 1))
-    return loop(code, dsts, nDsts, streamMask, srcs, nSrcs, count);
-  // Half, fp8 and avg: reduceMany into a block that stays in L1, finished, then copied into every output (the
-  // outputs that are also sources only after the whole block is read).
+  const int divisor = op == RedOp::kAvg && avgRanks > 1 ? avgRanks : 0;
+  if (nSrcs == 2 && nDsts == 1 && !streamMask) {  // the plain loop: faster in the caches
+    reduce(type, op, dsts[0], srcs[0], srcs[1], count);
+    if (divisor) finishAvg(type, dsts[0], count, divisor);
+    return;
+  }
+  if (FanoutFn loop = kFanoutLoops[static_cast<int>(type)])
+    return loop(code, dsts, nDsts, streamMask, srcs, nSrcs, count, type, divisor);
+  // Half and fp8: reduceMany into a block that stays in L1, finished, then copied into every output (the outputs that
+  // are also sources only after the whole block is read).
   const size_t es = sizeOf(type), block = (4u << 10) / es;
   alignas(64) char tmp[4u << 10];
   const void* at[32];
@@ -436,7 +442,7 @@ void reduceToMany(DataType type, RedOp op, void* const* dsts, int nDsts, uint32_
     const size_t len = std::min(block, count - off), b = off * es;
     for (int k = 0; k < nSrcs; ++k) at[k] = static_cast<const char*>(srcs[k]) + b;
     reduceMany(type, op, tmp, at, nSrcs, len);
-    if (op == RedOp::kAvg && avgRanks > 1) finishAvg(type, tmp, len, avgRanks);
+    if (divisor) finishAvg(type, tmp, len, divisor);
     for (int k = 0; k < nDsts; ++k) {
       char* d = static_cast<char*>(dsts[k]) + b;
       if (streamMask >> k & 1) copyStreaming(d, tmp, len * es);
@@ -447,7 +453,7 @@ void reduceToMany(DataType type, RedOp op, void* const* dsts, int nDsts, uint32_
 
 void copyToMany(void* const* dsts, int nDsts, uint32_t streamMask, const void* src, size_t bytes) {
   if (nDsts < 1 || nDsts > 32) fail(StatusCode::kInvalidArgument, "copyToMany needs 1-32 outputs, got {}", nDsts);
-  if (bytes) fanoutU8(0, dsts, nDsts, streamMask, &src, 1, bytes);
+  if (bytes) fanoutU8(0, dsts, nDsts, streamMask, &src, 1, bytes, DataType::kUint8, 0);
 }
 
 void finishAvg(DataType type, void* dst, size_t count, int nRanks) {

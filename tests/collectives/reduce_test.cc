@@ -155,17 +155,20 @@ TEST_P(AllTypesAndOps, TwoInputsOutOfPlaceAndInPlaceMatchTheReference) {
   }
 }
 
-// reduceToMany gives reduceMany's bits (then finishAvg's for avg) in every output, whatever the number of sources
-// and outputs, the outputs' alignments (each its own, so the head before the first 64-byte line differs), the
-// lengths (head, whole lines, tail), with and without non-temporal stores, and writes nothing around the outputs.
+// reduceToMany gives reduceMany's bits (then finishAvg's for avg) in every output, whatever the number of sources (in
+// folds of up to 4) and outputs, the outputs' alignments (each its own, so the head before the first 64-byte line
+// differs), the lengths (head, whole 256-byte spans, tail), with and without non-temporal stores, and writes nothing
+// around the outputs.
 TEST_P(AllTypesAndOps, ReduceToManyGivesReduceManysBitsInEveryOutput) {
   auto t = static_cast<DataType>(std::get<0>(GetParam()));
   auto op = static_cast<RedOp>(std::get<1>(GetParam()));
   const size_t es = sizeOf(t);
-  for (int ns : {1, 2, 3, 5})
+  constexpr int kOuts = 8;
+  for (int ns : {1, 2, 3, 5, 6, 7, 8, 9})
     for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1023}, size_t{4099}})
-      for (uint32_t mask : {0u, 1u, 7u})
-        for (size_t shift = 0; shift < 64; shift += es * 5) {
+      for (uint32_t mask : {0u, 1u, 0xa5u, 0xffu})
+        for (size_t shift = es; shift < 64 + es; shift += es * 13)
+          for (int nd : {1, 3, kOuts}) {
           std::vector<std::vector<uint8_t>> in;
           std::vector<const void*> srcs;
           for (int k = 0; k < ns; ++k) in.push_back(fill(t, n, 1 + k));
@@ -173,23 +176,55 @@ TEST_P(AllTypesAndOps, ReduceToManyGivesReduceManysBitsInEveryOutput) {
           std::vector<uint8_t> want(n * es + 1);
           reduceMany(t, op, want.data(), srcs.data(), ns, n);
           if (op == RedOp::kAvg) finishAvg(t, want.data(), n, ns);
-          std::vector<std::vector<uint8_t>> out(3, std::vector<uint8_t>(n * es + 256, 0xee));
+          std::vector<std::vector<uint8_t>> out(kOuts, std::vector<uint8_t>(n * es + 256, 0xee));
           std::vector<void*> dsts;
-          for (int k = 0; k < 3; ++k) {  // output k starts k * shift bytes past a 64-byte line, plus 64
-            uint8_t* base = out[k].data() + (64 - reinterpret_cast<uintptr_t>(out[k].data()) % 64) % 64;
-            dsts.push_back(base + 64 + (k * shift) % 64);
+          std::vector<size_t> offs;
+          for (int k = 0; k < kOuts; ++k) {  // output k starts (k + 1) * shift bytes past a 64-byte line, plus 64
+            const size_t line = (64 - reinterpret_cast<uintptr_t>(out[k].data()) % 64) % 64;
+            offs.push_back(line + 64 + ((k + 1) * shift) % 64);
+            dsts.push_back(out[k].data() + offs.back());
           }
-          reduceToMany(t, op, dsts.data(), 3, mask, srcs.data(), ns, n, op == RedOp::kAvg ? ns : 0);
-          for (int k = 0; k < 3; ++k) {
-            const size_t off = static_cast<uint8_t*>(dsts[k]) - out[k].data();
-            for (size_t i = 0; i < out[k].size(); ++i) {
-              const bool inside = i >= off && i < off + n * es;
-              ASSERT_EQ(out[k][i], inside ? want[i - off] : 0xee)
-                  << to_string(t) << " " << to_string(op) << " sources " << ns << " n=" << n << " mask " << mask
-                  << " output " << k << " shift " << shift << " byte " << i;
-            }
+          reduceToMany(t, op, dsts.data(), nd, mask, srcs.data(), ns, n, op == RedOp::kAvg ? ns : 0);
+          for (int k = 0; k < kOuts; ++k) {
+            const auto& o = out[k];
+            const size_t written = k < nd ? n * es : 0;
+            const auto guard = [](uint8_t x) { return x == 0xee; };
+            const bool untouched = std::all_of(o.begin(), o.begin() + offs[k], guard) &&
+                                   std::all_of(o.begin() + offs[k] + written, o.end(), guard);
+            ASSERT_TRUE(untouched && (written == 0 || std::memcmp(dsts[k], want.data(), written) == 0))
+                << to_string(t) << " " << to_string(op) << " sources " << ns << " outputs " << nd << " n=" << n
+                << " mask " << mask << " output " << k << " shift " << shift;
           }
         }
+}
+
+// In place: outputs that are the sources (the same ranges); every line is read before it is written. Two sources into
+// one output that is the second source compute srcs[1] op srcs[0], as reduce() in place does (reduce.h).
+TEST_P(AllTypesAndOps, ReduceToManyInPlaceOnItsSources) {
+  auto t = static_cast<DataType>(std::get<0>(GetParam()));
+  auto op = static_cast<RedOp>(std::get<1>(GetParam()));
+  const size_t n = 4099;
+  for (int ns : {2, 3, 5})
+    for (uint32_t mask : {0u, 3u}) {
+      std::vector<std::vector<uint8_t>> in;
+      std::vector<const void*> srcs;
+      std::vector<void*> dsts;
+      for (int k = 0; k < ns; ++k) in.push_back(fill(t, n, 4 + k));
+      for (auto& v : in) srcs.push_back(v.data()), dsts.push_back(v.data());
+      std::vector<uint8_t> want(n * sizeOf(t));
+      reduceMany(t, op, want.data(), srcs.data(), ns, n);
+      if (op == RedOp::kAvg) finishAvg(t, want.data(), n, ns);
+      reduceToMany(t, op, dsts.data(), ns, mask, srcs.data(), ns, n, op == RedOp::kAvg ? ns : 0);
+      for (int k = 0; k < ns; ++k)
+        ASSERT_EQ(in[k], want) << to_string(t) << " " << to_string(op) << " sources " << ns << " output " << k;
+    }
+  auto a = fill(t, n, 1), b = fill(t, n, 2), want = b;
+  reduce(t, op, want.data(), a.data(), want.data(), n);
+  if (op == RedOp::kAvg) finishAvg(t, want.data(), n, 2);
+  const void* srcs[2] = {a.data(), b.data()};
+  void* dst = b.data();
+  reduceToMany(t, op, &dst, 1, 0, srcs, 2, n, op == RedOp::kAvg ? 2 : 0);
+  ASSERT_EQ(b, want) << to_string(t) << " " << to_string(op) << " two sources into the second";
 }
 
 // Avg without a divisor (avgRanks 0) reduces as sum, as reduceMany alone does, on every path (half and fp8 take the
@@ -207,23 +242,6 @@ TEST(Reduce, ReduceToManyAvgWithoutDivisorIsSum) {
     reduceToMany(t, RedOp::kAvg, &dst, 1, 0, srcs.data(), 3, n, 0);
     EXPECT_EQ(got, want) << to_string(t);
   }
-}
-
-// In place: an output may be one of the sources (the same range); every line is read before it is written.
-TEST_P(AllTypesAndOps, ReduceToManyInPlaceOnItsSources) {
-  auto t = static_cast<DataType>(std::get<0>(GetParam()));
-  auto op = static_cast<RedOp>(std::get<1>(GetParam()));
-  const size_t n = 4099;
-  std::vector<std::vector<uint8_t>> in;
-  std::vector<const void*> srcs;
-  std::vector<void*> dsts;
-  for (int k = 0; k < 3; ++k) in.push_back(fill(t, n, 4 + k));
-  for (auto& v : in) srcs.push_back(v.data()), dsts.push_back(v.data());
-  std::vector<uint8_t> want(n * sizeOf(t));
-  reduceMany(t, op, want.data(), srcs.data(), 3, n);
-  if (op == RedOp::kAvg) finishAvg(t, want.data(), n, 3);
-  reduceToMany(t, op, dsts.data(), 3, 0, srcs.data(), 3, n, op == RedOp::kAvg ? 3 : 0);
-  for (int k = 0; k < 3; ++k) ASSERT_EQ(in[k], want) << to_string(t) << " " << to_string(op) << " output " << k;
 }
 
 TEST_P(AllTypesAndOps, ManyInputsFoldLeftToRight) {

@@ -25,7 +25,9 @@ void reduceMany(DataType type, RedOp op, void* dst, const void* const* srcs, int
 /// is written without first sitting in a scratch buffer. Outputs whose bit is set in streamMask get non-temporal
 /// stores (x86-64; their lines are not read for ownership): set it for outputs nobody reads soon and that are not
 /// sources. An output may be one of the sources (same range), never partly overlap one. kAvg divides by avgRanks
-/// (none when avgRanks <= 1, as kSum).
+/// (none when avgRanks <= 1, as kSum). Two sources into one output without streaming take reduce()'s loop: when that
+/// output is srcs[1] it computes srcs[1] op srcs[0], as reduce() in place does (the same value for every op but the
+/// sign of a max or min of two zeros and which NaN payload is kept).
 void reduceToMany(DataType type, RedOp op, void* const* dsts, int nDsts, uint32_t streamMask, const void* const* srcs,
                   int nSrcs, size_t count, int avgRanks = 0);
 
