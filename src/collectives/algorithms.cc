@@ -461,34 +461,30 @@ class Runner {
   bool mapOutputsApply() const {
     return collBytes(a_, n_) >= (a_.coll == Coll::kAllReduce ? kMappedOutputsMin : kMappedCopiesMin);
   }
-  // `elems` at `src` into every rank's output `out` (mapPeers) at element `at`: this rank's own first, then the next
-  // rank's and on (the ranks write to different outputs at once). The source, read once, stays in this core's cache
-  // for the other copies. Regular stores (2 ranks, or below kStreamCopyMin): non-temporal ones (copyStreaming, or
-  // copyToMany's) measured slower there (docs/performance.md, "Session 33" and "Session 34").
-  void copyToOutputs(const std::vector<char*>& out, size_t atElem, const char* src, size_t elems) const {
-    for (int i = 0; i < n_; ++i)
-      if (char* dst = at(out[(me_ + i) % n_], atElem); dst != src) std::memcpy(dst, src, elems * es_);
-  }
-  // `elems` at `src` into every rank's output `out` at element `atElem`, in kOutputPiece pieces, then a barrier: every
-  // rank has written this rank's other blocks and read what it needed of this rank's input.
+  // `elems` at `src` into every rank's output `out` (mapPeers) at element `atElem` but the one that is `src`: this
+  // rank's own first, then the next rank's and on (the ranks write to different outputs at once), in kOutputPiece
+  // pieces, then a barrier: every rank has written this rank's other blocks and read what it needed of this rank's
+  // input. 2 ranks, and below kStreamCopyMin, a memcpy per output (the source, read once, stays in this core's cache
+  // for the other copies); 3-8 ranks from kStreamCopyMin one pass into every output with non-temporal stores
+  // (copyToMany; nobody reads the outputs before the barrier). docs/performance.md "Session 34": 3-4 ranks at 64 MiB
+  // 0.92-1.37x, 5 of 6 medians ahead, 16 MiB too noisy to call; at 2 ranks the memcpys stayed faster, as did regular
+  // stores against copyStreaming in session 33.
   void spreadToOutputs(const std::vector<char*>& out, size_t atElem, const char* src, size_t elems) {
-    const size_t piece = pieceElems(kOutputPiece);
-    if (n_ == 2 || collBytes(a_, n_) < kStreamCopyMin) {
-      for (size_t b = 0; b < elems; b += piece) copyToOutputs(out, atElem + b, at(src, b), std::min(piece, elems - b));
-      return barrier();
-    }
-    // 3-8 ranks from kStreamCopyMin: one pass from the source into every output but the source itself, with
-    // non-temporal stores (nobody reads the outputs before the barrier; docs/performance.md "Session 34": 3-4 ranks
-    // at 64 MiB 0.92-1.37x, 5 of 6 medians ahead, 16 MiB too noisy to call; at 2 ranks a memcpy per output stayed
-    // faster).
-    void* dsts[kDirectMaxRanks];
+    char* dsts[kDirectMaxRanks];
     int nd = 0;
     for (int i = 0; i < n_; ++i)
       if (char* d = at(out[(me_ + i) % n_], atElem); d != src) dsts[nd++] = d;
+    const bool onePass = n_ > 2 && collBytes(a_, n_) >= kStreamCopyMin;
+    const size_t piece = pieceElems(kOutputPiece);
     for (size_t b = 0; b < elems && nd; b += piece) {
+      const size_t bytes = std::min(piece, elems - b) * es_;
       void* at_b[kDirectMaxRanks];
-      for (int k = 0; k < nd; ++k) at_b[k] = static_cast<char*>(dsts[k]) + b * es_;
-      copyToMany(at_b, nd, (1u << nd) - 1, at(src, b), std::min(piece, elems - b) * es_);
+      for (int k = 0; k < nd; ++k) at_b[k] = at(dsts[k], b);
+      if (onePass) {
+        copyToMany(at_b, nd, (1u << nd) - 1, at(src, b), bytes);
+      } else {
+        for (int k = 0; k < nd; ++k) std::memcpy(at_b[k], at(src, b), bytes);
+      }
     }
     barrier();
   }
