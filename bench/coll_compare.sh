@@ -2,7 +2,9 @@
 # Collectives side by side on this machine: topocoll (build/topocoll-perf, the C API), Open MPI 4.1.4 and Gloo
 # (the peers' harnesses), interleaved in one run: every round, for each rank count and collective, MPI, then Gloo,
 # then topocoll, on the same sizes with the peers' timing protocol (-T: time = max over ranks of a back-to-back
-# loop, fp32 sum, the peers' size conventions), plus the memory bandwidth (peers' membw) the bound is computed from.
+# loop, fp32 sum, the peers' size conventions), plus the memory bandwidth (peers' membw) the bound is computed from:
+# once at the start of each round (the plot's bound line) and again just before each of topocoll's runs (its "of
+# bound" column).
 # Writes rows.txt, env.txt, summary.md (medians, ratios per round, the bound) and busbw.svg into the results folder.
 #
 #   bench/coll_compare.sh -p PEERS_DIR [--quick] [-r ROUNDS] [-T SECONDS] [-l SIZES] [-n "2 4"] [-o RESULTS_DIR]
@@ -80,6 +82,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
         row mpi "$c" "$np" "$r" >> "$OUT/rows.txt"
       timeout 300 "$PB/gloo_coll_bench" -n "$np" -c "$([ "$c" = allreduce ] && echo allreduce_fn || echo "$c")" \
         -l "$SIZES" -T "$T" 2>> "$OUT/errors.log" | row gloo "$c" "$np" "$r" >> "$OUT/rows.txt"
+      # The memory rate again just before topocoll's run: its "of bound" uses this one (the VM's rate moves by 2x
+      # within seconds; the round's first measurement can be minutes away).
+      "$PB/membw" -s 64 -r 5 2>> "$OUT/errors.log" |
+        awk -v r=$r -v np="$np" -v c="$c" '$1 == "memcpy" {print "membw memcpy", $2, r, 67108864, $3, np, c}' \
+          >> "$OUT/rows.txt"
       timeout 300 "$PERF" "$(perfname "$c")" -np "$np" -l "$SIZES" -T "$T" -a 3 2>> "$OUT/errors.log" |
         row topocoll "$c" "$np" "$r" >> "$OUT/rows.txt"
     done
