@@ -6,10 +6,10 @@ ratios, the memory-bandwidth bound) and an SVG of busbw against size per library
 
 Bound (docs/performance.md, "Collectives"): B = the best memcpy rate (membw, read + write counted, 1 or 2 threads)
 measured just before topocoll's run of the collective in that round (rows.txt's membw rows with np and coll; older
-results folders without them: the round's start). The least memory traffic of each collective of `size` S on n ranks of one host: allreduce reads
-the n inputs and writes the n outputs (2nS); allgather (S = gathered output) reads S and writes nS; reduce_scatter
-(S = each rank's input) reads nS and writes S; broadcast reads S and writes the n-1 other copies (nS). Bound time
-= traffic / B; bound busbw = S / bound time x the busbw factor.
+results folders without them: the round's start). The least memory traffic of each collective of `size` S on n
+ranks of one host: allreduce reads the n inputs and writes the n outputs (2nS); allgather (S = gathered output)
+reads S and writes nS; reduce_scatter (S = each rank's input) reads nS and writes S; broadcast reads S and writes
+the n-1 other copies (nS). Bound time = traffic / B; bound busbw = S / bound time x the busbw factor.
 """
 import collections
 import math
