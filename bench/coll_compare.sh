@@ -73,9 +73,14 @@ row() {
 }
 perfname() { case $1 in allreduce) echo all_reduce_perf ;; allgather) echo all_gather_perf ;;
   reduce_scatter) echo reduce_scatter_perf ;; broadcast) echo broadcast_perf ;; esac; }
-for ((r = 1; r <= ROUNDS; r++)); do
+# membw's memcpy rates (1 and 2 threads, 64 MiB) as rows of round $1, tagged with "np coll" ($2) when given.
+membw_rows() {
   "$PB/membw" -s 64 -r 5 2>> "$OUT/errors.log" |
-    awk -v r=$r '$1 == "memcpy" {print "membw memcpy", $2, r, 67108864, $3}' >> "$OUT/rows.txt"
+    awk -v r="$1" -v tag="${2:-}" \
+      '$1 == "memcpy" {print "membw memcpy", $2, r, 67108864, $3 (tag == "" ? "" : " " tag)}' >> "$OUT/rows.txt"
+}
+for ((r = 1; r <= ROUNDS; r++)); do
+  membw_rows "$r"
   for np in $NPS; do
     for c in $COLLS; do
       timeout 300 "${MPI[@]}" -np "$np" "$PB/mpi_coll_bench" -c "$c" -l "$SIZES" -T "$T" 2>> "$OUT/errors.log" |
@@ -84,9 +89,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         -l "$SIZES" -T "$T" 2>> "$OUT/errors.log" | row gloo "$c" "$np" "$r" >> "$OUT/rows.txt"
       # The memory rate again just before topocoll's run: its "of bound" uses this one (the VM's rate moves by 2x
       # within seconds; the round's first measurement can be minutes away).
-      "$PB/membw" -s 64 -r 5 2>> "$OUT/errors.log" |
-        awk -v r=$r -v np="$np" -v c="$c" '$1 == "memcpy" {print "membw memcpy", $2, r, 67108864, $3, np, c}' \
-          >> "$OUT/rows.txt"
+      membw_rows "$r" "$np $c"
       timeout 300 "$PERF" "$(perfname "$c")" -np "$np" -l "$SIZES" -T "$T" -a 3 2>> "$OUT/errors.log" |
         row topocoll "$c" "$np" "$r" >> "$OUT/rows.txt"
     done
