@@ -1,5 +1,5 @@
 // The hardware floor under an 8-byte exchange between two processes of this machine (issue 10's sendrecv at 8 B;
-// docs/performance.md, "Session 31"): rank r, pinned to CPU r, writes its sequence number and 8 bytes into a cache
+// docs/performance.md, "Point-to-point"): rank r, pinned to CPU r, writes its sequence number and 8 bytes into a cache
 // line of its own in shared memory, then spins until the other rank's line carries the same number. No library,
 // no matching, no checks: one cache line each way per exchange, which is what any shared-memory exchange must move
 // at least. The difference to a library's time per exchange (topocoll-perf sendrecv_perf, the peers'

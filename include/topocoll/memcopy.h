@@ -12,8 +12,8 @@ void copyStreaming(void* dst, const void* src, size_t bytes);
 
 /// Messages (a collective's output, a point-to-point message) from this size are not expected to stay in the caches
 /// (the project's machines have 1-4 MiB of L2 per core): their copies into memory nobody reads during the call use
-/// copyStreaming. Measured (docs/collectives.md, "Large messages, session 26"; docs/transport.md, "Shareable
-/// buffers"): 1.2-1.6x at 16-64 MiB, slower at 1-4 MiB, where the destination would have stayed in the cache.
+/// copyStreaming. Measured (bench/results/2026-11-24-coll-streaming-copies-ab-7d972f8.md; docs/transport.md,
+/// "Shareable buffers"): 1.2-1.6x at 16-64 MiB, slower at 1-4 MiB, where the destination would stay in the cache.
 constexpr size_t kStreamCopyMin = size_t{16} << 20;
 
 }  // namespace topocoll

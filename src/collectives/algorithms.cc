@@ -76,9 +76,9 @@ constexpr size_t kBroadcastPiece = 4 << 20;
 // 64 KiB, TOPOCOLL_P2P_SINGLE_COPY, through the FIFO).
 constexpr size_t kBroadcastPairMin = 512 << 10;
 // Copies of kStreamCopyMin (memcopy.h) and more whose destination nobody reads during the call stream past the caches
-// (copyUnread). Measured (docs/collectives.md, "Large messages, session 26"): the out-of-place Broadcast root's copy
-// at 2 ranks, 64 MiB 1.37x faster; 4-rank AllGather at 64 MiB (16 MiB blocks) 1.17x; from 4 MiB the 4-rank Broadcast
-// lost at 4 MiB.
+// (copyUnread). Measured (bench/results/2026-11-24-coll-streaming-copies-ab-7d972f8.md): the out-of-place Broadcast
+// root's copy at 2 ranks, 64 MiB 1.37x faster; 4-rank AllGather at 64 MiB (16 MiB blocks) 1.17x; from 4 MiB the
+// 4-rank Broadcast lost at 4 MiB.
 // 2-rank AllReduce from this size: allReducePair (single copies out of the peer's buffers) instead of the ring's
 // FIFO steps (measured: 2x faster at 1-2 MiB, level out of place and 10-25% slower in place at 256-512 KiB, where a
 // half is one or two pieces and nothing overlaps), in pieces of kPairPiece bytes through kPairSlots scratch slots
@@ -95,8 +95,8 @@ constexpr size_t kMappedInputsMin = 1 << 20;
 // (mapPeers: docs/collectives.md, "Mapped outputs") instead of offering it for the peers to pull: the block is read
 // once and written n times (the bound's traffic) instead of written once and read and written again by each peer,
 // and no offer, pull and ack per piece. AllGather and the 3-8 rank Broadcast, which have no input mapping to share
-// the exchange with, from kMappedCopiesMin (measured at 4 ranks, docs/performance.md "Session 33": 1 MiB 0.72-0.76x
-// of the pulls, 2 MiB level, 4-8 MiB 1.1-1.7x).
+// the exchange with, from kMappedCopiesMin (measured at 4 ranks: 1 MiB 0.72-0.76x of the pulls, 2 MiB level, 4-8 MiB
+// 1.1-1.7x; bench/results/2026-11-29-coll-mapped-outputs-ab-91b8667.md).
 constexpr size_t kMappedOutputsMin = 1 << 20;
 constexpr size_t kMappedCopiesMin = 4 << 20;
 // The unit of those writes: a piece read (or reduced) into this core's cache once, then written to every output.
@@ -161,8 +161,8 @@ class Runner {
     if (dst != src && elems) std::memmove(dst, src, elems * es_);
   }
   // copyIfApart for a destination nobody reads during the call (the peers copy from the source): from
-  // kStreamCopyMin its stores bypass the caches, which the peers' copies need (docs/collectives.md, "Large messages,
-  // session 26").
+  // kStreamCopyMin its stores bypass the caches, which the peers' copies need (docs/collectives.md, "Mapped
+  // outputs", and bench/results/2026-11-24-coll-streaming-copies-ab-7d972f8.md).
   void copyUnread(void* dst, const void* src, size_t elems) const {
     const size_t bytes = elems * es_;
     const auto *d = static_cast<const char*>(dst), *s = static_cast<const char*>(src);
@@ -466,9 +466,9 @@ class Runner {
   // pieces, then a barrier: every rank has written this rank's other blocks and read what it needed of this rank's
   // input. 2 ranks, and below kStreamCopyMin, a memcpy per output (the source, read once, stays in this core's cache
   // for the other copies); 3-8 ranks from kStreamCopyMin one pass into every output with non-temporal stores
-  // (copyToMany; nobody reads the outputs before the barrier). docs/performance.md "Session 34": 3-4 ranks at 64 MiB
-  // 0.92-1.37x, 5 of 6 medians ahead, 16 MiB too noisy to call; at 2 ranks the memcpys stayed faster, as did regular
-  // stores against copyStreaming in session 33.
+  // (copyToMany; nobody reads the outputs before the barrier). bench/results/2026-11-29-coll-one-pass-ab-a3e7abd.md:
+  // 3-4 ranks at 64 MiB 0.92-1.37x, 5 of 6 medians ahead, 16 MiB too noisy to call; at 2 ranks the memcpys are
+  // faster, and regular stores beat copyStreaming per output there.
   void spreadToOutputs(const std::vector<char*>& out, size_t atElem, const char* src, size_t elems) {
     char* dsts[kDirectMaxRanks];
     int nd = 0;
@@ -523,9 +523,9 @@ class Runner {
   // into every rank's output (m.out), its own included, in one pass per piece (reduceToMany): the inputs are read
   // once and the outputs written once, nothing else. From kStreamCopyMin, outputs apart from their rank's input get
   // non-temporal stores: nobody reads them before the collective ends, and their lines are not read for ownership
-  // first (4 ranks, 64 MiB out of place, against reducing into scratch and copying that out: 1.43x median in
-  // docs/performance.md "Session 34"'s interleaved rounds, 1.8-2.0x in earlier ones); below it they would have stayed
-  // in the last-level cache (2 ranks at 4 MiB: 1.2-2x slower streamed).
+  // first (4 ranks, 64 MiB out of place, against reducing into scratch and copying that out: 1.43x median in the
+  // interleaved rounds of bench/results/2026-11-29-coll-one-pass-ab-a3e7abd.md, 1.8-2.0x in shorter ones); below it
+  // they would stay in the last-level cache (2 ranks at 4 MiB: 1.2-2x slower streamed).
   // Only rank r reads or writes block `mine` anywhere, so in place each line is read everywhere before it is
   // written. Then it waits for every rank: they have written this rank's other blocks and are done reading its input.
   void reduceToOutputs(Range mine, const Mapped& m) {

@@ -282,7 +282,7 @@ Choice Communicator::choose(const Args& a) const {
   // On one host between more than 2 ranks, Broadcast, AllReduce, AllGather and ReduceScatter from their star
   // thresholds: every rank pulls what it needs straight out of the peers' buffers (Direct) instead of the chain or
   // the ring, when NCCL_ALGO leaves the choice and TOPOCOLL_DIRECT_SPLIT_MIN did not pick DirectSplit
-  // (docs/collectives.md, sessions 22 and 23). The model has no constants for these yet.
+  // (docs/collectives.md, "Algorithms"). The model has no constants for these yet.
   if (cfg.algo.empty() && c.algo != Algo::kDirectSplit && hosts_.size() == 1 && collectives::starApplies(a, nRanks_))
     c.algo = Algo::kDirect;
   TC_INFO(log::kTuning, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}} (model {:.1f} us, {})",

@@ -652,8 +652,8 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, cons
       break;
     }
     // The checks checkStalls makes for queued transfers. A dead peer at every idle poll (one load): counted in
-    // polls, the check came only after ~190 sleeps of 20 ms once the wait slept, 4-5 s after the kill (the
-    // survivors of a 4-rank Broadcast from a killed root, session 27); the clock often enough once the wait sleeps.
+    // polls, the check would come only after ~190 sleeps of 20 ms once the wait sleeps, 4-5 s after the kill (the
+    // survivors of a 4-rank Broadcast from a killed root); the clock often enough once the wait sleeps.
     if (opts_.peerGone && (*opts_.peerGone)[c.peer].load(std::memory_order_relaxed)) {
       t.fail(StatusCode::kRemoteError, fmt::format("rank {}'s process is gone (it exited or was killed)", c.peer));
       break;

@@ -1,4 +1,4 @@
-// The one-shot path of small collectives on one host (docs/collectives.md, "One-shot small collectives"): every
+// The one-shot path of small collectives on one host (docs/collectives.md, "Algorithms", OneShot): every
 // message a rank sends in the collective goes at once into the receiving peer's mailbox of the point-to-point
 // connection (transport/oneshot.h: slots whose header words carry the sequence number), every rank polls the
 // mailboxes it expects and reduces in rank order. One trip through shared memory instead of the ring's 2(n-1) steps,

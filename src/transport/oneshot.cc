@@ -56,9 +56,9 @@ bool ShotBox::trySend(uint32_t sig, const void* data, size_t bytes, bool ring, b
   // A stream: ask for the next slot's lines for writing now (the receiver read it kShotSlots messages ago), so
   // that its ownership arrives while the caller goes on, instead of the next message's stores waiting for it in the
   // store buffer, where every later store of this thread (its stack too) queues behind them. With the receiver's
-  // prefetch (tryRecv), the 8-byte Broadcast at 2 ranks went from 0.115 to 0.068 us per call (docs/performance.md,
-  // session 26). Not in lockstep exchanges: there the stores drain while the caller waits for its peer anyway, and the
-  // early request only adds traffic while the peer polls (AllReduce 3% slower).
+  // prefetch (tryRecv), the 8-byte Broadcast at 2 ranks takes 0.068 us per call instead of 0.115 (docs/transport.md,
+  // "One-shot mailboxes"). Not in lockstep exchanges: there the stores drain while the caller waits for its peer
+  // anyway, and the early request only adds traffic while the peer polls (AllReduce 3% slower).
   if (prefetchNext) {
     const auto* next = reinterpret_cast<const char*>(&area_->slot[(seq + 1) % kShotSlots]);
     for (size_t at = 0; at < kHeaderBytes + bytes; at += 64) prefetchForWrite(next + at);  // as many as this one

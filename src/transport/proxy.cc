@@ -438,7 +438,7 @@ void Proxy::Impl::run() {
     // Nothing to do: block in poll() at once (no yield, no spin). A proxy that yields or spins re-reads its
     // sockets (failed recvfrom calls) and, against CPU-bound processes, waits out their time slices; blocked in
     // poll() it is woken by the kernel as data is queued, or by the engine's eventfd once `sleeping` is set.
-    // Session 22 removed the 20 us spin (pingpong 8 B 191 -> 23 us), session 23 the yields (docs/transport.md, NET).
+    // A 20 us spin here made NET's 8 B pingpong 191 us against 23 us without it (docs/transport.md, NET).
     sleeping.store(true, std::memory_order_seq_cst);
     // What the engine published before it could see `sleeping` (it rings only a sleeping proxy).
     if (!active.empty() && progressActive()) {

@@ -117,7 +117,7 @@ std::string readFile(const std::string& path) {
   return ss.str();
 }
 
-// The one-H100 VM the GPU machine lent in session 25 is (probe of /sys, /work/.device/1/probe.txt in that session):
+// The lent one-H100 cloud VM (tests/fixtures/nccl-2.28.9-h100-vm.xml) is, as a probe of its /sys showed:
 // every PCI function on the root bus with numa_node -1, only the GPU with link attributes (no port above it), eth0 a
 // virtio device under 0000:00:03.0 reporting speed -1, node0 the only NUMA node.
 void cloudVm(FakeSysfs& sys) {

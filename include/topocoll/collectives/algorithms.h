@@ -42,14 +42,14 @@ constexpr size_t kReduceScatterStarMin = 256 << 10;
 /// 1.2-1.4x out of place and 1.0-1.7x in place from 128 KiB). AllGather with Direct from kAllGatherStarMin of a
 /// rank's input: every rank pulls every peer's input straight into its output; below, and with Ring, the ring
 /// (0.15-0.35x of the ring out of place at 16-32 KiB, where the pulls go through the FIFOs below
-/// TOPOCOLL_P2P_SINGLE_COPY; 1.4-3.4x at 64 KiB). docs/collectives.md, session 23.
+/// TOPOCOLL_P2P_SINGLE_COPY; 1.4-3.4x at 64 KiB). bench/results/2026-11-24-coll-star-3-8-ranks-ab-7ca0bab.md.
 constexpr size_t kAllReduceStarMin = 128 << 10;
 constexpr size_t kAllGatherStarMin = 64 << 10;
 /// AllGather with Direct between 2 ranks of one host from this size of a rank's input: allGatherStar (each rank
-/// pulls the peer's input into its output while it copies its own) instead of the ring's one step. Session 28
-/// retired allGatherPair (the peer pulled each piece out of the owner's output right after the owner's copy):
-/// with mapped shareable buffers and non-temporal stores the star was 1.1-1.7x faster out of place from 2 MiB of
-/// output, heap buffers included (docs/collectives.md, session 28).
+/// pulls the peer's input into its output while it copies its own) instead of the ring's one step. Not piece by
+/// piece out of the owner's output right after the owner's copy (so that the peer reads it from the cache): with
+/// mapped shareable buffers and non-temporal stores the star is 1.1-1.7x faster out of place from 2 MiB of output,
+/// heap buffers included (bench/results/2026-11-29-coll-design-notes-ea90390.md).
 constexpr size_t kAllGatherPairMin = 1 << 20;
 const char* algoName(Algo a);
 /// NCCL's protocol ids: LL 0, Simple 2 (LL128 is not built for host memory).

@@ -3,8 +3,8 @@
 // and polled by the receiver: two header words that carry the message's sequence number as their flag (size and
 // signature), then the payload's bytes; the payload and the signature are stored first, the size word last with
 // release. A message is one trip through shared memory, no counter, no fence, no reset (the next sequence number
-// tells a new message from an old one). (Until session 26 every 8-byte word carried a flag, NCCL's LL lines: twice
-// the lines for the same payload. Host memory orders the stores, so the header's release covers the payload.) The
+// tells a new message from an old one). (Not NCCL's LL lines, where every 8-byte word carries a flag: that takes
+// twice the lines for the same payload, and host memory orders the stores, so the header's release covers it.) The
 // receiver publishes the last sequence number it consumed (its own memory, a line of its own) so that a sender
 // running kShotSlots messages ahead waits for a free slot. Independent of the FIFO's steps: both sides must use the
 // mailbox for the same messages, in the same order.
