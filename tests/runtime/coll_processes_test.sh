@@ -1,48 +1,46 @@
 #!/usr/bin/env bash
-# Collectives between processes (topocoll-perf -np forks the ranks and checks every result): every collective at
-# 8 B, 4 KiB, 1 MiB and 4 MiB over P2P, SHM and NET (ranks as separate "hosts"); a rank killed with -9 in the middle
-# of a collective (the others fail naming it within TOPOCOLL_TIMEOUT); nothing left in /dev/shm, no process left.
-# COLL_RANKS overrides the rank counts (the slow label runs 8).
-set -u
-B=${TOPOCOLL_PERF:?}
-tmp=$(mktemp -d)
-fails=0
-ls /dev/shm | sort > "$tmp/shm.before"
-trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+# Collectives between processes (topocoll-perf -np forks the ranks and checks every result), one CTest entry per
+# scenario (tests/runtime/scenarios.sh): every collective at 8 B, 4 KiB, 1 MiB and 4 MiB over P2P, SHM and NET (ranks
+# as separate "hosts") at 2, 3, 4 and 8 ranks; each algorithm's sizes around its thresholds; a rank killed with -9 in
+# the middle of a collective (the others fail naming it within 5 s); a frozen rank killed by the launcher.
+#   coll_processes_test.sh --list | SCENARIO... | (nothing: all)
+. "$(dirname "$0")/scenarios.sh"
+needs TOPOCOLL_PERF
+B=${TOPOCOLL_PERF:-}
 colls="all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf"
 
-for n in ${COLL_RANKS:-2 3 4}; do
+# matrix N TR: every collective at N ranks over transport TR.
+matrix() {
+  local n=$1 tr=$2 args=() env=() sizes=8,4K,1M,4M rows=0 failed="" c name=$2-$1
+  case $tr in
+    SHM) env=(NCCL_P2P_DISABLE=1) ;;
+    NET) args=(--hosts "$n") sizes=8,1M ;;
+  esac
+  for c in $colls; do
+    if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" $c -np "$n" -l $sizes -T 0.005 "${args[@]}" > "$tmp/$name" 2>&1; then
+      rows=$((rows + $(grep -cE '^ +[0-9]' "$tmp/$name")))
+    else
+      failed="$c: $(grep -vE '^ +[0-9]|^#' "$tmp/$name" | head -3)"
+      break
+    fi
+  done
+  if [ -z "$failed" ]; then ok "$name ($rows rows, every result checked)"; else bad "$name" "$failed"; fi
+}
+for n in 2 3 4 8; do
   for tr in P2P SHM NET; do
-    args=()
-    env=()
-    case $tr in
-      SHM) env=(NCCL_P2P_DISABLE=1) ;;
-      NET) args=(--hosts "$n") ;;
-    esac
-    sizes=8,4K,1M,4M
-    [ $tr = NET ] && sizes=8,1M
-    name=$tr-$n
-    rows=0 failed=""
-    for c in $colls; do
-      if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" $c -np "$n" -l $sizes -T 0.005 "${args[@]}" > "$tmp/$name" 2>&1; then
-        rows=$((rows + $(grep -cE '^ +[0-9]' "$tmp/$name")))
-      else
-        failed="$c: $(grep -vE '^ +[0-9]|^#' "$tmp/$name" | head -3)"
-        break
-      fi
-    done
-    if [ -z "$failed" ]; then ok "$name ($rows rows, every result checked)"; else bad "$name" "$failed"; fi
+    labels=-
+    [ $n = 8 ] && labels=heavy
+    [ $n -le 3 ] && labels=sanitize
+    scenario matrix-$tr-$n $n $labels matrix $n $tr
   done
 done
 
-# nRanks NAME N ROWS WHAT ARGS...: topocoll-perf ARGS at N ranks over P2P and SHM (not again in the 8-rank run) must
-# print ROWS result rows, every one checked.
+# nRanks NAME N ROWS WHAT ARGS...: topocoll-perf ARGS at N ranks over P2P and SHM must print ROWS result rows, every
+# one checked.
 nRanks() {
   local name=$1 n=$2 rows=$3 what=$4 tr
   shift 4
-  for tr in $([ -z "${COLL_RANKS:-}" ] && echo P2P SHM); do
+  for tr in P2P SHM; do
     local env=()
     [ $tr = SHM ] && env=(NCCL_P2P_DISABLE=1)
     if env TOPOCOLL_TIMEOUT=60 "${env[@]}" "$B" "$@" -np "$n" -n 2 -w 1 > "$tmp/nr" 2>&1 &&
@@ -53,72 +51,93 @@ nRanks() {
     fi
   done
 }
+# sizes NAME N LABELS ROWS WHAT ARGS...: the scenario NAME runs nRanks.
+sizes() {
+  local name=$1 n=$2 labels=$3
+  shift 3
+  scenario "$name" "$n" "$labels" nRanks "$name" "$n" "$@"
+}
+# withEnv VAR=VALUE FUNCTION ARGS...: FUNCTION with VAR set (and then as it was).
+withEnv() {
+  local k=${1%%=*} v=${1#*=}
+  shift
+  local had=${!k+x} old=${!k:-}
+  export "$k=$v"
+  "$@"
+  if [ -n "$had" ]; then export "$k=$old"; else unset "$k"; fi
+}
+
 # 2-rank Broadcast from 512 KiB goes in two halves over two connectors (pulled, or pushed by an in-place root):
 # both roots, in place and out of place (every row), odd sizes.
-nRanks "broadcast halves" 2 6 "both roots" broadcast_perf -l 524287,524288,3145731 -d int8 -r all
+sizes broadcast-halves 2 sanitize 6 "both roots" broadcast_perf -l 524287,524288,3145731 -d int8 -r all
 # 2-rank AllReduce from 1 MiB takes single copies out of the peer's buffers (process_vm_readv between processes):
 # every op, in place and out of place (every row), sizes around the threshold and odd counts.
-nRanks "allreduce pair" 2 15 "every op" all_reduce_perf -l 1048575,1048576,3145731 -d int8 -o all
+sizes allreduce-pair 2 sanitize 15 "every op" all_reduce_perf -l 1048575,1048576,3145731 -d int8 -o all
 # 2-rank ReduceScatter from 64 KiB of a rank's output pulls the peer's input block piece by piece: every op, in
 # place and out of place, sizes around the threshold and odd counts.
-nRanks "reducescatter pair" 2 15 "every op" reduce_scatter_perf -l 131070,131072,3145731 -d int8 -o all
+sizes reducescatter-pair 2 - 15 "every op" reduce_scatter_perf -l 131070,131072,3145731 -d int8 -o all
 # Broadcast between more than 2 ranks from 64 KiB: every rank pulls from the root at once (every root, odd sizes).
-nRanks "broadcast from the root" 4 12 "every root" broadcast_perf -l 65535,65536,3145731 -d int8 -r all
+sizes broadcast-from-the-root 4 - 12 "every root" broadcast_perf -l 65535,65536,3145731 -d int8 -r all
 # ReduceScatter between more than 2 ranks from 256 KiB of a rank's output: every rank pulls its block of every peer's
 # input (every op, in place and out of place, around the threshold, odd sizes).
-nRanks "reducescatter from every peer" 3 15 "every op" reduce_scatter_perf -l 786429,786432,9437187 -d int8 -o all
-# AllReduce between more than 2 ranks from 128 KiB a rank (512 KiB at 4 ranks): reduce-scatter as above, then every rank
-# pulls the others' reduced blocks out of their outputs (every op, in place and out of place, around the threshold, odd
-# sizes).
-nRanks "allreduce from every peer" 4 15 "every op" all_reduce_perf -l 524287,524288,3145731 -d int8 -o all
+sizes reducescatter-from-every-peer 3 sanitize 15 "every op" reduce_scatter_perf -l 786429,786432,9437187 -d int8 -o all
+# AllReduce between more than 2 ranks from 128 KiB a rank (512 KiB at 4 ranks): reduce-scatter as above, then every
+# rank pulls the others' reduced blocks out of their outputs (every op, in place and out of place, around the
+# threshold, odd sizes).
+sizes allreduce-from-every-peer 4 - 15 "every op" all_reduce_perf -l 524287,524288,3145731 -d int8 -o all
 # AllGather between more than 2 ranks from 64 KiB of a rank's input: every rank pulls every peer's input.
-nRanks "allgather from every peer" 3 3 "around the threshold" all_gather_perf -l 196605,196608,9437187 -d int8
+sizes allgather-from-every-peer 3 - 3 "around the threshold" all_gather_perf -l 196605,196608,9437187 -d int8
 # 2-rank AllGather from 1 MiB of a rank's input: each rank pulls the peer's input into its output (allGatherStar; in
 # place and out of place, around the threshold, odd sizes).
-nRanks "allgather pair" 2 3 "around the threshold" all_gather_perf -l 2097150,2097152,10485766 -d int8
+sizes allgather-pair 2 - 3 "around the threshold" all_gather_perf -l 2097150,2097152,10485766 -d int8
 # memAlloc buffers are mapped by the peers (docs/transport.md, "Shareable buffers"): from 16 MiB the copies into an
-# output stream past the caches (odd sizes: unaligned heads and tails); the same with the mappings off; and the INFO
-# line saying the peer's buffer was mapped.
-nRanks "streamed pulls" 2 4 "both roots, odd sizes" broadcast_perf -l 16777215,16777219 -d int8 -r all
-nRanks "streamed pulls" 3 1 "odd blocks" all_gather_perf -l 50331651 -d int8
-TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks "process_vm_readv only" 2 3 "odd sizes" all_gather_perf -l 16777214,16777218,8388609 -d int8
+# output stream past the caches (odd sizes: unaligned heads and tails); the same with the mappings off.
+sizes streamed-pulls-broadcast 2 heavy 4 "both roots, odd sizes" broadcast_perf -l 16777215,16777219 -d int8 -r all
+sizes streamed-pulls-allgather 3 heavy 1 "odd blocks" all_gather_perf -l 50331651 -d int8
+scenario process-vm-readv-only 2 heavy withEnv TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks process-vm-readv-only 2 3 \
+  "odd sizes" all_gather_perf -l 16777214,16777218,8388609 -d int8
 # The reductions read the peers' mapped inputs from 1 MiB (docs/collectives.md, "Mapped inputs"); heap buffers and the
 # knob at 0 take the copying algorithms (every rank must agree): every op, in place and out of place, odd sizes.
-nRanks "mapped inputs" 2 10 "every op" reduce_scatter_perf -l 1048579,4194311 -d int8 -o all
-nRanks "mapped inputs" 3 10 "every op" all_reduce_perf -l 1048575,9437187 -d int8 -o all
+sizes mapped-inputs-reducescatter 2 sanitize 10 "every op" reduce_scatter_perf -l 1048579,4194311 -d int8 -o all
+sizes mapped-inputs-allreduce 3 - 10 "every op" all_reduce_perf -l 1048575,9437187 -d int8 -o all
 # From 16 MiB the mapped reductions write outputs apart from the inputs with non-temporal stores (reduceToMany): the
 # ReduceScatter's one output, the AllReduce's every output; every op on int8 (unaligned output heads and tails), float
 # sum.
-nRanks "streamed reductions" 2 5 "every op" reduce_scatter_perf -l 16777219 -d int8 -o all
-nRanks "streamed reductions" 2 1 "float sum" reduce_scatter_perf -l 16777224 -d float
-nRanks "streamed reductions" 3 5 "every op" all_reduce_perf -l 16777219 -d int8 -o all
-nRanks "streamed reductions" 4 1 "float sum" reduce_scatter_perf -l 16777232 -d float
+sizes streamed-reducescatter-ops 2 heavy 5 "every op" reduce_scatter_perf -l 16777219 -d int8 -o all
+sizes streamed-reducescatter-float 2 heavy 1 "float sum" reduce_scatter_perf -l 16777224 -d float
+sizes streamed-allreduce-ops 3 heavy 5 "every op" all_reduce_perf -l 16777219 -d int8 -o all
+sizes streamed-reducescatter-4 4 heavy 1 "float sum" reduce_scatter_perf -l 16777232 -d float
 # AllReduce from 1 MiB, AllGather and the 3-8 rank Broadcast from 4 MiB write each rank's block straight into every
-# rank's mapped output (docs/collectives.md, "Mapped outputs"). The "allreduce pair", "allgather" and "mapped inputs"
-# rows above cross those sizes (every op, odd sizes, 2 and 3 ranks); here the 4-rank Broadcast, every root, odd blocks.
-nRanks "mapped outputs" 4 4 "every root, odd blocks" broadcast_perf -l 4194307 -d int8 -r all
-# From 16 MiB, between 3 and 8 ranks, in one pass with non-temporal stores (copyToMany; the "streamed pulls" AllGather
-# row above crosses it too).
-nRanks "mapped outputs" 3 3 "every root, odd blocks" broadcast_perf -l 16777219 -d int8 -r all
-nRanks "heap buffers" 4 5 "every op" reduce_scatter_perf -l 4194311 -d int8 -o all --malloc
-TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks "copying reductions" 2 5 "every op" all_reduce_perf -l 4194311 -d int8 -o all
-if NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P "$B" all_gather_perf -np 2 -l 16M -n 1 -w 0 > "$tmp/map" 2>&1 &&
-  grep -q "buffer .* mapped here" "$tmp/map"; then
-  ok "a peer's memAlloc buffer is mapped ($(grep -c "mapped here" "$tmp/map") INFO lines)"
-else
-  bad "mapped buffers" "$(grep -E "mapped|cannot be" "$tmp/map" | head -3)"
-fi
-if TOPOCOLL_MAP_PEER_BUFFERS=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P "$B" all_gather_perf -np 2 -l 16M -n 1 -w 0 \
-  > "$tmp/map" 2>&1 && ! grep -q "mapped here" "$tmp/map"; then
-  ok "TOPOCOLL_MAP_PEER_BUFFERS=0: nothing mapped"
-else
-  bad "TOPOCOLL_MAP_PEER_BUFFERS=0" "$(grep -E "mapped" "$tmp/map" | head -3)"
-fi
+# rank's mapped output (docs/collectives.md, "Mapped outputs"). The allreduce-pair, allgather and mapped-inputs
+# scenarios cross those sizes (every op, odd sizes, 2 and 3 ranks); here the 4-rank Broadcast, every root, odd blocks.
+sizes mapped-outputs-broadcast-4 4 - 4 "every root, odd blocks" broadcast_perf -l 4194307 -d int8 -r all
+# From 16 MiB, between 3 and 8 ranks, in one pass with non-temporal stores (copyToMany; streamed-pulls-allgather
+# crosses it too).
+sizes mapped-outputs-broadcast-3 3 heavy 3 "every root, odd blocks" broadcast_perf -l 16777219 -d int8 -r all
+sizes heap-buffers 4 - 5 "every op" reduce_scatter_perf -l 4194311 -d int8 -o all --malloc
+scenario copying-reductions 2 - withEnv TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks copying-reductions 2 5 "every op" \
+  all_reduce_perf -l 4194311 -d int8 -o all
+
+# The INFO line saying a peer's memAlloc buffer was mapped, and none with TOPOCOLL_MAP_PEER_BUFFERS=0.
+mappedLines() {
+  if NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P "$B" all_gather_perf -np 2 -l 16M -n 1 -w 0 > "$tmp/map" 2>&1 &&
+    grep -q "buffer .* mapped here" "$tmp/map"; then
+    ok "a peer's memAlloc buffer is mapped ($(grep -c "mapped here" "$tmp/map") INFO lines)"
+  else
+    bad "mapped buffers" "$(grep -E "mapped|cannot be" "$tmp/map" | head -3)"
+  fi
+  if TOPOCOLL_MAP_PEER_BUFFERS=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=P2P "$B" all_gather_perf -np 2 -l 16M -n 1 -w 0 \
+    > "$tmp/map" 2>&1 && ! grep -q "mapped here" "$tmp/map"; then
+    ok "TOPOCOLL_MAP_PEER_BUFFERS=0: nothing mapped"
+  else
+    bad "TOPOCOLL_MAP_PEER_BUFFERS=0" "$(grep -E "mapped" "$tmp/map" | head -3)"
+  fi
+}
+scenario mapped-buffer-lines 2 - mappedLines
 
 # killMid NAME INDEX RANK TEST -np N: runs TEST on 64 MiB, kills the INDEX-th forked rank (rank RANK) with -9 in the
 # middle of a collective; the others must fail naming it (the survivors' lines say "rank RANK") within 5 s, at once
-# rather than at TOPOCOLL_TIMEOUT (30 s; before session 27 two survivors could wait for each other that long after
-# the collective failed, and inline waits noticed the dead peer only after ~5 s); nobody may hang.
+# rather than at TOPOCOLL_TIMEOUT (30 s); nobody may hang.
 killMid() {
   local name=$1 index=$2 rank=$3
   shift 3
@@ -144,28 +163,33 @@ killMid() {
   if pgrep -P $parent > /dev/null 2>&1; then bad "processes" "ranks left behind ($name)"; fi
 }
 
-killMid all-reduce 2 1 all_reduce_perf -np 3
+# killed N INDEX RANK LABELS NAME TEST: the scenario kill-NAME-rankRANK, killMid at N ranks.
+killed() {
+  local n=$1 index=$2 rank=$3 labels=$4 name=$5 test=$6
+  scenario "kill-$name-rank$rank" "$n" "$labels" killMid "$name" "$index" "$rank" "$test" -np "$n"
+}
+killed 3 2 1 sanitize all-reduce all_reduce_perf
 # 2-rank broadcast: the survivor is waiting in a single copy (the root for the receiver's pull, or the receiver).
-if [ -z "${COLL_RANKS:-}" ]; then
-  killMid broadcast 2 1 broadcast_perf -np 2
-  killMid broadcast 1 0 broadcast_perf -np 2
-  # 2-rank AllReduce (single copies out of the peer's buffers) and 4-rank Broadcast (every rank pulls from the root):
-  # a survivor waits in a pull, or for the ack of what it offered.
-  killMid all-reduce-pair 2 1 all_reduce_perf -np 2
-  killMid reduce-scatter-pair 1 0 reduce_scatter_perf -np 2
-  killMid broadcast-star 1 0 broadcast_perf -np 4
-  killMid broadcast-star 3 2 broadcast_perf -np 4
-  killMid reduce-scatter-star 2 1 reduce_scatter_perf -np 4
-  killMid all-reduce-star 3 2 all_reduce_perf -np 4
-  killMid all-gather-star 1 0 all_gather_perf -np 4
-  # 2-rank AllGather in pieces: the survivor waits in a pull of the dead rank's piece or for the ack of its own.
-  killMid all-gather-pair 2 1 all_gather_perf -np 2
-  killMid all-gather-pair 1 0 all_gather_perf -np 2
+killed 2 2 1 - broadcast broadcast_perf
+killed 2 1 0 - broadcast broadcast_perf
+# 2-rank AllReduce (single copies out of the peer's buffers) and 4-rank Broadcast (every rank pulls from the root): a
+# survivor waits in a pull, or for the ack of what it offered.
+killed 2 2 1 sanitize all-reduce-pair all_reduce_perf
+killed 2 1 0 - reduce-scatter-pair reduce_scatter_perf
+killed 4 1 0 - broadcast-star broadcast_perf
+killed 4 3 2 - broadcast-star broadcast_perf
+killed 4 2 1 - reduce-scatter-star reduce_scatter_perf
+killed 4 3 2 - all-reduce-star all_reduce_perf
+killed 4 1 0 - all-gather-star all_gather_perf
+# 2-rank AllGather in pieces: the survivor waits in a pull of the dead rank's piece or for the ack of its own.
+killed 2 2 1 - all-gather-pair all_gather_perf
+killed 2 1 0 - all-gather-pair all_gather_perf
 
-  # The launcher stops a job once a rank failed: rank 2 is frozen (SIGSTOP, so it can neither fail nor finish) and
-  # rank 1 killed; topocoll-perf -np kills the ranks still running 10 s later (the frozen one, and rank 0 when it
-  # waits on it), as mpirun does, instead of waiting for them (before, a root that could not listen left its peers
-  # waiting out TOPOCOLL_TIMEOUT).
+# The launcher stops a job once a rank failed: rank 2 is frozen (SIGSTOP, so it can neither fail nor finish) and rank
+# 1 killed; topocoll-perf -np kills the ranks still running 10 s later (the frozen one, and rank 0 when it waits on
+# it), as mpirun does, instead of waiting for them.
+launcherStop() {
+  local parent rc took start
   TOPOCOLL_TIMEOUT=60 "$B" all_reduce_perf -np 3 -l 64M -T 30 > "$tmp/stop" 2>&1 &
   parent=$!
   for _ in $(seq 100); do
@@ -179,15 +203,13 @@ if [ -z "${COLL_RANKS:-}" ]; then
   wait $parent
   rc=$?
   took=$(($(date +%s) - start))
-  if [ $rc -ne 0 ] && [ $took -ge 9 ] && [ $took -le 20 ] && grep -Eq "rank 1 failed \(signal 9\); rank\(s\) (0,)?2 still running 10 s later" "$tmp/stop"
-  then
+  if [ $rc -ne 0 ] && [ $took -ge 9 ] && [ $took -le 20 ] &&
+    grep -Eq "rank 1 failed \(signal 9\); rank\(s\) (0,)?2 still running 10 s later" "$tmp/stop"; then
     ok "a frozen rank is killed 10 s after its job failed (rc $rc after ${took}s)"
   else
     bad "launcher stop" "rc $rc after ${took}s: $(tail -3 "$tmp/stop")"
   fi
-fi
+}
+scenario launcher-stops-a-frozen-rank 3 - launcherStop
 
-# New entries, except POSIX semaphores (sem.*) that tests running beside this one (Python's multiprocessing) make.
-shm_new=$(ls /dev/shm | sort | comm -13 "$tmp/shm.before" - | grep -v '^sem\.')
-[ -z "$shm_new" ] && ok "/dev/shm untouched" || bad "/dev/shm" "new entries: $shm_new"
-exit $((fails > 0))
+scenarios_main "$@"
