@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-tsan}
 TESTS=(bootstrap_test bootstrap_wire_test collectives_reduce_test runtime_c_api_test runtime_communicator_test
-       runtime_engine_test runtime_p2p_test runtime_p2p_mailbox_test runtime_p2p_big_test transport_test runtime_collectives_test
+       progress_engine_test runtime_p2p_test runtime_p2p_mailbox_test runtime_p2p_big_test transport_test runtime_collectives_test
        runtime_coll_property_test)
 # Cases too slow under TSan on CI's 2 cores, left to the gcc and ASan runs: the cases tests/CMakeLists.txt labels
 # heavy (runtime_collectives_test's 8-rank case, 575 s alone under TSan, and its large-size algorithm cases, minutes

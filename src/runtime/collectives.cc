@@ -1,7 +1,6 @@
 // Collectives on the communicator: argument checks, the choice of algorithm, protocol and channels (NCCL 2.30.7
-// src/enqueue.cc topoGetAlgoInfo's role), issue order (a collective thread for asynchronous ones), groups, and the
-// Links the algorithms of the collectives layer move data through: the connectors of the rings and trees that init
-// connected (connIndex 0), and the point-to-point ones for peers that are not neighbours (Direct).
+// src/enqueue.cc topoGetAlgoInfo's role), issue order (a collective thread for asynchronous ones) and groups. The
+// algorithms (collectives layer) move data through the progress layer's ChannelLinks.
 #include <pthread.h>
 
 #include <algorithm>
@@ -9,11 +8,12 @@
 #include <limits>
 #include <thread>
 
-#include "coll_links.h"
 #include "coll_task.h"
-#include "engine.h"
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
+#include "topocoll/progress/channel_links.h"
+#include "topocoll/progress/connections.h"
+#include "topocoll/progress/engine.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/doorbell.h"
@@ -28,214 +28,6 @@ using collectives::Proto;
 using detail::CollTask;
 using detail::Op;
 using transport::Side;
-
-namespace detail {
-
-CollLinks::~CollLinks() { memFree(scratch_, scratchBytes_); }
-int CollLinks::rank() const { return c_.rank_; }
-int CollLinks::nRanks() const { return c_.nRanks_; }
-int CollLinks::nChannels() const { return static_cast<int>(c_.connect_.rings.size()); }
-const int* CollLinks::ring(int c) const { return c_.connect_.rings[c].data(); }
-int CollLinks::treeUp(int c) const { return c_.channels_[c].treeUp; }
-int CollLinks::treeDown(int c, int i) const { return c_.channels_[c].treeDown[i]; }
-
-int CollLinks::send(int c, int peer, const void* buf, size_t bytes, Proto proto, bool staged,
-                    collectives::Copier copier) {
-  // A push goes into the peer's output (an in-place 2-rank Broadcast's second half), which nobody reads during the
-  // call: a large collective's copy may bypass the caches.
-  ops_.push_back(c_.makeLinkOp(true, c, peer, const_cast<void*>(buf), bytes, proto, staged, pool_, copier,
-                               streamOutputs_ && copier == collectives::Copier::kPush));
-  return static_cast<int>(ops_.size()) - 1;
-}
-
-int CollLinks::recv(int c, int peer, void* buf, size_t bytes, Proto proto, bool staged) {
-  // What lands outside the scratch slots is a part of the output, which this rank does not read again (the slots
-  // are reduced from at once): a large collective's single copies may bypass the caches.
-  const auto* b = static_cast<const char*>(buf);
-  const bool inScratch = scratch_ && b >= scratch_ && b < scratch_ + scratchBytes_;
-  ops_.push_back(c_.makeLinkOp(false, c, peer, buf, bytes, proto, staged, pool_, collectives::Copier::kAny,
-                               streamOutputs_ && !inScratch));
-  return static_cast<int>(ops_.size()) - 1;
-}
-
-void CollLinks::start() {
-  flush(false);
-  c_.engine_->poke();
-}
-
-void CollLinks::wait(int h) {
-  flush(false);
-  c_.engine_->wait(*ops_[h]);
-}
-
-void CollLinks::waitAll() {
-  flush(true);
-  raw_.clear();
-  for (auto& op : ops_) raw_.push_back(op.get());
-  try {
-    c_.engine_->waitAll(raw_);  // after an inline run: only throws what failed
-  } catch (const Error&) {
-    recycle();
-    throw;
-  }
-  recycle();
-}
-
-void CollLinks::recycle() {
-  for (auto& op : ops_) pool_.give(std::move(op));
-  ops_.clear();
-  posted_ = 0;
-}
-
-void CollLinks::beginCollective(bool streamOutputs) {
-  streamOutputs_ = streamOutputs;
-  mapped_.clear();
-}
-
-namespace {
-constexpr uint64_t kPeerBufferMagic = 0x7463636c70627566ull;  // "tcclpbuf"
-}  // namespace
-
-bool CollLinks::describeBuffer(const void* p, size_t bytes, collectives::PeerBuffer* out) {
-  const transport::RegionRef r = transport::regionOf(p, bytes);
-  if (r.fd < 0 || !c_.ctx_->cfg.mapPeerBuffers) return false;
-  *out = {};
-  out->words[0] = kPeerBufferMagic;
-  out->words[1] = r.owner;
-  out->words[2] = r.serial;
-  out->words[3] = r.base;
-  out->words[4] = r.len;
-  out->words[5] = static_cast<uint64_t>(r.fd);
-  out->words[6] = reinterpret_cast<uint64_t>(p);
-  out->words[7] = bytes;
-  return true;
-}
-
-const char* CollLinks::mapPeerBuffer(int peer, const collectives::PeerBuffer& b, size_t bytes) {
-  if (b.words[0] != kPeerBufferMagic || b.words[7] != bytes || peer < 0 || peer >= c_.nRanks_ || peer == c_.rank_)
-    return nullptr;
-  // Only where this pair's single copies may map each other's buffers: P2P between two processes of the host
-  // (not SHM, which NCCL_P2P_DISABLE asks for; not NET), with TOPOCOLL_MAP_PEER_BUFFERS on.
-  const transport::Connector* conn = c_.linkConnector(0, peer, false);
-  if (!conn || !(conn->conn.flags & transport::kConnMapPeer)) return nullptr;
-  transport::RegionRef r;
-  r.owner = b.words[1];
-  r.serial = b.words[2];
-  r.base = b.words[3];
-  r.len = b.words[4];
-  r.fd = b.words[5] > 0x7fffffffu ? -1 : static_cast<int32_t>(b.words[5]);
-  auto m = transport::mapPeerRegion(conn->conn.peerPid, r, b.words[6], b.words[7]);
-  if (!m) return nullptr;
-  mapped_.push_back(m);
-  return m->at(r, b.words[6]);
-}
-
-void CollLinks::connectAll() {
-  if (allConnected_) return;
-  std::vector<int> peers;
-  for (int p = 0; p < c_.nRanks_; ++p)
-    if (p != c_.rank_) peers.push_back(p);
-  c_.ensureConnected(peers);
-  allConnected_ = true;
-}
-
-char* CollLinks::scratch(size_t bytes) {
-  if (bytes > scratchBytes_) {
-    memFree(scratch_, scratchBytes_);
-    scratch_ = nullptr;
-    scratchBytes_ = 0;
-    scratch_ = static_cast<char*>(memAlloc(bytes));
-    scratchBytes_ = bytes;
-  }
-  return scratch_;
-}
-
-void CollLinks::drain() {
-  raw_.clear();
-  for (size_t i = 0; i < posted_; ++i) raw_.push_back(ops_[i].get());
-  if (!raw_.empty()) {
-    TC_INFO(log::kColl, "rank {}: the collective failed: draining its {} posted transfers", c_.rank_, raw_.size());
-    c_.engine_->drain(raw_);
-  }
-  recycle();
-}
-
-bool CollLinks::flush(bool all) {
-  if (posted_ == ops_.size()) return false;
-  if (all && posted_ == 0 && ops_.size() <= 8) {
-    raw_.clear();
-    for (auto& op : ops_) raw_.push_back(op.get());
-    if (c_.engine_->runInlineGroup(raw_)) {
-      posted_ = ops_.size();
-      return true;
-    }
-  }
-  fresh_.assign(ops_.begin() + static_cast<std::ptrdiff_t>(posted_), ops_.end());
-  c_.engine_->post(fresh_, false);
-  fresh_.clear();
-  posted_ = ops_.size();
-  return false;
-}
-
-}  // namespace detail
-
-namespace {
-// Largest collective step sent eagerly (see makeLinkOp).
-constexpr size_t kEagerMaxBytes = 64 << 10;
-}  // namespace
-
-transport::Connector* Communicator::linkConnector(int channel, int peer, bool send) {
-  const Side side = send ? Side::kSend : Side::kRecv;
-  if (channel < static_cast<int>(channels_.size())) {
-    transport::Connector& k = channels_[channel].connector(peer, side, 0);
-    // NET ring connectors carry no acknowledgements (a send completes when its proxy sent it), so a rank could
-    // finish and close while its last message is still on the way: NET uses the point-to-point connectors, whose
-    // sends complete when the receiver consumed them (connected by execute() before the algorithm runs).
-    if (k.connected && !(k.conn.flags & transport::kConnNet)) return &k;
-  }
-  ensureConnected(peer);
-  const auto& conns = p2pConnectors(peer, side);
-  return conns[static_cast<size_t>(channel) % conns.size()];
-}
-
-std::shared_ptr<Op> Communicator::makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes, Proto proto,
-                                             bool staged, detail::OpPool& pool,
-                                             collectives::Copier copier, bool streamStores) {
-  transport::Connector* conn = linkConnector(channel, peer, send);
-  std::shared_ptr<Op> op = pool.take();
-  op->send = send;
-  op->peer = peer;
-  op->buf = buf;
-  op->count = op->bytes = bytes;
-  op->dtype = DataType::kUint8;
-  const Config& cfg = ctx_->cfg;
-  // The ranks of a collective run the same steps: a small send completes once its data is in the peer's FIFO (one
-  // trip instead of two). Large ones wait for the ack: a sender that runs ahead of its receiver by whole slices
-  // competes with it for the cores and the cache (2-rank AllReduce at 16-64 MiB took 1.5-3x longer eager).
-  op->opts.eager = bytes <= kEagerMaxBytes;
-  op->opts.llThreshold = proto == Proto::kLL ? std::numeric_limits<size_t>::max() : 0;
-  op->opts.chunkBytes = p2pChunk_;
-  op->opts.netChunkBytes = static_cast<size_t>(cfg.netChunkSize);
-  // Slices the receiver reduces go through the FIFOs: faster than single copies (process_vm_readv pins pages per
-  // call) at these sizes, and the data stays in the cache (docs/collectives.md). Data that lands where it stays
-  // takes single copies.
-  op->opts.singleCopyMin = staged ? -1 : cfg.p2pSingleCopy;
-  op->opts.streamStores = streamStores;
-  using Single = transport::TransferOptions::Single;
-  op->opts.single = copier == collectives::Copier::kPull   ? Single::kPull
-                    : copier == collectives::Copier::kPush ? Single::kPush
-                                                           : Single::kAsConnector;
-  transport::MessageDesc d;
-  d.bytes = d.partBytes = d.count = bytes;
-  d.dtype = DataType::kUint8;
-  if (!send) {
-    op->partDescs.push_back(d);
-    op->partConns.push_back(conn);
-  }
-  detail::OpPool::setPart(*op, *conn, send ? transport::Transfer::Dir::kSend : transport::Transfer::Dir::kRecv, buf, d,
-                          op->opts, !send);
-  return op;
-}
 
 namespace {
 
@@ -253,7 +45,7 @@ int tuningColl(Coll c) {
 }  // namespace
 
 Choice Communicator::choose(const Args& a) const {
-  const Config& cfg = ctx_->cfg;
+  const Config& cfg = conns_->config();
   Choice c;
   // Slices of blocks this size keep the block a rank receives in the cache until it is reduced (2 MiB L2 here).
   c.chunkBytes = std::max<size_t>(4096, static_cast<size_t>(cfg.buffSize) / (transport::kSteps * 4));
@@ -327,7 +119,7 @@ void Communicator::execute(CollTask& t) {
   const Args& a = t.args;
   try {
     if (abort_.load()) fail(StatusCode::kAborted, "the communicator was aborted");
-    if (ctx_->cfg.checkCalls) {
+    if (conns_->config().checkCalls) {
       struct Sig {
         int32_t coll, type, op, root;
         uint64_t count;
@@ -338,7 +130,7 @@ void Communicator::execute(CollTask& t) {
       all[rank_] = {static_cast<int32_t>(a.coll), static_cast<int32_t>(a.type), reduces ? static_cast<int32_t>(a.op) : -1,
                     rooted ? a.root : -1, a.count};
       {
-        std::lock_guard<std::mutex> lock(setupMu_);
+        std::lock_guard<std::mutex> lock(conns_->setupMutex());
         bs_->allGather(all.data(), sizeof(Sig));
       }
       auto describe = [](const Sig& s) {
@@ -353,7 +145,7 @@ void Communicator::execute(CollTask& t) {
                describe(all[r]));
     }
     if (!(oneShotFits(a) && runOneShot(a))) {
-      if (hosts_.size() > 1 && a.count > 0) links_->connectAll();  // see makeLinkOp
+      if (hosts_.size() > 1 && a.count > 0) links_->connectAll();  // see Connections::linkConnector
       collectives::run(*links_, a, choose(a));
     }
     t.finish(StatusCode::kOk, "");
@@ -387,7 +179,7 @@ bool Communicator::collOwner() {
   const auto me = static_cast<uintptr_t>(pthread_self());
   uintptr_t o = collOwner_.load(std::memory_order_relaxed);
   if (o == me) return true;
-  if (o != 0 || ctx_->cfg.membarrier == 0 || !transport::Doorbell::membarrierRegistered()) return false;
+  if (o != 0 || conns_->config().membarrier == 0 || !transport::Doorbell::membarrierRegistered()) return false;
   return collOwner_.compare_exchange_strong(o, me);
 }
 
@@ -432,7 +224,7 @@ Communicator::CollHold::~CollHold() {
 
 void Communicator::runNow(CollTask& t) {
   CollHold hold(*this);
-  if (!links_) links_ = std::make_unique<detail::CollLinks>(*this);
+  if (!links_) links_ = std::make_unique<progress::ChannelLinks>(*conns_, *engine_);
   execute(t);
 }
 
@@ -473,11 +265,11 @@ void Communicator::collLoop() {
       t->finish(StatusCode::kAborted, fmt::format("rank {}: the communicator was destroyed", rank_));
     } else if (t->byOwner) {  // the owner is not on the fast path: its task counts in queued_
       std::lock_guard<std::mutex> run(collMu_);
-      if (!links_) links_ = std::make_unique<detail::CollLinks>(*this);
+      if (!links_) links_ = std::make_unique<progress::ChannelLinks>(*conns_, *engine_);
       execute(*t);
     } else {
       CollHold run(*this, true);
-      if (!links_) links_ = std::make_unique<detail::CollLinks>(*this);
+      if (!links_) links_ = std::make_unique<progress::ChannelLinks>(*conns_, *engine_);
       execute(*t);
     }
     lock.lock();
@@ -519,7 +311,7 @@ Request Communicator::collective(const Args& a, bool blocking) {
   if (blocking && groupDepth() == 0) {  // the latency path: nothing allocated here
     checkCollArgs(a);
     // The smallest: no task, straight to the mailboxes (unless the ranks found some lack them: then the engine).
-    if (!ctx_->cfg.checkCalls && oneShotFits(a) && runOneShotNow(a)) return Request();
+    if (!conns_->config().checkCalls && oneShotFits(a) && runOneShotNow(a)) return Request();
     CollTask t;
     t.comm = this;
     t.args = a;

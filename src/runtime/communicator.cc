@@ -14,13 +14,14 @@
 #include <random>
 #include <string>
 
-#include "coll_links.h"
 #include "coll_task.h"
 #include "device_coll.h"
-#include "engine.h"
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/paths/paths.h"
+#include "topocoll/progress/channel_links.h"
+#include "topocoll/progress/connections.h"
+#include "topocoll/progress/engine.h"
 #include "topocoll/status.h"
 #include "topocoll/topology/discovery.h"
 #include "topocoll/topology/node_xml.h"
@@ -122,16 +123,14 @@ InitOptions InitOptions::fromEnv(const Env& env) { return fromConfig(Config::fro
 Communicator::Communicator() = default;
 
 Communicator::~Communicator() {
-  // Order matters: the engine stops driving before the connectors (and their buffers) go, the connectors before the
-  // proxy that serves their buffers, the proxy before the network it progresses. Collectives first: they use all of it.
+  // Order matters: the collectives first (they use all of it), then the engine stops driving before the connections
+  // (the connectors and their buffers, the proxy that serves them, the network) go.
   detail::dropFromGroup(this);  // nothing of this thread's open group may point here any more
   stopCollectives();
   devColl_.reset();  // closes the peers' device allocations it opened
+  links_.reset();
   engine_.reset();
-  channels_.clear();
-  proxy_.reset();
-  ctx_.reset();
-  net_.reset();
+  conns_.reset();
   bs_.reset();
 }
 

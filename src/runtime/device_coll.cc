@@ -21,6 +21,7 @@
 
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
+#include "topocoll/progress/connections.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/transport.h"
@@ -260,7 +261,7 @@ char* DeviceColl::open(int peer, const void* handle) {
 }
 
 void DeviceColl::trim() {
-  const size_t bound = static_cast<size_t>(c_.ctx_->cfg.deviceIpcCache);
+  const size_t bound = static_cast<size_t>(c_.conns_->config().deviceIpcCache);
   auto& r = registry();
   while (lru_.size() > bound && lru_.back().lastCall != calls_) {
     Open& o = lru_.back();
@@ -370,7 +371,7 @@ void DeviceColl::run(const Args& a) {
   auto st = static_cast<cudaStream_t>(a.stream);
   cuda::waitForCaller(st);  // see cuda.h: the legacy stream too, unless st is non-blocking
   if (a.count == 0) return;
-  const auto& cfg = c_.ctx_->cfg;
+  const auto& cfg = c_.conns_->config();
   if (c_.nNodes() > 1 || cfg.deviceStaged) return staged(a);
   const int n = c_.nRanks_, me = c_.rank_;
   const size_t es = sizeOf(a.type), bytes = a.count * es;
@@ -488,7 +489,7 @@ void DeviceColl::allToAll(const void* send, void* recv, size_t count, DataType t
   auto st = static_cast<cudaStream_t>(stream);
   cuda::waitForCaller(st);  // see cuda.h: the legacy stream too, unless st is non-blocking
   if (count == 0) return;
-  if (c_.nNodes() > 1 || c_.ctx_->cfg.deviceStaged) return stagedAllToAll(send, recv, count, type, stream);
+  if (c_.nNodes() > 1 || c_.conns_->config().deviceStaged) return stagedAllToAll(send, recv, count, type, stream);
   const int n = c_.nRanks_, me = c_.rank_;
   const size_t bytes = count * sizeOf(type), total = bytes * n;
   const char* s = static_cast<const char*>(send);
@@ -502,7 +503,7 @@ void DeviceColl::allToAll(const void* send, void* recv, size_t count, DataType t
   Views v;
   bool oneGpu = false;
   if (!exchange(s, recv, &v, &oneGpu)) return stagedAllToAll(send, recv, count, type, stream);
-  if (oneGpu && c_.ctx_->cfg.deviceLeader) {  // rank 0 moves every block (see leader())
+  if (oneGpu && c_.conns_->config().deviceLeader) {  // rank 0 moves every block (see leader())
     if (me == 0)
       for (int p = 0; p < n; ++p)
         for (int q = 0; q < n; ++q)

@@ -9,6 +9,7 @@
 
 #include "topocoll/collectives/reduce.h"
 #include "topocoll/log.h"
+#include "topocoll/progress/connections.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/doorbell.h"
@@ -54,7 +55,7 @@ std::string describe(uint32_t sig, size_t bytes) {
 }  // namespace
 
 bool Communicator::oneShotFits(const Args& a) const {
-  const Config& cfg = ctx_->cfg;
+  const Config& cfg = conns_->config();
   // Every rank decides alike: the same arguments, knobs and job facts.
   if (nRanks_ < 2 || nRanks_ > collectives::kDirectMaxRanks || hosts_.size() != 1 || !hostMemory() || a.count == 0 ||
       !cfg.algo.empty() || !cfg.proto.empty() || shotOff_.load(std::memory_order_relaxed))
@@ -73,8 +74,8 @@ bool Communicator::runOneShot(const Args& a) {
     shotRecv_.assign(nRanks_, nullptr);
     std::string lacking;  // the first connection without a mailbox (NET/Socket between ranks of one host)
     for (int p : peers) {
-      shotSend_[p] = p2pConnectors(p, transport::Side::kSend)[0];
-      shotRecv_[p] = p2pConnectors(p, transport::Side::kRecv)[0];
+      shotSend_[p] = conns_->p2pConnectors(p, transport::Side::kSend)[0];
+      shotRecv_[p] = conns_->p2pConnectors(p, transport::Side::kRecv)[0];
       if (lacking.empty() && (!ShotBox::available(shotSend_[p]->conn) || !ShotBox::available(shotRecv_[p]->conn)))
         lacking = fmt::format("rank {} via {}", p, shotSend_[p]->via);
     }
@@ -83,7 +84,7 @@ bool Communicator::runOneShot(const Args& a) {
     std::vector<uint8_t> ok(nRanks_);
     ok[rank_] = lacking.empty() ? 1 : 0;
     {
-      std::lock_guard<std::mutex> lock(setupMu_);
+      std::lock_guard<std::mutex> lock(conns_->setupMutex());
       bs_->allGather(ok.data(), 1);
     }
     if (std::find(ok.begin(), ok.end(), 0) != ok.end()) {
@@ -224,21 +225,21 @@ bool Communicator::runOneShot(const Args& a) {
         uint32_t due = toSend | toRecv;
         for (int q = 0; q < n; ++q) {
           if (!(due >> q & 1)) continue;
-          if ((*ctx_->peerGone)[q].load())
+          if ((*conns_->context().peerGone)[q].load())
             fail(StatusCode::kRemoteError, "rank {}'s process is gone (it exited or was killed)", q);
         }
-        if (std::chrono::steady_clock::now() - since > ctx_->timeout) {
+        if (std::chrono::steady_clock::now() - since > conns_->context().timeout) {
           int q = std::countr_zero(due);
           std::string why = fmt::format(
               "rank {} did not move for {:g} s (TOPOCOLL_TIMEOUT): it is stuck, gone, or never called this collective "
               "(or called it with a size above TOPOCOLL_ONESHOT_MAX)",
-              q, std::chrono::duration<double>(ctx_->timeout).count());
+              q, std::chrono::duration<double>(conns_->context().timeout).count());
           for (int p = 0; p < n; ++p)  // the mailboxes' sequence numbers are out of step from here on
             if (due >> p & 1) (toSend >> p & 1 ? shotSend_ : shotRecv_)[p]->markBroken(why);
           fail(StatusCode::kTimeout, "{}", why);
         }
       }
-      backoff.idle(*ctx_->doorbell, [&] {
+      backoff.idle(*conns_->context().doorbell, [&] {
         if (poll()) {
           since = {};  // moved inside the doorbell's check: the timeout's clock starts again
           return true;

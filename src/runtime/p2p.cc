@@ -11,10 +11,11 @@
 #include <thread>
 
 #include "coll_task.h"
-#include "engine.h"
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/memcopy.h"
+#include "topocoll/progress/connections.h"
+#include "topocoll/progress/engine.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/oneshot.h"
@@ -25,6 +26,20 @@
 #endif
 
 namespace topocoll::runtime {
+
+namespace detail {
+/// A group's small send or receive recorded without an op (Communicator::recordGroupShot): what the op would hold.
+struct GroupShot {
+  Communicator* comm = nullptr;
+  transport::Connector* conn = nullptr;  // whose point-to-point mailbox it uses
+  void* buf = nullptr;
+  size_t count = 0, bytes = 0;
+  DataType type = DataType::kUint8;
+  int peer = -1;
+  bool send = false;
+  uint32_t index = 0;  // its place among the sends to (receives from) peer
+};
+}  // namespace detail
 
 using detail::Op;
 using transport::Side;
@@ -157,19 +172,19 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
   }
   const uint32_t place = index == kNextIndex ? p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1
                                              : static_cast<uint32_t>(index);
-  op->shotSig = detail::shotSignature(place, type);
-  const Config& cfg = ctx_->cfg;
-  if (p2pConnected_[peer].load(std::memory_order_acquire)) {
+  op->shotSig = progress::shotSignature(place, type);
+  const Config& cfg = conns_->config();
+  if (conns_->connected(peer)) {
     chooseShot(*op);
     if (op->shot) return op;  // the mailbox path: no parts
   }
   op->opts.llThreshold = static_cast<size_t>(cfg.p2pLlThreshold);
-  op->opts.chunkBytes = p2pChunk_;
+  op->opts.chunkBytes = conns_->p2pChunk();
   op->opts.netChunkBytes = static_cast<size_t>(cfg.netChunkSize);
   op->opts.singleCopyMin = cfg.p2pSingleCopy;
   op->opts.streamStores = op->bytes >= kStreamCopyMin;  // a large message does not stay in the cache anyway
-  const std::vector<transport::Connector*>& conns = p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
-  int nParts = transport::p2pParts(op->bytes, p2pChunk_, static_cast<int>(hosts_.size()), p2pMinChannels_,
+  const std::vector<transport::Connector*>& conns = conns_->p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
+  int nParts = transport::p2pParts(op->bytes, conns_->p2pChunk(), static_cast<int>(hosts_.size()), conns_->p2pMinChannels(),
                                    static_cast<int>(conns.size()));
   for (int i = 0; i < nParts; ++i) {
     transport::MessageDesc d;
@@ -230,12 +245,12 @@ Request Communicator::irecv(void* buf, size_t count, DataType type, int peer) {
 // The latency path of a blocking send or recv outside a group: one part, nothing else queued.
 bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, int peer) {
   if (tGroup.depth > 0 || peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || abort_.load() ||
-      count > (size_t{1} << 40) || (!buf && count > 0) || !p2pConnected_[peer].load(std::memory_order_acquire) ||
+      count > (size_t{1} << 40) || (!buf && count > 0) || !conns_->connected(peer) ||
       (count > 0 && deviceBuffer(buf)))
     return false;  // the general path says what is wrong, or connects (or copies device memory)
   size_t bytes = count * sizeOf(type);
-  const auto& conns = p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
-  const int nParts = transport::p2pParts(bytes, p2pChunk_, static_cast<int>(hosts_.size()), p2pMinChannels_,
+  const auto& conns = conns_->p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
+  const int nParts = transport::p2pParts(bytes, conns_->p2pChunk(), static_cast<int>(hosts_.size()), conns_->p2pMinChannels(),
                                          static_cast<int>(conns.size()));
   // Several parts: inline only over NET (the caller moves the sockets itself; docs/transport.md, NET).
   if (nParts != 1)
@@ -246,10 +261,10 @@ bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, 
   d.count = count;
   d.dtype = type;
   transport::TransferOptions o;
-  o.llThreshold = static_cast<size_t>(ctx_->cfg.p2pLlThreshold);
-  o.chunkBytes = p2pChunk_;
-  o.netChunkBytes = static_cast<size_t>(ctx_->cfg.netChunkSize);
-  o.singleCopyMin = ctx_->cfg.p2pSingleCopy;
+  o.llThreshold = static_cast<size_t>(conns_->config().p2pLlThreshold);
+  o.chunkBytes = conns_->p2pChunk();
+  o.netChunkBytes = static_cast<size_t>(conns_->config().netChunkSize);
+  o.singleCopyMin = conns_->config().p2pSingleCopy;
   o.streamStores = d.bytes >= kStreamCopyMin;
   uint32_t index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;  // counted whatever happens
   bool ran = nParts == 1 ? engine_->runInline(conns, send, buf, d, o) : engine_->runInlineParts(conns, send, buf, d, o, nParts);
@@ -264,7 +279,7 @@ void Communicator::chooseShot(Op& op) {
   if (op.opts.device && !op.devBuf) {  // the mailbox is host memory: a device buffer's bytes are staged
     op.devBuf = op.buf;
     op.buf = op.stage;
-    if (op.send) detail::deviceCopy(op.stage, op.devBuf, op.bytes, op.opts.stream);
+    if (op.send) progress::deviceCopy(op.stage, op.devBuf, op.bytes, op.opts.stream);
   }
 }
 
@@ -290,7 +305,7 @@ void* Communicator::deviceStream() {
 transport::Connector* Communicator::shotLane(bool send, const void* buf, size_t count, DataType type, int peer,
                                              size_t* bytes) {
   if (peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || abort_.load(std::memory_order_relaxed) ||
-      count > transport::kShotMaxBytes || (!buf && count > 0) || !p2pConnected_[peer].load(std::memory_order_acquire))
+      count > transport::kShotMaxBytes || (!buf && count > 0) || !conns_->connected(peer))
     return nullptr;
   *bytes = count * sizeOf(type);
   if (count > 0 && deviceBuffer(buf)) return nullptr;
@@ -298,9 +313,9 @@ transport::Connector* Communicator::shotLane(bool send, const void* buf, size_t 
 }
 
 transport::Connector* Communicator::mailboxOf(bool send, int peer, size_t bytes) {
-  const int max = ctx_->cfg.p2pMailboxMax;  // 0: never (not even empty messages)
+  const int max = conns_->config().p2pMailboxMax;  // 0: never (not even empty messages)
   if (max <= 0 || bytes > static_cast<size_t>(max)) return nullptr;
-  transport::Connector* c = p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
+  transport::Connector* c = conns_->p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
   return c->conn.p2pShot.area ? c : nullptr;
 }
 
@@ -325,7 +340,7 @@ void loadShotOp(Op& op, bool send, void* buf, size_t count, size_t bytes, DataTy
   op.bytes = bytes;
   op.dtype = type;
   op.shot = lane;
-  op.shotSig = detail::shotSignature(index, type);
+  op.shotSig = progress::shotSignature(index, type);
 }
 }  // namespace
 
@@ -420,7 +435,7 @@ void Communicator::waitOp(Op& op) { engine_->wait(op); }
 bool Communicator::runGroupInline(const std::vector<Op*>& ops) {
   int shots = 0;
   for (Op* op : ops) {
-    if (op->peer != rank_ && !p2pConnected_[op->peer].load(std::memory_order_acquire)) return false;
+    if (op->peer != rank_ && !conns_->connected(op->peer)) return false;
     shots += op->shot != nullptr;
   }
   if (abort_.load()) return false;

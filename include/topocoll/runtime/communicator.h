@@ -49,6 +49,13 @@ namespace topocoll::transport {
 class Proxy;
 class Net;
 }
+namespace topocoll::progress {
+struct Op;
+class OpPool;
+class Engine;
+class Connections;
+class ChannelLinks;
+}
 
 namespace topocoll::runtime {
 
@@ -71,12 +78,11 @@ struct InitOptions {
 };
 
 namespace detail {
-struct Op;
-class OpPool;
-class Engine;
+using progress::Engine;
+using progress::Op;
+using progress::OpPool;
 struct CollTask;
 struct GroupShot;
-class CollLinks;
 class DeviceColl;
 }
 
@@ -198,9 +204,7 @@ class Communicator {
   // Internal (groups).
   void postGroup(std::vector<std::shared_ptr<detail::Op>>& ops, bool wakeWorker);
   void ensureConnected(const std::vector<int>& peers);
-  void ensureConnected(int peer) {
-    if (peer != rank_ && !p2pConnected_[peer].load(std::memory_order_acquire)) ensureConnected(std::vector<int>{peer});
-  }
+  void ensureConnected(int peer);
   void waitOp(detail::Op& op);
   void waitOps(const std::vector<detail::Op*>& ops);
   bool runGroupInline(const std::vector<detail::Op*>& ops);
@@ -219,12 +223,6 @@ class Communicator {
   void submit(const std::shared_ptr<detail::CollTask>& t);
   /// Runs `t` now in this thread (waiting for the collective thread's queue first).
   void runNow(detail::CollTask& t);
-  /// The connector a collective's transfer to/from `peer` on `channel` uses (connecting it if needed).
-  transport::Connector* linkConnector(int channel, int peer, bool send);
-  std::shared_ptr<detail::Op> makeLinkOp(bool send, int channel, int peer, void* buf, size_t bytes,
-                                         collectives::Proto proto, bool staged, detail::OpPool& pool,
-                                         collectives::Copier copier = collectives::Copier::kAny,
-                                         bool streamStores = false);
 
  private:
   Communicator();
@@ -262,8 +260,6 @@ class Communicator {
  private:
   /// Issues `op` now (blocking: and waits), or adds it to this thread's group.
   Request issue(std::shared_ptr<detail::Op> op, bool blocking);
-  const std::vector<transport::Connector*>& p2pConnectors(int peer, transport::Side side);
-  int p2pChannelBase(int round) const;
 
   std::atomic<bool> abort_{false};
   std::unique_ptr<bootstrap::Bootstrap> bs_;
@@ -288,10 +284,7 @@ class Communicator {
   void* deviceStream();
   /// Whether `buf` is CUDA device memory of this GPU rank (host-memory ranks: never, without asking CUDA).
   bool deviceBuffer(const void* buf) const;
-  std::unique_ptr<transport::Net> net_;
-  std::unique_ptr<transport::Proxy> proxy_;
-  std::unique_ptr<transport::Context> ctx_;
-  std::vector<transport::Channel> channels_;
+  std::unique_ptr<progress::Connections> conns_;
   std::unique_ptr<detail::Engine> engine_;
   // The point-to-point ops of finished groups, for the next ones. Taken and given back twice per op by the thread
   // that issues (others only when several threads share the communicator): an exchange, not a futex mutex.
@@ -304,16 +297,9 @@ class Communicator {
   };
   PoolLock opPoolMu_;
   std::unique_ptr<detail::OpPool> opPool_;
-  std::mutex setupMu_;                 // bootstrap exchanges and connector setup, one at a time
-  std::vector<std::atomic<bool>> p2pConnected_;  // [peer]
   // [recv, send][peer]: sends to / receives from the peer so far, both paths (the mailbox messages' index). The
   // sending and the receiving thread may differ: each counter has one writer at a time.
   std::unique_ptr<std::atomic<uint32_t>[]> p2pIndex_[2];
-  // [recv, send][peer]: the peer's point-to-point connectors (listed at init, then only read)
-  std::vector<std::vector<transport::Connector*>> p2pConns_[2];
-  std::vector<int> sendRound_, recvRound_;  // NCCL's p2p schedule: the round of each peer
-  int p2pMinChannels_ = 1, p2pGroupSize_ = 1;
-  size_t p2pChunk_ = 0;
 
   // Collectives: one runs at a time (collMu_), in issue order; asynchronous ones on collThread_.
   Request collective(const collectives::Args& a, bool blocking);
@@ -334,8 +320,7 @@ class Communicator {
   int waitSpinUs_ = 20, waitYieldUs_ = 0;  // how waits spin and yield before sleeping (the engine's)
   void collLoop();
   void stopCollectives();
-  friend class detail::CollLinks;
-  std::unique_ptr<detail::CollLinks> links_;
+  std::unique_ptr<progress::ChannelLinks> links_;
   // Collectives on device buffers (device_coll.cc): whether `a`'s buffers are device memory (throws on a mix), and
   // the device path itself.
   bool onDevice(const collectives::Args& a) const;

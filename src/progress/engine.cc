@@ -1,4 +1,4 @@
-#include "engine.h"
+#include "topocoll/progress/engine.h"
 
 #include <algorithm>
 #include <array>
@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace topocoll::runtime::detail {
+namespace topocoll::progress {
 
 using Clock = std::chrono::steady_clock;
 using transport::Transfer;
@@ -233,7 +233,7 @@ void Engine::matchSelf() {
     if (s->bytes && s->buf != r->buf) {
       if (s->opts.device || r->opts.device) {
         try {
-          detail::deviceCopy(r->buf, s->buf, s->bytes, r->opts.device ? r->opts.stream : s->opts.stream);
+          deviceCopy(r->buf, s->buf, s->bytes, r->opts.device ? r->opts.stream : s->opts.stream);
         } catch (const Error& e) {
           failOp(*s, e.code(), e.what());
           failOp(*r, e.code(), e.what());
@@ -759,7 +759,7 @@ bool Engine::shotProgress(Op& op) {
     op.shotPeerPost = m.post;
     if (match && op.devBuf && op.bytes) {  // a device buffer's message was staged in op.stage
       try {
-        detail::deviceCopy(op.devBuf, op.buf, op.bytes, op.opts.stream);
+        deviceCopy(op.devBuf, op.buf, op.bytes, op.opts.stream);
       } catch (const Error& e) {
         failOp(op, e.code(), e.what());
       }
@@ -1363,4 +1363,4 @@ void Engine::runWorker() {
   }
 }
 
-}  // namespace topocoll::runtime::detail
+}  // namespace topocoll::progress

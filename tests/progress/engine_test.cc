@@ -8,8 +8,8 @@
 #include <new>
 #include <vector>
 
-#include "ranks.h"
-#include "runtime/engine.h"
+#include "runtime/ranks.h"
+#include "topocoll/progress/engine.h"
 #include "topocoll/runtime/communicator.h"
 
 namespace {
@@ -39,8 +39,8 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); 
 namespace topocoll::runtime {
 namespace {
 
-using detail::Op;
-using detail::OpPool;
+using progress::Op;
+using progress::OpPool;
 using transport::Transfer;
 
 TEST(OpPool, ReusesOnlyFinishedOpsNobodyElseHolds) {

@@ -1,5 +1,7 @@
 // The progress engine of one communicator: the queues of transfers per connector, the thread that drives them when
 // nobody waits, and the waits of the calling threads (which drive them themselves: no hand-off on the fast path).
+// Below the collectives and above the transports: an operation (Op) is a user's send or receive, or one step of a
+// collective algorithm, made of transport Transfers; the engine moves them and reports each op's outcome.
 #pragma once
 
 #include <algorithm>
@@ -23,11 +25,7 @@
 #include "topocoll/transport/primitives.h"
 #include "topocoll/transport/transport.h"
 
-namespace topocoll::runtime {
-class Communicator;
-}
-
-namespace topocoll::runtime::detail {
+namespace topocoll::progress {
 
 class Engine;
 
@@ -87,18 +85,6 @@ struct Op {
   bool finished() const { return state.load(std::memory_order_acquire) != kPending; }
   /// Back to a fresh op, keeping what its vectors and strings allocated (OpPool).
   void recycle();
-};
-
-/// A group's small send or receive recorded without an op (Communicator::recordGroupShot): what the op would hold.
-struct GroupShot {
-  Communicator* comm = nullptr;
-  transport::Connector* conn = nullptr;  // whose point-to-point mailbox it uses
-  void* buf = nullptr;
-  size_t count = 0, bytes = 0;
-  DataType type = DataType::kUint8;
-  int peer = -1;
-  bool send = false;
-  uint32_t index = 0;  // its place among the sends to (receives from) peer
 };
 
 /// Ops of finished calls kept for the next calls (the collectives' links): the blocking small-message path
@@ -185,7 +171,7 @@ class Engine {
   void drain(const std::vector<Op*>& ops);
   /// Whether `op` finished; throws its error if it failed. Drives once if nobody else does.
   bool test(Op& op);
-  /// Fails every pending op with kAborted and wakes every waiter (Communicator::abort).
+  /// Fails every pending op with kAborted and wakes every waiter (the communicator's abort).
   void abortAll();
   /// Ops not finished yet.
   bool idle() const { return pending_.load(std::memory_order_acquire) == 0; }
@@ -293,4 +279,4 @@ class Engine {
   std::thread worker_;
 };
 
-}  // namespace topocoll::runtime::detail
+}  // namespace topocoll::progress
