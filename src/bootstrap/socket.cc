@@ -50,13 +50,13 @@ std::string Address::toString() const {
     auto* a = reinterpret_cast<const sockaddr_in*>(&storage);
     inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
     port = ntohs(a->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
+    return fmt::format("{}:{}", host, port);
   }
   if (storage.ss_family == AF_INET6) {
     auto* a = reinterpret_cast<const sockaddr_in6*>(&storage);
     inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
     port = ntohs(a->sin6_port);
-    return "[" + std::string(host) + "]:" + std::to_string(port);
+    return fmt::format("[{}]:{}", host, port);
   }
   return "?";
 }
@@ -160,18 +160,6 @@ Address parseHostPort(const std::string& hp) {
   return out;
 }
 
-Socket& Socket::operator=(Socket&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-Socket::~Socket() {
-  if (fd_ >= 0) ::close(fd_);
-}
 
 Socket Socket::listen(const Address& addr, Address* bound) {
   Socket s(::socket(addr.storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -238,7 +226,7 @@ Socket Socket::connect(const Address& addr, Clock::time_point deadline, const In
 
 Socket Socket::acceptNow() {
   while (true) {
-    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int c = ::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c >= 0) return Socket(c);
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno == EAGAIN) return Socket();
@@ -269,13 +257,13 @@ void transferAll(int fd, char* p, size_t size, short events, Io io, Clock::time_
 
 void Socket::sendAll(const void* data, size_t size, Clock::time_point deadline, const Interrupt& intr,
                      const std::string& what) {
-  transferAll(fd_, const_cast<char*>(static_cast<const char*>(data)), size, POLLOUT,
+  transferAll(fd_.get(), const_cast<char*>(static_cast<const char*>(data)), size, POLLOUT,
               [](int fd, char* p, size_t n) { return ::send(fd, p, n, MSG_NOSIGNAL); }, deadline, intr, what);
 }
 
 void Socket::recvAll(void* data, size_t size, Clock::time_point deadline, const Interrupt& intr,
                      const std::string& what) {
-  transferAll(fd_, static_cast<char*>(data), size, POLLIN,
+  transferAll(fd_.get(), static_cast<char*>(data), size, POLLIN,
               [](int fd, char* p, size_t n) { return ::recv(fd, p, n, 0); }, deadline, intr, what);
 }
 
@@ -283,7 +271,7 @@ Socket::ReadStatus Socket::readInto(MessageParser& parser) {
   uint8_t buf[64 << 10];
   while (!parser.done() && !parser.rejected()) {
     size_t want = std::min(parser.wanted(), sizeof(buf));
-    ssize_t n = ::recv(fd_, buf, want, 0);
+    ssize_t n = ::recv(fd_.get(), buf, want, 0);
     if (n > 0) {
       parser.feed(buf, static_cast<size_t>(n));
       continue;
@@ -308,7 +296,7 @@ bool Socket::trySend(const Header& h, const void* body, Clock::time_point deadli
 std::string Socket::peerName() const {
   Address a;
   a.len = sizeof(a.storage);
-  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&a.storage), &a.len) != 0) return "?";
+  if (getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&a.storage), &a.len) != 0) return "?";
   return a.toString();
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "topocoll/netif.h"
+#include "topocoll/unique_fd.h"
 #include "wire.h"
 
 namespace topocoll::bootstrap {
@@ -53,13 +54,8 @@ class Socket {
  public:
   Socket() = default;
   explicit Socket(int fd) : fd_(fd) {}
-  Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Socket& operator=(Socket&& o) noexcept;
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  ~Socket();
-  int fd() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_.get(); }
+  bool valid() const { return fd_.valid(); }
 
   /// Listens on `addr` (port 0: ephemeral); the bound address is returned. An address in use fails naming it.
   static Socket listen(const Address& addr, Address* bound);
@@ -84,7 +80,7 @@ class Socket {
   std::string peerName() const;
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 }  // namespace topocoll::bootstrap

@@ -101,9 +101,10 @@ std::atomic<bool> gMembarrierOff{false};  // TOPOCOLL_MEMBARRIER=0 for the proce
 
 std::shared_ptr<Doorbell> Doorbell::make(bool membarrier) {
   std::shared_ptr<Doorbell> d(new Doorbell());
-  os::Fd fd = os::createMemfd("topocoll-doorbell", sizeof(DoorbellPage));
-  d->page_ = new (os::mapShared(fd.get(), sizeof(DoorbellPage))) DoorbellPage();
-  d->fd_ = fd.release();
+  UniqueFd fd = os::createMemfd("topocoll-doorbell", sizeof(DoorbellPage));
+  d->mapping_ = MappedRegion::shared(fd.get(), sizeof(DoorbellPage), "the process's doorbell");
+  d->page_ = new (d->mapping_.get()) DoorbellPage();
+  d->fd_ = std::move(fd);
   if (membarrier && membarrierRegistered()) {
     d->page_->membarrier.store(1, std::memory_order_relaxed);  // before the fd leaves the process
     d->needsFence_ = false;
@@ -125,20 +126,18 @@ std::shared_ptr<Doorbell> Doorbell::process(bool membarrier) {
 }
 
 std::shared_ptr<Doorbell> Doorbell::fromFd(int fd) {
-  os::Fd owned(fd);
+  UniqueFd owned(fd);
   if (os::fileSize(fd) < sizeof(DoorbellPage))
     fail(StatusCode::kRemoteError, "a peer's doorbell is {} bytes, {} expected", os::fileSize(fd), sizeof(DoorbellPage));
   std::shared_ptr<Doorbell> d(new Doorbell());
-  d->page_ = static_cast<DoorbellPage*>(os::mapShared(fd, sizeof(DoorbellPage)));
+  d->mapping_ = MappedRegion::shared(fd, sizeof(DoorbellPage), "a peer's doorbell");
+  d->page_ = static_cast<DoorbellPage*>(d->mapping_.get());
   d->needsFence_ = gMembarrierOff.load(std::memory_order_relaxed) ||
                    d->page_->membarrier.load(std::memory_order_relaxed) == 0 || !membarrierRegistered();
   return d;
 }
 
-Doorbell::~Doorbell() {
-  if (page_) ::munmap(page_, sizeof(DoorbellPage));
-  if (fd_ >= 0) ::close(fd_);
-}
+Doorbell::~Doorbell() = default;
 
 void Doorbell::ring() {
   // Pairs with the sleeper's fetch_add (a full barrier) or, without the fence, its membarrier (see above): either it

@@ -11,6 +11,7 @@
 #include "fifo.h"
 #include "test_hooks.h"
 #include "topocoll/log.h"
+#include "topocoll/mapped_region.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/net.h"
 #include "topocoll/transport/proxy.h"
@@ -45,14 +46,10 @@ struct AckMsg {
 
 // The FIFO of a NET connector lives in this process: [SendMem][RecvMem][Simple slots].
 struct Fifo {
-  void* base = nullptr;
-  size_t size = 0;
-  SendMem* sm() const { return static_cast<SendMem*>(base); }
+  MappedRegion mem;
+  SendMem* sm() const { return static_cast<SendMem*>(mem.get()); }
   RecvMem* rm() const { return reinterpret_cast<RecvMem*>(sm() + 1); }
   char* simple() const { return reinterpret_cast<char*>(rm() + 1); }
-  ~Fifo() {
-    if (base) ::munmap(base, size);
-  }
 };
 
 // Moved by the proxy, or by the thread that waits on it (CallerDrive: between take() and release() the proxy leaves
@@ -69,15 +66,11 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
     dev_ = q.dev;
     useAck_ = q.connIndex == 1;
     slotBytes_ = q.simpleBytes / kSteps;
-    fifo_.size = sizeof(SendMem) + sizeof(RecvMem) + q.simpleBytes;
-    fifo_.base = ::mmap(nullptr, fifo_.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (fifo_.base == MAP_FAILED) {
-      fifo_.base = nullptr;
-      fail(StatusCode::kSystemError, "NET : mmap of {} bytes: {}", fifo_.size, std::strerror(errno));
-    }
+    fifo_.mem =
+        MappedRegion::anonymous(sizeof(SendMem) + sizeof(RecvMem) + q.simpleBytes, "NET : a connector's FIFO");
     new (fifo_.sm()) SendMem();
     new (fifo_.rm()) RecvMem();
-    out.fifo = reinterpret_cast<uint64_t>(fifo_.base);
+    out.fifo = reinterpret_cast<uint64_t>(fifo_.mem.get());
     out.info.dev = dev_;
     if (side_ == Side::kRecv) {
       listen_ = net_->listen(dev_, &out.info.handle);

@@ -151,7 +151,7 @@ class Helper {
   std::condition_variable cv_;
   std::deque<Task*> queue_;
   bool stop_ = false;
-  os::Fd wake_;
+  UniqueFd wake_;
   std::thread thread_;
 };
 
@@ -168,18 +168,18 @@ struct Request : NetRequest {
 
 struct SocketComm : NetComm {
   std::string peer;     // for messages
-  os::Fd ctrl;
-  std::vector<os::Fd> socks;
+  UniqueFd ctrl;
+  std::vector<UniqueFd> socks;
   int nThreads = 0;
   std::array<Request, kMaxRequests> requests;
   int nextSock = 0;
-  os::Fd done;  // eventfd the helpers write when a task finishes (the proxy polls it)
+  UniqueFd done;  // eventfd the helpers write when a task finishes (the proxy polls it)
   std::vector<std::unique_ptr<Helper>> helpers;
   ~SocketComm() override { helpers.clear(); }
 };
 
 Helper::Helper(SocketComm* comm, std::vector<int> socks) : comm_(comm), socks_(std::move(socks)) {
-  wake_ = os::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   thread_ = std::thread([this] { run(); });
 }
 
@@ -256,21 +256,21 @@ void Helper::run() {
 }
 
 struct ListenComm : NetComm {
-  os::Fd fd;
+  UniqueFd fd;
   uint64_t magic = 0;
   int nSocks = 0, nThreads = 0;
   struct Incoming {
-    os::Fd fd;
+    UniqueFd fd;
     Hello hello{};
     size_t got = 0;
   };
   std::vector<Incoming> incoming;
-  os::Fd ctrl;
-  std::vector<os::Fd> socks;
+  UniqueFd ctrl;
+  std::vector<UniqueFd> socks;
 };
 
 struct ConnectState : NetComm {
-  std::vector<os::Fd> fds;  // [ctrl, data...]
+  std::vector<UniqueFd> fds;  // [ctrl, data...]
   std::vector<size_t> sent;
   Handle handle;
 };
@@ -327,7 +327,7 @@ class SocketNet : public Net {
     sockaddr_storage a = ifs_[dev].addr;
     if (a.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&a)->sin_port = 0;
     else reinterpret_cast<sockaddr_in6*>(&a)->sin6_port = 0;
-    l->fd = os::Fd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    l->fd = UniqueFd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!l->fd.valid()) fail(StatusCode::kSystemError, "NET/Socket : socket(): {}", std::strerror(errno));
     if (::bind(l->fd.get(), reinterpret_cast<sockaddr*>(&a), ifs_[dev].len) != 0 || ::listen(l->fd.get(), 128) != 0)
       fail(StatusCode::kSystemError, "NET/Socket : listen on {}: {}", ifs_[dev].name, std::strerror(errno));
@@ -354,7 +354,7 @@ class SocketNet : public Net {
       sockaddr_storage a;
       socklen_t len = fromWire(s->handle.addr, &a);
       for (int i = 0; i <= s->handle.nSocks; ++i) {
-        os::Fd fd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+        UniqueFd fd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
         if (!fd.valid()) fail(StatusCode::kSystemError, "NET/Socket : socket(): {}", std::strerror(errno));
         if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 && errno != EINPROGRESS)
           fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(a), std::strerror(errno));
@@ -402,7 +402,7 @@ class SocketNet : public Net {
       int fd = ::accept4(l.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) break;
       setNoDelay(fd);
-      l.incoming.push_back({os::Fd(fd), Hello{}, 0});
+      l.incoming.push_back({UniqueFd(fd), Hello{}, 0});
     }
     for (size_t i = 0; i < l.incoming.size();) {
       auto& in = l.incoming[i];
@@ -530,7 +530,7 @@ class SocketNet : public Net {
 
   void startHelpers(SocketComm& c) {
     if (c.socks.empty()) return;
-    c.done = os::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    c.done = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     int perThread = static_cast<int>(c.socks.size()) / std::max(1, c.nThreads);
     for (int t = 0; t < c.nThreads; ++t) {
       std::vector<int> fds;

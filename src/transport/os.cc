@@ -22,32 +22,13 @@
 
 namespace topocoll::transport::os {
 
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-Fd::~Fd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-Fd createMemfd(const char* name, size_t size) {
-  Fd fd(static_cast<int>(::syscall(SYS_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING)));
+UniqueFd createMemfd(const char* name, size_t size) {
+  UniqueFd fd(static_cast<int>(::syscall(SYS_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING)));
   if (!fd.valid()) fail(StatusCode::kSystemError, "memfd_create({}): {}", name, std::strerror(errno));
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0)
     fail(StatusCode::kSystemError, "ftruncate of memfd {} to {} bytes: {}", name, size, std::strerror(errno));
   ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
   return fd;
-}
-
-void* mapShared(int fd, size_t size) {
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) fail(StatusCode::kSystemError, "mmap of {} shared bytes: {}", size, std::strerror(errno));
-  return p;
 }
 
 size_t fileSize(int fd) {
@@ -89,8 +70,8 @@ void waitFd(int fd, short events, std::chrono::steady_clock::time_point deadline
 
 }  // namespace
 
-Fd listenUnix(const std::string& name) {
-  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+UniqueFd listenUnix(const std::string& name) {
+  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!s.valid()) fail(StatusCode::kSystemError, "socket(AF_UNIX): {}", std::strerror(errno));
   sockaddr_un a;
   socklen_t len = abstractAddress(name, &a);
@@ -100,8 +81,8 @@ Fd listenUnix(const std::string& name) {
   return s;
 }
 
-Fd connectUnix(const std::string& name, const std::string& what) {
-  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+UniqueFd connectUnix(const std::string& name, const std::string& what) {
+  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s.valid()) fail(StatusCode::kSystemError, "socket(AF_UNIX): {}", std::strerror(errno));
   sockaddr_un a;
   socklen_t len = abstractAddress(name, &a);

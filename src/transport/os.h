@@ -9,32 +9,12 @@
 #include <cstdint>
 #include <string>
 
+#include "topocoll/unique_fd.h"
+
 namespace topocoll::transport::os {
 
-/// An owned file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Fd& operator=(Fd&& o) noexcept;
-  ~Fd();
-  int get() const { return fd_; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
-
 /// A zero-filled memfd of `size` bytes (sealed against shrinking). Throws kSystemError.
-Fd createMemfd(const char* name, size_t size);
-/// Maps `size` bytes of `fd` shared, read-write. Throws kSystemError.
-void* mapShared(int fd, size_t size);
+UniqueFd createMemfd(const char* name, size_t size);
 /// The size of an fd's file (fstat), for checking what a peer sent.
 size_t fileSize(int fd);
 
@@ -44,9 +24,9 @@ bool futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::micr
 void futexWakeAll(std::atomic<uint32_t>* word);
 
 /// Abstract-namespace Unix stream sockets: no file in the file system, gone with the process.
-Fd listenUnix(const std::string& name);
+UniqueFd listenUnix(const std::string& name);
 /// Connects (non-blocking socket afterwards); throws kRemoteError naming `what` when nobody listens.
-Fd connectUnix(const std::string& name, const std::string& what);
+UniqueFd connectUnix(const std::string& name, const std::string& what);
 /// Sends `size` bytes and, when fdToSend >= 0, the descriptor with them (SCM_RIGHTS). Blocking with a deadline.
 void sendMsg(int sock, const void* data, size_t size, int fdToSend, std::chrono::steady_clock::time_point deadline,
              const std::string& what);

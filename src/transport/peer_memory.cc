@@ -208,23 +208,23 @@ std::shared_ptr<const PeerMapping> cachedView(Imports& im, const std::pair<uint6
 
 // The owner's memfd as a descriptor of ours, checked to be that buffer's (its name carries key and serial); -1 if
 // it cannot be had.
-os::Fd importFd(pid_t pid, const RegionRef& r) {
+UniqueFd importFd(pid_t pid, const RegionRef& r) {
 #if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
-  os::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  if (!pidfd.valid()) return os::Fd();
-  os::Fd fd(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), r.fd, 0)));
-  if (!fd.valid()) return os::Fd();
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd.valid()) return UniqueFd();
+  UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), r.fd, 0)));
+  if (!fd.valid()) return UniqueFd();
   char link[256];
   std::string path = fmt::format("/proc/self/fd/{}", fd.get());
   ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
-  if (n <= 0) return os::Fd();
+  if (n <= 0) return UniqueFd();
   link[n] = 0;
   const std::string want = "/memfd:" + memfdName(r.owner, r.serial) + " ";  // then "(deleted)"
-  if (std::strncmp(link, want.c_str(), want.size()) != 0 || os::fileSize(fd.get()) < r.len) return os::Fd();
+  if (std::strncmp(link, want.c_str(), want.size()) != 0 || os::fileSize(fd.get()) < r.len) return UniqueFd();
   return fd;
 #else
   (void)pid, (void)r;
-  return os::Fd();
+  return UniqueFd();
 #endif
 }
 
@@ -267,8 +267,6 @@ std::pair<int, void*> mapNewMemfd(uint64_t owner, uint64_t serial, size_t len, i
 }
 
 }  // namespace
-
-PeerMapping::~PeerMapping() { ::munmap(base_, ref_.len); }
 
 void* allocShareable(size_t bytes, OnFork onFork) {
   if (bytes == 0) return nullptr;
@@ -393,9 +391,9 @@ std::shared_ptr<const PeerMapping> mapPeerRegion(pid_t pid, const RegionRef& r, 
     if (found) return m;
   }
   std::shared_ptr<const PeerMapping> m;
-  if (os::Fd fd = importFd(pid, r); fd.valid()) {
+  if (UniqueFd fd = importFd(pid, r); fd.valid()) {
     void* p = ::mmap(nullptr, r.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (p != MAP_FAILED) m = std::make_shared<const PeerMapping>(static_cast<char*>(p), r);
+    if (p != MAP_FAILED) m = std::make_shared<const PeerMapping>(MappedRegion(p, r.len), r);
   }
   if (m)
     TC_INFO(log::kP2p, "P2P : process {}'s buffer {:#x} ({} bytes) mapped here: single copies of it are loads and "

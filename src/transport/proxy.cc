@@ -25,21 +25,6 @@ namespace topocoll::transport {
 
 using Clock = std::chrono::steady_clock;
 
-Mapping& Mapping::operator=(Mapping&& o) noexcept {
-  if (this != &o) {
-    if (ptr_) ::munmap(ptr_, size_);
-    ptr_ = o.ptr_;
-    size_ = o.size_;
-    o.ptr_ = nullptr;
-    o.size_ = 0;
-  }
-  return *this;
-}
-
-Mapping::~Mapping() {
-  if (ptr_) ::munmap(ptr_, size_);
-}
-
 std::string proxySocketName(uint64_t commId, int rank) { return fmt::format("topocoll-{:016x}-{}", commId, rank); }
 
 namespace {
@@ -64,13 +49,13 @@ struct Reply {
 #pragma pack(pop)
 
 struct Exported {
-  os::Fd fd;
-  Mapping mapping;
+  UniqueFd fd;
+  MappedRegion mapping;
 };
 
 // A connection to our Unix socket whose request is still arriving.
 struct Pending {
-  os::Fd sock;
+  UniqueFd sock;
   Request req;
   size_t got = 0;
   Clock::time_point since;
@@ -99,9 +84,9 @@ struct Proxy::Impl {
   std::thread thread;
   std::atomic<bool> stop{false};
   std::atomic<bool> sleeping{false};
-  os::Fd efd;
+  UniqueFd efd;
   std::unique_ptr<EventWaker> waker;
-  os::Fd listener;
+  UniqueFd listener;
 
   // Calls from other threads.
   struct Call {
@@ -120,14 +105,14 @@ struct Proxy::Impl {
   std::deque<Call*> calls;
   std::vector<std::shared_ptr<ProxyConnection>> toActivate;
   std::vector<ProxyConnection*> toDeactivate;
-  std::vector<std::pair<os::Fd, int>> newWatches;  // client-side sockets to the peers' proxies, with the peer
+  std::vector<std::pair<UniqueFd, int>> newWatches;  // client-side sockets to the peers' proxies, with the peer
 
   // Proxy thread only.
   std::vector<std::shared_ptr<ProxyConnection>> active;
   std::map<uint32_t, Exported> exported;
   uint32_t nextBufId = 1;
   std::vector<Pending> pending;
-  std::vector<std::pair<os::Fd, int>> watches;  // socket, peer rank
+  std::vector<std::pair<UniqueFd, int>> watches;  // socket, peer rank
 
   void run();
   bool runCalls();
@@ -142,7 +127,7 @@ struct Proxy::Impl {
 Proxy::Proxy(const Options& opts) : opts_(opts), impl_(std::make_unique<Impl>()) {
   Impl& I = *impl_;
   I.self = this;
-  I.efd = os::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  I.efd = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!I.efd.valid()) fail(StatusCode::kSystemError, "eventfd: {}", std::strerror(errno));
   I.waker = std::make_unique<EventWaker>(I.efd.get(), &I.sleeping);
   I.listener = os::listenUnix(proxySocketName(opts.commId, opts.rank));
@@ -212,7 +197,7 @@ ShareableBuffer Proxy::allocateShareable(size_t size, char** ptr) {
   Impl& I = *impl_;
   Exported e;
   e.fd = os::createMemfd("topocoll-buffer", size);
-  e.mapping = Mapping(os::mapShared(e.fd.get(), size), size);
+  e.mapping = MappedRegion::shared(e.fd.get(), size, "a shareable buffer");
   ShareableBuffer b;
   b.id = I.nextBufId++;
   b.size = size;
@@ -229,12 +214,12 @@ void Proxy::releaseShareable(uint32_t id) { impl_->exported.erase(id); }
 namespace {
 
 // Sends `req` to `owner`'s proxy and returns its answer and descriptor (owned).
-os::Fd ask(const Proxy::Options& o, int owner, Request req, Reply* rep, os::Fd* keep) {
+UniqueFd ask(const Proxy::Options& o, int owner, Request req, Reply* rep, UniqueFd* keep) {
   std::string what = fmt::format("rank {} asking rank {}'s proxy for buffer {}", o.rank, owner, req.bufId);
-  os::Fd s = os::connectUnix(proxySocketName(o.commId, owner), what);
+  UniqueFd s = os::connectUnix(proxySocketName(o.commId, owner), what);
   auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(60));
   os::sendMsg(s.get(), &req, sizeof(req), -1, deadline, what);
-  os::Fd fd(os::recvMsg(s.get(), rep, sizeof(*rep), deadline, what));
+  UniqueFd fd(os::recvMsg(s.get(), rep, sizeof(*rep), deadline, what));
   if (rep->status != 0 || !fd.valid())
     fail(StatusCode::kRemoteError, "rank {}: rank {}'s proxy refused buffer {} (status {})", o.rank, owner, req.bufId,
          rep->status);
@@ -244,7 +229,7 @@ os::Fd ask(const Proxy::Options& o, int owner, Request req, Reply* rep, os::Fd* 
 
 }  // namespace
 
-Mapping Proxy::importShareable(int owner, const ShareableBuffer& b) {
+MappedRegion Proxy::importShareable(int owner, const ShareableBuffer& b) {
   if (owner < 0 || owner >= opts_.nRanks) fail(StatusCode::kInvalidArgument, "import from rank {} of {}", owner, opts_.nRanks);
   Request req;
   req.commId = opts_.commId;
@@ -252,11 +237,11 @@ Mapping Proxy::importShareable(int owner, const ShareableBuffer& b) {
   req.kind = kKindBuffer;
   req.bufId = b.id;
   Reply rep;
-  os::Fd fd = ask(opts_, owner, req, &rep, nullptr);
+  UniqueFd fd = ask(opts_, owner, req, &rep, nullptr);
   if (rep.size != b.size || os::fileSize(fd.get()) < b.size)
     fail(StatusCode::kRemoteError, "rank {}: buffer {} of rank {} has {} bytes, the connect record says {}", opts_.rank,
          b.id, owner, rep.size, b.size);
-  Mapping m(os::mapShared(fd.get(), b.size), b.size);
+  MappedRegion m = MappedRegion::shared(fd.get(), b.size, "a peer's shareable buffer");
   TC_INFO(log::kP2p, "Proxy : rank {} imported buffer {} of rank {} size {} ptr {}", opts_.rank, b.id, owner, b.size,
           fmt::ptr(m.data()));
   return m;
@@ -269,8 +254,8 @@ std::shared_ptr<Doorbell> Proxy::importDoorbell(int owner) {
   req.rank = opts_.rank;
   req.kind = kKindDoorbellWatch;
   Reply rep;
-  os::Fd sock;
-  os::Fd fd = ask(opts_, owner, req, &rep, &sock);
+  UniqueFd sock;
+  UniqueFd fd = ask(opts_, owner, req, &rep, &sock);
   auto bell = Doorbell::fromFd(fd.release());
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -370,7 +355,7 @@ void Proxy::Impl::serveListener() {
     int c = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c < 0) return;
     Pending p;
-    p.sock = os::Fd(c);
+    p.sock = UniqueFd(c);
     p.since = Clock::now();
     pending.push_back(std::move(p));
     servePending(pending.size() - 1);

@@ -114,7 +114,7 @@ struct ShmResources : Resources {
   Proxy* proxy = nullptr;
   std::shared_ptr<BufferConn> pc;
   char* local = nullptr;  // our block, mapped by our proxy (same process)
-  Mapping remote;         // the peer's block
+  MappedRegion remote;         // the peer's block
   bool read = false, direct = false;
   // Between GPU ranks: the device FIFO, ours (allocated by our proxy) or the peer's (opened over CUDA IPC).
   bool gpu = false;

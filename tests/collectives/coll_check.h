@@ -13,6 +13,12 @@
 
 namespace topocoll::testing {
 
+/// Every data type and reduction op.
+constexpr DataType kTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,       DataType::kUint32,
+                               DataType::kInt64,   DataType::kUint64,   DataType::kFloat16,     DataType::kFloat32,
+                               DataType::kFloat64, DataType::kBfloat16, DataType::kFloat8e4m3, DataType::kFloat8e5m2};
+constexpr RedOp kOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg};
+
 /// Element i of rank r's input for `op` (sums stay <= 8 ranks x 1, products <= 2^8).
 inline int inputValue(RedOp op, int r, size_t i) {
   switch (op) {

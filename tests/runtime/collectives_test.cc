@@ -23,10 +23,8 @@ using testing::makeInput;
 using testing::reference;
 using testing::runRanks;
 
-constexpr DataType kTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,       DataType::kUint32,
-                               DataType::kInt64,   DataType::kUint64,   DataType::kFloat16,     DataType::kFloat32,
-                               DataType::kFloat64, DataType::kBfloat16, DataType::kFloat8e4m3, DataType::kFloat8e5m2};
-constexpr RedOp kOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg};
+using testing::kOps;
+using testing::kTypes;
 
 // Runs `coll` once on every rank and checks the result; returns "" or what differs.
 std::string checkOne(Communicator& c, Coll coll, DataType t, RedOp op, size_t count, bool inPlace, int root) {

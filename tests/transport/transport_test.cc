@@ -595,7 +595,7 @@ TEST(Proxy, RefusesRequestsFromStrangersAndServesItsRanks) {
   Proxy::Options peer = o;
   peer.rank = 1;
   Proxy other(peer);
-  Mapping m = other.importShareable(0, b);
+  MappedRegion m = other.importShareable(0, b);
   EXPECT_STREQ(m.data(), "hello");
   ShareableBuffer missing = b;
   missing.id = 77;

@@ -17,7 +17,9 @@
 #include <memory>
 #include <type_traits>
 
+#include "topocoll/mapped_region.h"
 #include "topocoll/transport/transport.h"
+#include "topocoll/unique_fd.h"
 
 namespace topocoll::transport {
 
@@ -71,13 +73,14 @@ class Doorbell : public Waker {
   /// Only threads of the process that created the doorbell sleep on it.
   bool sleep(ReadyRef ready, std::chrono::microseconds timeout);
   /// The memfd of this process's doorbell (for the proxy to export); -1 for an imported one.
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
  private:
   Doorbell() = default;
   static std::shared_ptr<Doorbell> make(bool membarrier);
-  int fd_ = -1;
-  DoorbellPage* page_ = nullptr;
+  UniqueFd fd_;
+  MappedRegion mapping_;
+  DoorbellPage* page_ = nullptr;  // in mapping_
 };
 
 /// How a waiting thread spends the time before it sleeps: spin (if a spin slot is free: at most as many spinning

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "topocoll/mapped_region.h"
 #include "topocoll/transport/transport.h"
 
 namespace topocoll::transport {
@@ -53,17 +54,14 @@ RegionRef regionOf(const void* p, size_t n);
 /// A peer's shareable buffer mapped here; unmapped when the last holder lets go.
 class PeerMapping {
  public:
-  PeerMapping(char* base, const RegionRef& r) : base_(base), ref_(r) {}
-  PeerMapping(const PeerMapping&) = delete;
-  PeerMapping& operator=(const PeerMapping&) = delete;
-  ~PeerMapping();
+  PeerMapping(MappedRegion view, const RegionRef& r) : view_(std::move(view)), ref_(r) {}
   /// The local address of the owner's address `remote` (mapPeerRegion checked the range).
-  char* at(const RegionRef& r, uint64_t remote) const { return base_ + (remote - r.base); }
+  char* at(const RegionRef& r, uint64_t remote) const { return view_.data() + (remote - r.base); }
   /// The buffer as its owner described it when it was mapped.
   const RegionRef& ref() const { return ref_; }
 
  private:
-  char* base_;
+  MappedRegion view_;
   RegionRef ref_;
 };
 

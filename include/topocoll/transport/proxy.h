@@ -10,7 +10,7 @@
 //
 //   auto conn = std::make_shared<MyProxyConnection>(...);
 //   proxy.callBlocking(*conn, Proxy::Msg::kSetup, &req, sizeof(req), &resp, sizeof(resp));
-//   Mapping m = proxy.importShareable(peerRank, resp.buffer);     // on the peer, from the connect record
+//   MappedRegion m = proxy.importShareable(peerRank, resp.buffer);     // on the peer, from the connect record
 #pragma once
 
 #include <poll.h>
@@ -22,28 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "topocoll/mapped_region.h"
 #include "topocoll/transport/doorbell.h"
 #include "topocoll/transport/transport.h"
 
 namespace topocoll::transport {
 
 class Proxy;
-
-/// A mapped memfd (RAII).
-class Mapping {
- public:
-  Mapping() = default;
-  Mapping(void* p, size_t size) : ptr_(p), size_(size) {}
-  Mapping(Mapping&& o) noexcept : ptr_(o.ptr_), size_(o.size_) { o.ptr_ = nullptr, o.size_ = 0; }
-  Mapping& operator=(Mapping&& o) noexcept;
-  ~Mapping();
-  char* data() const { return static_cast<char*>(ptr_); }
-  size_t size() const { return size_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t size_ = 0;
-};
 
 /// What a connect record carries of a shareable buffer (NCCL's ncclP2pBuff / ncclShmIpcDesc).
 struct ShareableBuffer {
@@ -104,7 +89,7 @@ class Proxy {
   void releaseShareable(uint32_t id);
   /// Any thread: maps buffer `b` of rank `owner`'s proxy (this process's included). Throws naming the owner when it
   /// cannot be reached or refuses.
-  Mapping importShareable(int owner, const ShareableBuffer& b);
+  MappedRegion importShareable(int owner, const ShareableBuffer& b);
   /// Any thread: the doorbell of rank `owner`'s process, from its proxy. From then on this proxy keeps a socket to
   /// the owner's proxy open and sets peerGone[owner] when it closes (the owner's process exited or was killed).
   std::shared_ptr<Doorbell> importDoorbell(int owner);
