@@ -11,14 +11,14 @@
 #include "topocoll/status.h"
 
 namespace topocoll::runtime {
-class Communicator;
+class CommImpl;
 }
 
 namespace topocoll::runtime::detail {
 
 struct CollTask {
   enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
-  Communicator* comm = nullptr;
+  CommImpl* comm = nullptr;
   collectives::Args args;
   bool byOwner = false;  // submitted by the thread that owns the communicator's fast collective lock (collectives.cc)
   std::atomic<int> state{kPending};
@@ -48,11 +48,11 @@ struct CollTask {
 };
 
 /// Adds a collective to this thread's open group (p2p.cc owns the group state).
-void addToGroup(Communicator* comm, std::shared_ptr<CollTask> t);
+void addToGroup(CommImpl* comm, std::shared_ptr<CollTask> t);
 /// A communicator being destroyed: this thread's open group forgets its sends, receives and collectives (their
 /// requests fail, kAborted) and groupEnd() reports them (kInvalidUsage; when the rest of the group fails too, that
 /// failure's code, its message naming the dropped ones as well). Other threads' groups cannot be reached:
 /// destroying a communicator that another thread's open group uses is undefined, as in NCCL.
-void dropFromGroup(Communicator* comm);
+void dropFromGroup(CommImpl* comm);
 
 }  // namespace topocoll::runtime::detail

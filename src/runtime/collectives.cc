@@ -14,6 +14,7 @@
 #include "topocoll/progress/channel_links.h"
 #include "topocoll/progress/connections.h"
 #include "topocoll/progress/engine.h"
+#include "comm_impl.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/doorbell.h"
@@ -44,7 +45,7 @@ int tuningColl(Coll c) {
 
 }  // namespace
 
-Choice Communicator::choose(const Args& a) const {
+Choice CommImpl::choose(const Args& a) const {
   const Config& cfg = conns_->config();
   Choice c;
   // Slices of blocks this size keep the block a rank receives in the cache until it is reduced (2 MiB L2 here).
@@ -83,7 +84,7 @@ Choice Communicator::choose(const Args& a) const {
   return c;
 }
 
-void Communicator::checkCollArgs(const Args& a) const {
+void CommImpl::checkCollArgs(const Args& a) const {
   const char* name = collectives::collName(a.coll);
   if (abort_.load()) fail(StatusCode::kAborted, "rank {}: {} on an aborted communicator", rank_, name);
   if (!isValid(a.type))
@@ -107,7 +108,7 @@ void Communicator::checkCollArgs(const Args& a) const {
   }
 }
 
-std::shared_ptr<CollTask> Communicator::makeCollTask(const Args& a) {
+std::shared_ptr<CollTask> CommImpl::makeCollTask(const Args& a) {
   checkCollArgs(a);
   auto t = std::make_shared<CollTask>();
   t->comm = this;
@@ -115,7 +116,7 @@ std::shared_ptr<CollTask> Communicator::makeCollTask(const Args& a) {
   return t;
 }
 
-void Communicator::execute(CollTask& t) {
+void CommImpl::execute(CollTask& t) {
   const Args& a = t.args;
   try {
     if (abort_.load()) fail(StatusCode::kAborted, "the communicator was aborted");
@@ -175,7 +176,7 @@ void Communicator::execute(CollTask& t) {
 // after registration (a seccomp filter installed later), the foreign thread turns the fast path off and waits 1 ms
 // before reading collFast_: an owner inside has made its store visible by then (x86: stores leave the store buffer
 // in nanoseconds; not a C++ guarantee).
-bool Communicator::collOwner() {
+bool CommImpl::collOwner() {
   const auto me = static_cast<uintptr_t>(pthread_self());
   uintptr_t o = collOwner_.load(std::memory_order_relaxed);
   if (o == me) return true;
@@ -183,7 +184,7 @@ bool Communicator::collOwner() {
   return collOwner_.compare_exchange_strong(o, me);
 }
 
-Communicator::CollHold::CollHold(Communicator& c, bool foreign) : comm(c), mode(CollHoldMode::kLocked) {
+CommImpl::CollHold::CollHold(CommImpl& c, bool foreign) : comm(c), mode(CollHoldMode::kLocked) {
   const bool owner = !foreign && c.collOwner();
   if (owner) {
     c.collFast_.store(1, std::memory_order_relaxed);
@@ -213,7 +214,7 @@ Communicator::CollHold::CollHold(Communicator& c, bool foreign) : comm(c), mode(
   while (c.collFast_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
-Communicator::CollHold::~CollHold() {
+CommImpl::CollHold::~CollHold() {
   if (mode == CollHoldMode::kFast) {
     comm.collFast_.store(0, std::memory_order_release);
     return;
@@ -222,13 +223,13 @@ Communicator::CollHold::~CollHold() {
   if (mode == CollHoldMode::kForeign) comm.collForeign_.fetch_sub(1, std::memory_order_release);
 }
 
-void Communicator::runNow(CollTask& t) {
+void CommImpl::runNow(CollTask& t) {
   CollHold hold(*this);
   if (!links_) links_ = std::make_unique<progress::ChannelLinks>(*conns_, *engine_);
   execute(t);
 }
 
-bool Communicator::runOneShotNow(const Args& a) {
+bool CommImpl::runOneShotNow(const Args& a) {
   CollHold hold(*this);
   try {
     if (abort_.load()) fail(StatusCode::kAborted, "the communicator was aborted");
@@ -239,7 +240,7 @@ bool Communicator::runOneShotNow(const Args& a) {
   }
 }
 
-void Communicator::submit(const std::shared_ptr<CollTask>& t) {
+void CommImpl::submit(const std::shared_ptr<CollTask>& t) {
   std::lock_guard<std::mutex> lock(queueMu_);
   if (collStop_) {
     t->finish(StatusCode::kAborted, fmt::format("rank {}: the communicator is being destroyed", rank_));
@@ -252,7 +253,7 @@ void Communicator::submit(const std::shared_ptr<CollTask>& t) {
   queueCv_.notify_all();
 }
 
-void Communicator::collLoop() {
+void CommImpl::collLoop() {
   log::setThreadRank(rank_);
   std::unique_lock<std::mutex> lock(queueMu_);
   for (;;) {
@@ -278,7 +279,7 @@ void Communicator::collLoop() {
   }
 }
 
-void Communicator::stopCollectives() {
+void CommImpl::stopCollectives() {
   bool busy;
   {
     std::lock_guard<std::mutex> lock(queueMu_);
@@ -291,7 +292,7 @@ void Communicator::stopCollectives() {
   links_.reset();
 }
 
-Request Communicator::collective(const Args& a, bool blocking) {
+Request CommImpl::collective(const Args& a, bool blocking) {
   if (onDevice(a)) {  // device buffers: run now, whatever the form (docs/gpu.md, "Device collectives")
     if (blocking && groupDepth() == 0) {
       runDevice(a);
@@ -344,38 +345,38 @@ Args args(Coll c, const void* s, void* r, size_t n, DataType t, RedOp op = RedOp
 }
 }  // namespace
 
-Request Communicator::iallReduce(const void* s, void* r, size_t n, DataType t, RedOp op) {
+Request CommImpl::iallReduce(const void* s, void* r, size_t n, DataType t, RedOp op) {
   return collective(args(Coll::kAllReduce, s, r, n, t, op), false);
 }
-Request Communicator::ibroadcast(const void* s, void* r, size_t n, DataType t, int root) {
+Request CommImpl::ibroadcast(const void* s, void* r, size_t n, DataType t, int root) {
   return collective(args(Coll::kBroadcast, s, r, n, t, RedOp::kSum, root), false);
 }
-Request Communicator::ireduce(const void* s, void* r, size_t n, DataType t, RedOp op, int root) {
+Request CommImpl::ireduce(const void* s, void* r, size_t n, DataType t, RedOp op, int root) {
   return collective(args(Coll::kReduce, s, r, n, t, op, root), false);
 }
-Request Communicator::iallGather(const void* s, void* r, size_t n, DataType t) {
+Request CommImpl::iallGather(const void* s, void* r, size_t n, DataType t) {
   return collective(args(Coll::kAllGather, s, r, n, t), false);
 }
-Request Communicator::ireduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op) {
+Request CommImpl::ireduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op) {
   return collective(args(Coll::kReduceScatter, s, r, n, t, op), false);
 }
-void Communicator::allReduce(const void* s, void* r, size_t n, DataType t, RedOp op, void* stream) {
+void CommImpl::allReduce(const void* s, void* r, size_t n, DataType t, RedOp op, void* stream) {
   collective(args(Coll::kAllReduce, s, r, n, t, op, 0, stream), true);
 }
-void Communicator::broadcast(const void* s, void* r, size_t n, DataType t, int root, void* stream) {
+void CommImpl::broadcast(const void* s, void* r, size_t n, DataType t, int root, void* stream) {
   collective(args(Coll::kBroadcast, s, r, n, t, RedOp::kSum, root, stream), true);
 }
-void Communicator::reduce(const void* s, void* r, size_t n, DataType t, RedOp op, int root, void* stream) {
+void CommImpl::reduce(const void* s, void* r, size_t n, DataType t, RedOp op, int root, void* stream) {
   collective(args(Coll::kReduce, s, r, n, t, op, root, stream), true);
 }
-void Communicator::allGather(const void* s, void* r, size_t n, DataType t, void* stream) {
+void CommImpl::allGather(const void* s, void* r, size_t n, DataType t, void* stream) {
   collective(args(Coll::kAllGather, s, r, n, t, RedOp::kSum, 0, stream), true);
 }
-void Communicator::reduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op, void* stream) {
+void CommImpl::reduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op, void* stream) {
   collective(args(Coll::kReduceScatter, s, r, n, t, op, 0, stream), true);
 }
 
-void Communicator::allToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type, void* stream) {
+void CommImpl::allToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type, void* stream) {
   if (!isValid(type))
     fail(StatusCode::kInvalidArgument, "rank {}: AllToAll: unknown data type {}", rank_, static_cast<int>(type));
   if (count > 0 && cuda::deviceCount() > 0) {
@@ -410,7 +411,7 @@ void Communicator::allToAll(const void* sendbuff, void* recvbuff, size_t count, 
   if (groupDepth() == 0) allToAllCopies_.clear();  // inside an outer group: kept until it ended
 }
 
-void Communicator::barrier() {
+void CommImpl::barrier() {
   if (groupDepth() > 0) fail(StatusCode::kInvalidUsage, "rank {}: barrier() inside a group", rank_);
   uint8_t in = 0, out = 0;
   allReduce(&in, &out, 1, DataType::kUint8, RedOp::kMax);

@@ -1,5 +1,6 @@
 // Communicator initialisation, phase by phase as NCCL 2.30.7's initTransportsRank (src/init.cc): peer info, nodes,
 // devices, this node's plan, the graph-info allgather, then the transports of the rings and trees.
+#include "comm_impl.h"
 #include "topocoll/runtime/communicator.h"
 
 #include <sched.h>
@@ -120,9 +121,9 @@ InitOptions InitOptions::fromConfig(const Config& cfg) {
 
 InitOptions InitOptions::fromEnv(const Env& env) { return fromConfig(Config::fromEnv(env)); }
 
-Communicator::Communicator() = default;
+CommImpl::CommImpl() = default;
 
-Communicator::~Communicator() {
+CommImpl::~CommImpl() {
   // Order matters: the collectives first (they use all of it), then the engine stops driving before the connections
   // (the connectors and their buffers, the proxy that serves them, the network) go.
   detail::dropFromGroup(this);  // nothing of this thread's open group may point here any more
@@ -134,9 +135,9 @@ Communicator::~Communicator() {
   bs_.reset();
 }
 
-std::unique_ptr<Communicator> Communicator::init(const bootstrap::UniqueId& id, int nRanks, int rank,
+std::unique_ptr<CommImpl> CommImpl::init(const bootstrap::UniqueId& id, int nRanks, int rank,
                                                  const InitOptions& opts) {
-  std::unique_ptr<Communicator> c(new Communicator());
+  std::unique_ptr<CommImpl> c(new CommImpl());
   InitOptions o = opts;
   o.bootstrap.abortFlag = &c->abort_;
   auto t0 = Clock::now();
@@ -145,7 +146,7 @@ std::unique_ptr<Communicator> Communicator::init(const bootstrap::UniqueId& id, 
   return create(std::move(c), std::move(bs), o, bsMs);
 }
 
-std::unique_ptr<Communicator> Communicator::initFromEnv(const Env& env) {
+std::unique_ptr<CommImpl> CommImpl::initFromEnv(const Env& env) {
   InitOptions opts = InitOptions::fromEnv(env);
   LaunchInfo li = launchInfoFromEnv(env, opts.cfg.jobId);
   uint64_t magic = li.jobKey;
@@ -168,12 +169,12 @@ std::unique_ptr<Communicator> Communicator::initFromEnv(const Env& env) {
   }
 }
 
-std::unique_ptr<Communicator> Communicator::initWithBootstrap(std::unique_ptr<bootstrap::Bootstrap> bs,
+std::unique_ptr<CommImpl> CommImpl::initWithBootstrap(std::unique_ptr<bootstrap::Bootstrap> bs,
                                                               const InitOptions& opts) {
-  return create(std::unique_ptr<Communicator>(new Communicator()), std::move(bs), opts, 0);
+  return create(std::unique_ptr<CommImpl>(new CommImpl()), std::move(bs), opts, 0);
 }
 
-std::unique_ptr<Communicator> Communicator::create(std::unique_ptr<Communicator> c,
+std::unique_ptr<CommImpl> CommImpl::create(std::unique_ptr<CommImpl> c,
                                                    std::unique_ptr<bootstrap::Bootstrap> bs, const InitOptions& opts,
                                                    double bootstrapMs) {
   c->bs_ = std::move(bs);
@@ -194,7 +195,7 @@ std::unique_ptr<Communicator> Communicator::create(std::unique_ptr<Communicator>
   return c;
 }
 
-void Communicator::initialise(const InitOptions& opts) {
+void CommImpl::initialise(const InitOptions& opts) {
   auto tStart = Clock::now();
   log::setThreadRank(rank_);
   static std::once_flag versionOnce;
@@ -221,7 +222,7 @@ void Communicator::initialise(const InitOptions& opts) {
 
 // AllGather 1: every rank's PeerInfo. GPU ranks are simulated from NCCL_TOPO_FILE (TOPOCOLL_SIMULATE_GPUS) or real
 // ones that discovery (NVML) finds; a job is all GPU ranks or all host-memory ranks.
-void Communicator::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topology::XmlDoc* doc) {
+void CommImpl::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topology::XmlDoc* doc) {
   bs_->setPhase("topology discovery");
   auto t = Clock::now();
   peers_.assign(nRanks_, PeerInfo{});
@@ -297,7 +298,7 @@ void Communicator::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topolo
 
 // The process's current CUDA device (NCCL's cudaDev, busId in NCCL's int64 form, cudaCompCap), when it uses one
 // (cuda::deviceInUse: its primary context is active, as after cudaSetDevice in CUDA 12+).
-void Communicator::currentCudaDevice(PeerInfo* me) {
+void CommImpl::currentCudaDevice(PeerInfo* me) {
 #ifdef TOPOCOLL_HAVE_CUDA
   const int dev = cuda::deviceInUse();  // -1: this process never used CUDA (a host-memory rank on a GPU machine)
   if (dev < 0) return;
@@ -317,7 +318,7 @@ void Communicator::currentCudaDevice(PeerInfo* me) {
 }
 
 // Nodes are hosts in order of first appearance; local and intra-process ranks.
-void Communicator::findNodes() {
+void CommImpl::findNodes() {
   const PeerInfo& me = peers_[rank_];
   hosts_.clear();
   for (auto& p : peers_)
@@ -337,7 +338,7 @@ void Communicator::findNodes() {
 
 // With TOPOCOLL_SIMULATE_GPUS every rank takes the topology GPU whose dev is its local rank, which every rank can
 // work out for every other rank.
-void Communicator::assignDevices(const InitOptions& opts, topology::XmlDoc& doc) {
+void CommImpl::assignDevices(const InitOptions& opts, topology::XmlDoc& doc) {
   auto devs = topology::gpuDevs(doc);
   for (int r = 0; r < nRanks_; ++r) {
     PeerInfo& p = peers_[r];
@@ -378,7 +379,7 @@ void Communicator::assignDevices(const InitOptions& opts, topology::XmlDoc& doc)
 }
 
 // This rank's node: system, paths and searches for GPU ranks, the host-memory layout otherwise.
-search::NodeGraphs Communicator::planNode(const InitOptions& opts, const topology::XmlDoc& doc, int* nvsCount) {
+search::NodeGraphs CommImpl::planNode(const InitOptions& opts, const topology::XmlDoc& doc, int* nvsCount) {
   auto t = Clock::now();
   const PeerInfo& me = peers_[rank_];
   if (hostMemory()) {
@@ -408,7 +409,7 @@ search::NodeGraphs Communicator::planNode(const InitOptions& opts, const topolog
 }
 
 // AllGather 3: every rank's graph info and preset, then the job-wide rings and trees and the tuning model.
-void Communicator::joinNodes(const InitOptions& opts, const search::NodeGraphs& node, int nvsCount, bool gpuMode) {
+void CommImpl::joinNodes(const InitOptions& opts, const search::NodeGraphs& node, int nvsCount, bool gpuMode) {
   auto t = Clock::now();
   std::vector<search::RankTopo> all(nRanks_);
   all[rank_] = search::presetRank(rank_, node);
@@ -429,7 +430,7 @@ void Communicator::joinNodes(const InitOptions& opts, const search::NodeGraphs& 
   timings_.connect = msSince(t);
 }
 
-void Communicator::logInit() const {
+void CommImpl::logInit() const {
   if (!log::enabled(log::Level::kInfo, log::kInit | log::kGraph)) return;
   TC_INFO(log::kInit, "comm {} rank {} nRanks {} nNodes {} localRanks {} localRank {} MNNVL 0", fmt::ptr(this), rank_,
           nRanks_, connect_.nNodes, localRanks_, localRank_);

@@ -11,6 +11,7 @@
 #include "topocoll/paths/paths.h"
 #include "topocoll/progress/connections.h"
 #include "topocoll/progress/engine.h"
+#include "comm_impl.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/topology/system.h"
@@ -49,7 +50,7 @@ int netDevFor(const topology::System* sys, const Config& cfg, const search::Node
 
 }  // namespace
 
-void Communicator::setupTransports(const InitOptions& opts, const search::NodeGraphs& node) {
+void CommImpl::setupTransports(const InitOptions& opts, const search::NodeGraphs& node) {
   const Config& cfg = opts.cfg;
   progress::Connections::Setup s;
   s.rank = rank_;
@@ -107,16 +108,16 @@ void Communicator::setupTransports(const InitOptions& opts, const search::NodeGr
   conns_->connectRingsAndTrees();
 }
 
-void Communicator::ensureConnected(const std::vector<int>& peers) { conns_->ensureConnected(peers); }
-void Communicator::ensureConnected(int peer) { conns_->ensureConnected(peer); }
+void CommImpl::ensureConnected(const std::vector<int>& peers) { conns_->ensureConnected(peers); }
+void CommImpl::ensureConnected(int peer) { conns_->ensureConnected(peer); }
 
-void Communicator::connectAll() {
+void CommImpl::connectAll() {
   std::vector<int> all(nRanks_);
   std::iota(all.begin(), all.end(), 0);
   conns_->ensureConnected(all);
 }
 
-std::vector<ConnectionInfo> Communicator::connections() const {
+std::vector<ConnectionInfo> CommImpl::connections() const {
   std::vector<ConnectionInfo> out;
   for (const transport::Channel& ch : conns_->channels())
     for (int r = 0; r < nRanks_; ++r)
@@ -128,7 +129,7 @@ std::vector<ConnectionInfo> Communicator::connections() const {
   return out;
 }
 
-void Communicator::abort() {
+void CommImpl::abort() {
   abort_.store(true);
   if (engine_) engine_->abortAll();
 }

@@ -22,6 +22,7 @@
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/progress/connections.h"
+#include "comm_impl.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/transport.h"
@@ -38,7 +39,7 @@ namespace topocoll::runtime {
 using collectives::Args;
 using collectives::Coll;
 
-bool Communicator::onDevice(const Args& a) const {
+bool CommImpl::onDevice(const Args& a) const {
   if (a.count == 0 || cuda::deviceCount() == 0) return false;
   const bool needSend = !(a.coll == Coll::kBroadcast && rank_ != a.root);
   const bool needRecv = !(a.coll == Coll::kReduce && rank_ != a.root);
@@ -50,7 +51,7 @@ bool Communicator::onDevice(const Args& a) const {
   return s || r;
 }
 
-void Communicator::runDevice(const Args& a) {
+void CommImpl::runDevice(const Args& a) {
   checkCollArgs(a);
   if (!devColl_) devColl_ = std::make_unique<detail::DeviceColl>(*this);
   try {
@@ -61,7 +62,7 @@ void Communicator::runDevice(const Args& a) {
   }
 }
 
-void Communicator::runDeviceAllToAll(const void* s, void* r, size_t count, DataType type, void* stream) {
+void CommImpl::runDeviceAllToAll(const void* s, void* r, size_t count, DataType type, void* stream) {
   if (abort_.load()) fail(StatusCode::kAborted, "rank {}: AllToAll on an aborted communicator", rank_);
   if (!devColl_) devColl_ = std::make_unique<detail::DeviceColl>(*this);
   try {

@@ -17,14 +17,14 @@
 #include "topocoll/datatype.h"
 
 namespace topocoll::runtime {
-class Communicator;
+class CommImpl;
 }
 
 namespace topocoll::runtime::detail {
 
 class DeviceColl {
  public:
-  explicit DeviceColl(Communicator& c) : c_(c) {}
+  explicit DeviceColl(CommImpl& c) : c_(c) {}
   /// Closes every peer allocation this communicator opened (cudaIpcCloseMemHandle), frees its own buffers.
   ~DeviceColl();
   DeviceColl(const DeviceColl&) = delete;
@@ -53,7 +53,7 @@ class DeviceColl {
   void* hostBuf(int i, size_t bytes);
   char* scratch(size_t bytes);
 
-  Communicator& c_;
+  CommImpl& c_;
   uint64_t calls_ = 0;
   // The peer allocations opened by this communicator, most recently used first: key = the handle's bytes.
   struct Open {

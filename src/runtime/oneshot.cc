@@ -10,6 +10,7 @@
 #include "topocoll/collectives/reduce.h"
 #include "topocoll/log.h"
 #include "topocoll/progress/connections.h"
+#include "comm_impl.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/doorbell.h"
@@ -54,7 +55,7 @@ std::string describe(uint32_t sig, size_t bytes) {
 
 }  // namespace
 
-bool Communicator::oneShotFits(const Args& a) const {
+bool CommImpl::oneShotFits(const Args& a) const {
   const Config& cfg = conns_->config();
   // Every rank decides alike: the same arguments, knobs and job facts.
   if (nRanks_ < 2 || nRanks_ > collectives::kDirectMaxRanks || hosts_.size() != 1 || !hostMemory() || a.count == 0 ||
@@ -63,7 +64,7 @@ bool Communicator::oneShotFits(const Args& a) const {
   return a.count * sizeOf(a.type) <= static_cast<size_t>(cfg.oneShotMax);
 }
 
-bool Communicator::runOneShot(const Args& a) {
+bool CommImpl::runOneShot(const Args& a) {
   if (shotOff_.load(std::memory_order_relaxed)) return false;
   if (!shotReady_) {
     std::vector<int> peers;

@@ -16,6 +16,7 @@
 #include "topocoll/memcopy.h"
 #include "topocoll/progress/connections.h"
 #include "topocoll/progress/engine.h"
+#include "comm_impl.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/oneshot.h"
@@ -28,9 +29,9 @@
 namespace topocoll::runtime {
 
 namespace detail {
-/// A group's small send or receive recorded without an op (Communicator::recordGroupShot): what the op would hold.
+/// A group's small send or receive recorded without an op (CommImpl::recordGroupShot): what the op would hold.
 struct GroupShot {
-  Communicator* comm = nullptr;
+  CommImpl* comm = nullptr;
   transport::Connector* conn = nullptr;  // whose point-to-point mailbox it uses
   void* buf = nullptr;
   size_t count = 0, bytes = 0;
@@ -48,11 +49,11 @@ using transport::Transfer;
 namespace {
 
 // NCCL's group state is per thread and spans communicators. `shots`: the leading small sends and receives of one
-// communicator, recorded without ops (Communicator::recordGroupShot); anything else joining the group turns them
+// communicator, recorded without ops (CommImpl::recordGroupShot); anything else joining the group turns them
 // into ops first (spillShots), so that the order of each peer's messages is kept.
 struct GroupState {
   int depth = 0;
-  std::vector<std::pair<Communicator*, std::shared_ptr<Op>>> ops;
+  std::vector<std::pair<CommImpl*, std::shared_ptr<Op>>> ops;
   std::vector<std::shared_ptr<detail::CollTask>> colls;
   std::vector<detail::GroupShot> shots;
   int dropped = 0;  // operations of communicators destroyed while the group was open (detail::dropFromGroup)
@@ -68,7 +69,7 @@ constexpr size_t kMaxGroupShots = 64;
 // All or nothing: where an op cannot be made (its communicator was aborted) the records stay, and groupEnd reports it.
 void spillShots() {
   if (tGroup.shots.empty()) return;
-  std::vector<std::pair<Communicator*, std::shared_ptr<Op>>> made;
+  std::vector<std::pair<CommImpl*, std::shared_ptr<Op>>> made;
   made.reserve(tGroup.shots.size());
   for (const auto& s : tGroup.shots) made.emplace_back(s.comm, s.comm->groupShotOp(s));
   for (auto& m : made) tGroup.ops.push_back(std::move(m));
@@ -77,12 +78,12 @@ void spillShots() {
 
 }  // namespace
 
-void detail::dropFromGroup(Communicator* comm) {
+void detail::dropFromGroup(CommImpl* comm) {
   if (tGroupGone || tGroup.depth == 0) return;
   const std::string why = "its communicator was destroyed inside the open group (destroy it after groupEnd())";
   size_t before = tGroup.shots.size() + tGroup.ops.size() + tGroup.colls.size();
   std::erase_if(tGroup.shots, [&](const GroupShot& s) { return s.comm == comm; });
-  std::erase_if(tGroup.ops, [&](const std::pair<Communicator*, std::shared_ptr<Op>>& o) {
+  std::erase_if(tGroup.ops, [&](const std::pair<CommImpl*, std::shared_ptr<Op>>& o) {
     if (o.first != comm) return false;
     o.second->code = StatusCode::kAborted;  // a Request that holds it fails instead of waiting forever
     o.second->error = why;
@@ -97,7 +98,7 @@ void detail::dropFromGroup(Communicator* comm) {
   tGroup.dropped += static_cast<int>(before - tGroup.shots.size() - tGroup.ops.size() - tGroup.colls.size());
 }
 
-void detail::addToGroup(Communicator*, std::shared_ptr<CollTask> t) {
+void detail::addToGroup(CommImpl*, std::shared_ptr<CollTask> t) {
   spillShots();
   tGroup.colls.push_back(std::move(t));
 }
@@ -137,7 +138,7 @@ bool Request::test() {
   return op_->engine->test(*op_);
 }
 
-std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, DataType type, int peer,
+std::shared_ptr<Op> CommImpl::makeOp(bool send, void* buf, size_t count, DataType type, int peer,
                                          int64_t index) {
   const char* what = send ? "send" : "recv";
   if (abort_.load()) fail(StatusCode::kAborted, "rank {}: {} on an aborted communicator", rank_, what);
@@ -210,7 +211,7 @@ std::shared_ptr<Op> Communicator::makeOp(bool send, void* buf, size_t count, Dat
   return op;
 }
 
-void Communicator::recycleOps(std::pair<Communicator*, std::shared_ptr<Op>>* ops, size_t n) {
+void CommImpl::recycleOps(std::pair<CommImpl*, std::shared_ptr<Op>>* ops, size_t n) {
   std::lock_guard<PoolLock> lock(opPoolMu_);
   for (size_t i = 0; i < n; ++i) {
     std::shared_ptr<Op>& op = ops[i].second;
@@ -220,7 +221,7 @@ void Communicator::recycleOps(std::pair<Communicator*, std::shared_ptr<Op>>* ops
   }
 }
 
-Request Communicator::issue(std::shared_ptr<Op> op, bool blocking) {
+Request CommImpl::issue(std::shared_ptr<Op> op, bool blocking) {
   if (tGroup.depth > 0) {
     spillShots();  // recorded before this op: they go first
     tGroup.ops.emplace_back(this, op);
@@ -234,16 +235,16 @@ Request Communicator::issue(std::shared_ptr<Op> op, bool blocking) {
   return Request(std::move(op));
 }
 
-Request Communicator::isend(const void* buf, size_t count, DataType type, int peer) {
+Request CommImpl::isend(const void* buf, size_t count, DataType type, int peer) {
   return issue(makeOp(true, const_cast<void*>(buf), count, type, peer), false);
 }
 
-Request Communicator::irecv(void* buf, size_t count, DataType type, int peer) {
+Request CommImpl::irecv(void* buf, size_t count, DataType type, int peer) {
   return issue(makeOp(false, buf, count, type, peer), false);
 }
 
 // The latency path of a blocking send or recv outside a group: one part, nothing else queued.
-bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, int peer) {
+bool CommImpl::tryInline(bool send, void* buf, size_t count, DataType type, int peer) {
   if (tGroup.depth > 0 || peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || abort_.load() ||
       count > (size_t{1} << 40) || (!buf && count > 0) || !conns_->connected(peer) ||
       (count > 0 && deviceBuffer(buf)))
@@ -272,7 +273,7 @@ bool Communicator::tryInline(bool send, void* buf, size_t count, DataType type, 
   return true;
 }
 
-void Communicator::chooseShot(Op& op) {
+void CommImpl::chooseShot(Op& op) {
   transport::Connector* c = op.peer == rank_ ? nullptr : mailboxOf(op.send, op.peer, op.bytes);
   if (!c) return;
   op.shot = c;
@@ -283,12 +284,12 @@ void Communicator::chooseShot(Op& op) {
   }
 }
 
-bool Communicator::deviceBuffer(const void* buf) const {
+bool CommImpl::deviceBuffer(const void* buf) const {
   if (peers_[rank_].cudaDev < 0 || !buf) return false;
   return cuda::locate(buf).kind == cuda::MemoryKind::kDevice;
 }
 
-void* Communicator::deviceStream() {
+void* CommImpl::deviceStream() {
   std::call_once(devStreamOnce_, [this] {
 #ifdef TOPOCOLL_HAVE_CUDA
     TC_CUDA(cudaSetDevice(peers_[rank_].cudaDev));
@@ -302,7 +303,7 @@ void* Communicator::deviceStream() {
   return devStream_.get();
 }
 
-transport::Connector* Communicator::shotLane(bool send, const void* buf, size_t count, DataType type, int peer,
+transport::Connector* CommImpl::shotLane(bool send, const void* buf, size_t count, DataType type, int peer,
                                              size_t* bytes) {
   if (peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || abort_.load(std::memory_order_relaxed) ||
       count > transport::kShotMaxBytes || (!buf && count > 0) || !conns_->connected(peer))
@@ -312,7 +313,7 @@ transport::Connector* Communicator::shotLane(bool send, const void* buf, size_t 
   return mailboxOf(send, peer, *bytes);
 }
 
-transport::Connector* Communicator::mailboxOf(bool send, int peer, size_t bytes) {
+transport::Connector* CommImpl::mailboxOf(bool send, int peer, size_t bytes) {
   const int max = conns_->config().p2pMailboxMax;  // 0: never (not even empty messages)
   if (max <= 0 || bytes > static_cast<size_t>(max)) return nullptr;
   transport::Connector* c = conns_->p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
@@ -347,7 +348,7 @@ void loadShotOp(Op& op, bool send, void* buf, size_t count, size_t bytes, DataTy
 // The latency path of a small blocking send or recv outside groups: the message goes through the connection's
 // point-to-point mailbox in this thread (a send returns once the receiver posted or took it), on this thread's
 // reused op, never queued.
-bool Communicator::tryShot(bool send, void* buf, size_t count, DataType type, int peer) {
+bool CommImpl::tryShot(bool send, void* buf, size_t count, DataType type, int peer) {
   size_t bytes = 0;
   transport::Connector* c = tGroup.depth > 0 ? nullptr : shotLane(send, buf, count, type, peer, &bytes);
   if (!c) return false;
@@ -358,7 +359,7 @@ bool Communicator::tryShot(bool send, void* buf, size_t count, DataType type, in
   return true;
 }
 
-bool Communicator::recordGroupShot(bool send, void* buf, size_t count, DataType type, int peer,
+bool CommImpl::recordGroupShot(bool send, void* buf, size_t count, DataType type, int peer,
                                    detail::GroupShot* out) {
   if (!tGroup.ops.empty() || !tGroup.colls.empty() || tGroup.shots.size() >= kMaxGroupShots ||
       (!tGroup.shots.empty() && tGroup.shots[0].comm != this))
@@ -378,7 +379,7 @@ bool Communicator::recordGroupShot(bool send, void* buf, size_t count, DataType 
   return true;
 }
 
-bool Communicator::runGroupShots(const detail::GroupShot* shots, size_t n) {
+bool CommImpl::runGroupShots(const detail::GroupShot* shots, size_t n) {
   if (abort_.load(std::memory_order_relaxed)) return false;  // the op path fails them
   // This thread's ops, reset for each group (the group runs to its end here: nothing keeps them).
   thread_local std::deque<Op> tOps;
@@ -395,11 +396,11 @@ bool Communicator::runGroupShots(const detail::GroupShot* shots, size_t n) {
   return true;
 }
 
-std::shared_ptr<Op> Communicator::groupShotOp(const detail::GroupShot& s) {
+std::shared_ptr<Op> CommImpl::groupShotOp(const detail::GroupShot& s) {
   return makeOp(s.send, s.buf, s.count, s.type, s.peer, s.index);
 }
 
-void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
+void CommImpl::send(const void* buf, size_t count, DataType type, int peer) {
   if (tGroup.depth > 0) {  // no Request to make: the op goes straight into the group (no reference count touched)
     detail::GroupShot s;
     if (recordGroupShot(true, const_cast<void*>(buf), count, type, peer, &s)) return tGroup.shots.push_back(s);
@@ -412,7 +413,7 @@ void Communicator::send(const void* buf, size_t count, DataType type, int peer) 
   issue(makeOp(true, const_cast<void*>(buf), count, type, peer), true);
 }
 
-void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
+void CommImpl::recv(void* buf, size_t count, DataType type, int peer) {
   if (tGroup.depth > 0) {
     detail::GroupShot s;
     if (recordGroupShot(false, buf, count, type, peer, &s)) return tGroup.shots.push_back(s);
@@ -425,14 +426,14 @@ void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
   issue(makeOp(false, buf, count, type, peer), true);
 }
 
-void Communicator::postGroup(std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker) {
+void CommImpl::postGroup(std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker) {
   if (abort_.load()) fail(StatusCode::kAborted, "rank {}: the communicator was aborted", rank_);
   engine_->post(ops, wakeWorker);
 }
 
-void Communicator::waitOp(Op& op) { engine_->wait(op); }
+void CommImpl::waitOp(Op& op) { engine_->wait(op); }
 
-bool Communicator::runGroupInline(const std::vector<Op*>& ops) {
+bool CommImpl::runGroupInline(const std::vector<Op*>& ops) {
   int shots = 0;
   for (Op* op : ops) {
     if (op->peer != rank_ && !conns_->connected(op->peer)) return false;
@@ -443,7 +444,7 @@ bool Communicator::runGroupInline(const std::vector<Op*>& ops) {
   return shots == 0 && (engine_->runInlineGroup(ops) || engine_->runInlineGroupParts(ops));
 }
 
-void Communicator::waitOps(const std::vector<Op*>& ops) { engine_->waitAll(ops); }
+void CommImpl::waitOps(const std::vector<Op*>& ops) { engine_->waitAll(ops); }
 
 void* memAlloc(size_t bytes) { return transport::allocShareable(bytes); }
 
@@ -454,7 +455,7 @@ void groupStart() { ++tGroup.depth; }
 int groupDepth() { return tGroup.depth; }
 
 namespace {
-void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops);
+void groupEndP2p(std::vector<std::pair<CommImpl*, std::shared_ptr<Op>>>& ops);
 void runGroup();
 }  // namespace
 
@@ -498,12 +499,12 @@ void runGroup() {
       }
     }
   }
-  std::vector<std::pair<Communicator*, std::shared_ptr<Op>>> ops;
+  std::vector<std::pair<CommImpl*, std::shared_ptr<Op>>> ops;
   ops.swap(tGroup.ops);
   // However the group ends: its finished operations go back to their communicators' pools and the list's storage
   // back to this thread (a group of small messages allocates nothing once warm).
   struct Recycle {
-    std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops;
+    std::vector<std::pair<CommImpl*, std::shared_ptr<Op>>>& ops;
     ~Recycle() {
       for (size_t i = 0; i < ops.size();) {  // one lock per run of one communicator's ops
         size_t j = i + 1;
@@ -548,20 +549,20 @@ void runGroup() {
   if (code != StatusCode::kOk) throw Error(code, why);
 }
 
-void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops) {
+void groupEndP2p(std::vector<std::pair<CommImpl*, std::shared_ptr<Op>>>& ops) {
   if (ops.empty()) return;
   // This thread's scratch lists (kept between groups: nothing allocated per group once warm).
   // (Local references: the connecting threads below must see this thread's lists, not their own.)
-  thread_local std::vector<Communicator*> tComms;
+  thread_local std::vector<CommImpl*> tComms;
   thread_local std::vector<int> tPeers;
   thread_local std::vector<Op*> tAll;
-  std::vector<Communicator*>& comms = tComms;
+  std::vector<CommImpl*>& comms = tComms;
   std::vector<int>& peers = tPeers;
   std::vector<Op*>& all = tAll;
   comms.clear();
   for (auto& [c, op] : ops)
     if (std::find(comms.begin(), comms.end(), c) == comms.end()) comms.push_back(c);
-  auto peersOf = [&](Communicator* c) {
+  auto peersOf = [&](CommImpl* c) {
     std::vector<int> peers;
     for (auto& [cc, op] : ops)
       if (cc == c) peers.push_back(op->peer);
@@ -599,7 +600,7 @@ void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops
       return;
     }
   }
-  for (Communicator* c : comms) {
+  for (CommImpl* c : comms) {
     std::vector<std::shared_ptr<Op>> mine;
     for (auto& [cc, op] : ops)
       if (cc == c) mine.push_back(op);
@@ -607,7 +608,7 @@ void groupEndP2p(std::vector<std::pair<Communicator*, std::shared_ptr<Op>>>& ops
   }
   StatusCode code = StatusCode::kOk;
   std::string why;
-  for (Communicator* c : comms) {
+  for (CommImpl* c : comms) {
     std::vector<Op*> mine;
     for (auto& [cc, op] : ops)
       if (cc == c) mine.push_back(op.get());

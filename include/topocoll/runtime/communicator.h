@@ -19,15 +19,9 @@
 //   a.wait();                                                           // completes in issue order
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <thread>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -77,6 +71,7 @@ struct InitOptions {
   static InitOptions fromEnv(const Env& env);
 };
 
+class CommImpl;
 namespace detail {
 using progress::Engine;
 using progress::Op;
@@ -98,10 +93,11 @@ class Request {
   bool test();
   bool valid() const { return op_ != nullptr || task_ != nullptr; }
 
- private:
-  friend class Communicator;
+  /// Made by the communicator for one of its operations (the types are the runtime's own).
   explicit Request(std::shared_ptr<detail::Op> op) : op_(std::move(op)) {}
   explicit Request(std::shared_ptr<detail::CollTask> t) : task_(std::move(t)) {}
+
+ private:
   std::shared_ptr<detail::Op> op_;
   std::shared_ptr<detail::CollTask> task_;
 };
@@ -113,6 +109,7 @@ struct ConnectionInfo {
   std::string via;   // "P2P/direct pointer", "P2P/IPC/CMA", "SHM/direct", "NET/Socket/0"
 };
 
+/// The public face of a communicator: every call goes to its state and parts (runtime-private).
 class Communicator {
  public:
   /// Joins the job `id` as `rank` of `nRanks` over TCP.
@@ -128,22 +125,22 @@ class Communicator {
   /// Pending operations fail (kAborted); the threads stop; every buffer, socket and descriptor is released.
   ~Communicator();
 
-  int rank() const { return rank_; }
-  int nRanks() const { return nRanks_; }
-  int nNodes() const { return connect_.nNodes; }
-  int node() const { return node_; }
-  int localRank() const { return localRank_; }
-  int localRanks() const { return localRanks_; }
-  int intraProcRanks() const { return intraProcRanks_; }
-  bool hostMemory() const { return peers_[rank_].dev < 0; }
-  const std::vector<PeerInfo>& peers() const { return peers_; }
-  const search::Connect& connect() const { return connect_; }
-  const tuning::Model& model() const { return model_; }
+  int rank() const;
+  int nRanks() const;
+  int nNodes() const;
+  int node() const;
+  int localRank() const;
+  int localRanks() const;
+  int intraProcRanks() const;
+  bool hostMemory() const;
+  const std::vector<PeerInfo>& peers() const;
+  const search::Connect& connect() const;
+  const tuning::Model& model() const;
   /// The host cost model the collectives choose with, and the slowest link between the ranks.
-  const tuning::HostModel& hostModel() const { return hostModel_; }
-  tuning::HostLink hostLink() const { return hostLink_; }
-  const InitTimings& timings() const { return timings_; }
-  bootstrap::Bootstrap& bootstrap() { return *bs_; }
+  const tuning::HostModel& hostModel() const;
+  tuning::HostLink hostLink() const;
+  const InitTimings& timings() const;
+  bootstrap::Bootstrap& bootstrap();
 
   /// NCCL's ncclSend: `count` elements of `type` from `buf` to rank `peer` (this rank included). Returns at once;
   /// outside a group the transfer starts now, inside one at groupEnd(). The buffer must stay valid until done.
@@ -199,157 +196,11 @@ class Communicator {
   std::vector<ConnectionInfo> connections() const;
   /// Any thread: every pending and later operation fails with kAborted; every wait returns.
   void abort();
-  bool aborted() const { return abort_.load(); }
-
-  // Internal (groups).
-  void postGroup(std::vector<std::shared_ptr<detail::Op>>& ops, bool wakeWorker);
-  void ensureConnected(const std::vector<int>& peers);
-  void ensureConnected(int peer);
-  void waitOp(detail::Op& op);
-  void waitOps(const std::vector<detail::Op*>& ops);
-  bool runGroupInline(const std::vector<detail::Op*>& ops);
-  /// The group's fast path for small messages (p2p.cc): a send or receive that its connection's mailbox takes is
-  /// recorded as a GroupShot (no op, no pool) when the group holds nothing else; runGroupShots runs a group made of
-  /// such records alone, in this thread (false: it cannot now, and the caller turns them into ops: groupShotOp).
-  bool recordGroupShot(bool send, void* buf, size_t count, DataType type, int peer, detail::GroupShot* out);
-  bool runGroupShots(const detail::GroupShot* shots, size_t n);
-  std::shared_ptr<detail::Op> groupShotOp(const detail::GroupShot& s);
-  /// The finished operations among `n` of a group's entries (all of this communicator) back to its pool (each kept
-  /// only if nobody else holds it), under one lock.
-  void recycleOps(std::pair<Communicator*, std::shared_ptr<detail::Op>>* ops, size_t n);
-  void checkCollArgs(const collectives::Args& a) const;
-  std::shared_ptr<detail::CollTask> makeCollTask(const collectives::Args& a);
-  /// Runs `t` on the collective thread, after those before it.
-  void submit(const std::shared_ptr<detail::CollTask>& t);
-  /// Runs `t` now in this thread (waiting for the collective thread's queue first).
-  void runNow(detail::CollTask& t);
+  bool aborted() const;
 
  private:
-  Communicator();
-  static std::unique_ptr<Communicator> create(std::unique_ptr<Communicator> c, std::unique_ptr<bootstrap::Bootstrap> bs,
-                                              const InitOptions& opts, double bootstrapMs);
-  // Init phases (NCCL's initTransportsRank, in order).
-  void initialise(const InitOptions& opts);
-  void gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topology::XmlDoc* doc);
-  void currentCudaDevice(transport::PeerInfo* me);
-  void findNodes();
-  void assignDevices(const InitOptions& opts, topology::XmlDoc& doc);
-  search::NodeGraphs planNode(const InitOptions& opts, const topology::XmlDoc& doc, int* nvsCount);
-  void joinNodes(const InitOptions& opts, const search::NodeGraphs& node, int nvsCount, bool gpuMode);
-  void setupTransports(const InitOptions& opts, const search::NodeGraphs& node);
-  void logInit() const;
-  /// `index`: the op's place among the sends to (receives from) `peer` when already taken (any uint32_t, 0 included:
-  /// the count wraps), or kNextIndex: takes the next.
-  static constexpr int64_t kNextIndex = -1;
-  std::shared_ptr<detail::Op> makeOp(bool send, void* buf, size_t count, DataType type, int peer,
-                                     int64_t index = kNextIndex);
-  bool tryInline(bool send, void* buf, size_t count, DataType type, int peer);
-  /// The mailbox path of a blocking small send or recv outside groups (p2p.cc): false when it does not apply.
-  bool tryShot(bool send, void* buf, size_t count, DataType type, int peer);
-  /// The connector whose point-to-point mailbox a send (receive) of these arguments takes, its size in `*bytes`; null
-  /// when it does not apply (bad arguments, not connected yet, too large, a device buffer, no mailbox): the op path
-  /// then says what is wrong, or connects.
-  transport::Connector* shotLane(bool send, const void* buf, size_t count, DataType type, int peer, size_t* bytes);
-  /// The connector whose point-to-point mailbox a message of `bytes` to (from) a connected `peer` takes: null when
-  /// it is larger than TOPOCOLL_P2P_MAILBOX_MAX or the connection has none (NET). Any buffer, device ones staged.
-  transport::Connector* mailboxOf(bool send, int peer, size_t bytes);
- public:
-  /// Once `op`'s peer is connected: a small op whose connection has a point-to-point mailbox takes it (both sides
-  /// decide from the size alone).
-  void chooseShot(detail::Op& op);
- private:
-  /// Issues `op` now (blocking: and waits), or adds it to this thread's group.
-  Request issue(std::shared_ptr<detail::Op> op, bool blocking);
-
-  std::atomic<bool> abort_{false};
-  std::unique_ptr<bootstrap::Bootstrap> bs_;
-  bootstrap::RootHandle root_;
-  int rank_ = 0, nRanks_ = 0, node_ = 0, localRank_ = 0, localRanks_ = 0, intraProcRanks_ = 0;
-  std::vector<uint64_t> hosts_;        // node n's host hash
-  std::vector<int> localRankOf_;
-  std::vector<PeerInfo> peers_;
-  search::Connect connect_;
-  tuning::Model model_;
-  tuning::HostModel hostModel_;
-  tuning::HostLink hostLink_ = tuning::HostLink::kP2p;
-  tuning::HostLimits hostLimits_;
-  InitTimings timings_;
-  std::unique_ptr<topology::System> system_;  // GPU ranks: this node's system with paths
-
-  // Transports and point-to-point state.
-  /// GPU ranks: the stream of device copies (sends and receives of device buffers), made at the first one; destroyed
-  /// after the engine and the connections (declared before them).
-  std::shared_ptr<void> devStream_;
-  std::once_flag devStreamOnce_;
-  void* deviceStream();
-  /// Whether `buf` is CUDA device memory of this GPU rank (host-memory ranks: never, without asking CUDA).
-  bool deviceBuffer(const void* buf) const;
-  std::unique_ptr<progress::Connections> conns_;
-  std::unique_ptr<detail::Engine> engine_;
-  // The point-to-point ops of finished groups, for the next ones. Taken and given back twice per op by the thread
-  // that issues (others only when several threads share the communicator): an exchange, not a futex mutex.
-  struct PoolLock {
-    std::atomic<bool> held{false};
-    void lock() {
-      while (held.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
-    }
-    void unlock() { held.store(false, std::memory_order_release); }
-  };
-  PoolLock opPoolMu_;
-  std::unique_ptr<detail::OpPool> opPool_;
-  // [recv, send][peer]: sends to / receives from the peer so far, both paths (the mailbox messages' index). The
-  // sending and the receiving thread may differ: each counter has one writer at a time.
-  std::unique_ptr<std::atomic<uint32_t>[]> p2pIndex_[2];
-
-  // Collectives: one runs at a time (collMu_), in issue order; asynchronous ones on collThread_.
-  Request collective(const collectives::Args& a, bool blocking);
-  void execute(detail::CollTask& t);
-  // One-shot small collectives (oneshot.cc): whether `a` takes that path (the same answer on every rank), and the
-  // path itself (throws like the algorithms).
-  bool oneShotFits(const collectives::Args& a) const;
-  /// false (nothing done, on every rank alike) when some rank's connections lack mailboxes: the caller runs the call
-  /// on the engine, and oneShotFits says false from then on.
-  bool runOneShot(const collectives::Args& a);
-  /// runOneShot for a blocking call outside groups: after what the collective thread has queued, errors worded as
-  /// execute() words them.
-  bool runOneShotNow(const collectives::Args& a);
-  bool shotReady_ = false;
-  std::atomic<bool> shotOff_{false};  // the ranks agreed that some connection has no mailbox (NET on one host)
-  uint32_t shotCalls_ = 0;  // one-shot calls so far (oneshot.cc: numbers each call's messages)
-  std::vector<transport::Connector*> shotSend_, shotRecv_;  // [peer]: the connectors whose mailboxes it uses
-  int waitSpinUs_ = 20, waitYieldUs_ = 0;  // how waits spin and yield before sleeping (the engine's)
-  void collLoop();
-  void stopCollectives();
-  std::unique_ptr<progress::ChannelLinks> links_;
-  // Collectives on device buffers (device_coll.cc): whether `a`'s buffers are device memory (throws on a mix), and
-  // the device path itself.
-  bool onDevice(const collectives::Args& a) const;
-  void runDevice(const collectives::Args& a);
-  void runDeviceAllToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type, void* stream);
-  friend class detail::DeviceColl;
-  std::unique_ptr<detail::DeviceColl> devColl_;
-  std::mutex collMu_;                  // held while a collective runs (or its fast path, below)
-  // The fast path of collMu_ (collectives.cc, "The collective lock"): the owner thread enters with plain stores.
-  std::atomic<uintptr_t> collOwner_{0};  // pthread_self() of the owner, 0: none yet (or membarrier unavailable)
-  std::atomic<uint32_t> collFast_{0};    // 1 while the owner is inside on the fast path (written by the owner only)
-  std::atomic<uint32_t> collForeign_{0};  // threads other than the owner that want or hold collMu_
-  bool collOwner();
-  enum class CollHoldMode { kFast, kLocked, kForeign };
-  struct CollHold {  // collMu_ or its fast path, held for a scope
-    explicit CollHold(Communicator& c, bool foreign = false);
-    ~CollHold();
-    CollHold(const CollHold&) = delete;
-    CollHold& operator=(const CollHold&) = delete;
-    Communicator& comm;
-    CollHoldMode mode;
-  };
-  std::mutex queueMu_;
-  std::condition_variable queueCv_;
-  std::deque<std::shared_ptr<detail::CollTask>> queue_;
-  std::atomic<int> queued_{0};         // submitted and not finished (changed under queueMu_; read alone by the small path)
-  bool collStop_ = false;
-  std::thread collThread_;
-  std::vector<std::shared_ptr<std::vector<char>>> allToAllCopies_;  // inputs of in-place all-to-alls in flight
+  explicit Communicator(std::unique_ptr<CommImpl> impl);
+  std::unique_ptr<CommImpl> impl_;
 };
 
 /// NCCL's ncclMemAlloc / ncclMemFree for host memory: zeroed, in whole 2 MiB pages, shareable (a memfd: ranks of

@@ -1,0 +1,89 @@
+// runtime::Communicator, the public face: every call goes to the communicator's state and parts (comm_impl.h).
+#include "comm_impl.h"
+#include "topocoll/runtime/communicator.h"
+
+namespace topocoll::runtime {
+
+Communicator::Communicator(std::unique_ptr<CommImpl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+std::unique_ptr<Communicator> Communicator::init(const bootstrap::UniqueId& id, int nRanks, int rank,
+                                                 const InitOptions& opts) {
+  return std::unique_ptr<Communicator>(new Communicator(CommImpl::init(id, nRanks, rank, opts)));
+}
+std::unique_ptr<Communicator> Communicator::initFromEnv(const Env& env) {
+  return std::unique_ptr<Communicator>(new Communicator(CommImpl::initFromEnv(env)));
+}
+std::unique_ptr<Communicator> Communicator::initWithBootstrap(std::unique_ptr<bootstrap::Bootstrap> bs,
+                                                              const InitOptions& opts) {
+  return std::unique_ptr<Communicator>(new Communicator(CommImpl::initWithBootstrap(std::move(bs), opts)));
+}
+
+int Communicator::rank() const { return impl_->rank_; }
+int Communicator::nRanks() const { return impl_->nRanks_; }
+int Communicator::nNodes() const { return impl_->connect_.nNodes; }
+int Communicator::node() const { return impl_->node_; }
+int Communicator::localRank() const { return impl_->localRank_; }
+int Communicator::localRanks() const { return impl_->localRanks_; }
+int Communicator::intraProcRanks() const { return impl_->intraProcRanks_; }
+bool Communicator::hostMemory() const { return impl_->hostMemory(); }
+const std::vector<PeerInfo>& Communicator::peers() const { return impl_->peers_; }
+const search::Connect& Communicator::connect() const { return impl_->connect_; }
+const tuning::Model& Communicator::model() const { return impl_->model_; }
+const tuning::HostModel& Communicator::hostModel() const { return impl_->hostModel_; }
+tuning::HostLink Communicator::hostLink() const { return impl_->hostLink_; }
+const InitTimings& Communicator::timings() const { return impl_->timings_; }
+bootstrap::Bootstrap& Communicator::bootstrap() { return *impl_->bs_; }
+
+Request Communicator::isend(const void* buf, size_t count, DataType type, int peer) {
+  return impl_->isend(buf, count, type, peer);
+}
+Request Communicator::irecv(void* buf, size_t count, DataType type, int peer) {
+  return impl_->irecv(buf, count, type, peer);
+}
+void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
+  impl_->send(buf, count, type, peer);
+}
+void Communicator::recv(void* buf, size_t count, DataType type, int peer) { impl_->recv(buf, count, type, peer); }
+
+Request Communicator::iallReduce(const void* s, void* r, size_t n, DataType t, RedOp op) {
+  return impl_->iallReduce(s, r, n, t, op);
+}
+Request Communicator::ibroadcast(const void* s, void* r, size_t n, DataType t, int root) {
+  return impl_->ibroadcast(s, r, n, t, root);
+}
+Request Communicator::ireduce(const void* s, void* r, size_t n, DataType t, RedOp op, int root) {
+  return impl_->ireduce(s, r, n, t, op, root);
+}
+Request Communicator::iallGather(const void* s, void* r, size_t n, DataType t) {
+  return impl_->iallGather(s, r, n, t);
+}
+Request Communicator::ireduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op) {
+  return impl_->ireduceScatter(s, r, n, t, op);
+}
+void Communicator::allReduce(const void* s, void* r, size_t n, DataType t, RedOp op, void* stream) {
+  impl_->allReduce(s, r, n, t, op, stream);
+}
+void Communicator::broadcast(const void* s, void* r, size_t n, DataType t, int root, void* stream) {
+  impl_->broadcast(s, r, n, t, root, stream);
+}
+void Communicator::reduce(const void* s, void* r, size_t n, DataType t, RedOp op, int root, void* stream) {
+  impl_->reduce(s, r, n, t, op, root, stream);
+}
+void Communicator::allGather(const void* s, void* r, size_t n, DataType t, void* stream) {
+  impl_->allGather(s, r, n, t, stream);
+}
+void Communicator::reduceScatter(const void* s, void* r, size_t n, DataType t, RedOp op, void* stream) {
+  impl_->reduceScatter(s, r, n, t, op, stream);
+}
+void Communicator::allToAll(const void* s, void* r, size_t n, DataType t, void* stream) {
+  impl_->allToAll(s, r, n, t, stream);
+}
+void Communicator::barrier() { impl_->barrier(); }
+collectives::Choice Communicator::choose(const collectives::Args& a) const { return impl_->choose(a); }
+void Communicator::connectAll() { impl_->connectAll(); }
+std::vector<ConnectionInfo> Communicator::connections() const { return impl_->connections(); }
+void Communicator::abort() { impl_->abort(); }
+bool Communicator::aborted() const { return impl_->abort_.load(); }
+
+}  // namespace topocoll::runtime
