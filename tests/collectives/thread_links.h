@@ -1,14 +1,18 @@
-// progress::Links over threads of one process, for testing the algorithms alone (as Gloo tests its algorithms): a
-// send copies its bytes into the queue of its connection (channel, from, to) and completes at once; a receive takes
-// the next message of its connection when it is waited for, so receives complete in issue order per connection, as
-// the real links guarantee. A receive whose size differs from the message fails (kInvalidUsage), and a wait that
-// sees nothing for 10 s fails (kTimeout) instead of hanging the test. With `mapping`, peers' buffers are "mapped" by
-// their address (one address space), so the algorithms' mapped paths run too.
+// progress::Links over threads of one process, for testing the algorithms alone (as Gloo tests its algorithms). Each
+// connection (channel, from, to) is a queue of messages. As on the real links: a send of up to kEagerBytes is copied
+// at once and completes (the FIFO's eager steps); a larger one is read out of the sender's buffer only when the
+// receiver takes it, and completes then (single copies, and acknowledged FIFO steps), so an algorithm that reuses a
+// buffer before its send completed gets wrong data. Whenever a rank waits, it takes the messages of every receive it
+// posted, in issue order per connection (the engine drives every posted op, not only the awaited one). A receive
+// whose size differs from the message fails (kInvalidUsage); a wait with no progress for 10 s fails (kTimeout)
+// instead of hanging the test. With `mapping`, peers' buffers are "mapped" by their address (one address space), so
+// the algorithms' mapped paths run too.
 //
 //   ThreadWorld world(5, /*channels=*/2, /*mapping=*/true);
 //   world.run([&](ThreadLinks& links) { collectives::run(links, args, choice); });  // one thread per rank
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -16,6 +20,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -40,7 +45,7 @@ class ThreadLinks final : public progress::Links {
   int treeDown(int c, int i) const override;
   int send(int c, int peer, const void* buf, size_t bytes, progress::Proto, bool, progress::Copier) override;
   int recv(int c, int peer, void* buf, size_t bytes, progress::Proto, bool) override;
-  void start() override {}
+  void start() override;
   void wait(int h) override;
   void waitAll() override;
   void connectAll() override {}
@@ -53,12 +58,15 @@ class ThreadLinks final : public progress::Links {
 
  private:
   struct Handle {
-    bool recv = false, done = false;
+    bool recv = false;
+    std::shared_ptr<bool> done;  // under the world's lock: a send's is set by the receiver that takes it
     int channel = 0, peer = 0;
     void* buf = nullptr;
     size_t bytes = 0;
   };
-  void complete(int h);
+  // Takes the messages of the posted receives, in issue order per connection (the world's lock held).
+  void pump();
+  void waitFor(int h);
 
   ThreadWorld& w_;
   int rank_;
@@ -124,13 +132,22 @@ class ThreadWorld {
  private:
   friend class ThreadLinks;
   using Key = std::tuple<int, int, int>;  // channel, from, to
+  /// Sends of up to this many bytes are copied at once (the real links' eager steps); larger ones are read when taken.
+  static constexpr size_t kEagerBytes = 64 << 10;
+  struct Message {
+    std::vector<char> copy;       // an eager send's bytes
+    const char* src = nullptr;    // a larger send's buffer, read when taken
+    size_t bytes = 0;
+    std::shared_ptr<bool> sent;   // the sender's completion
+    int sender = 0;
+  };
   int n_;
   bool mapping_;
   std::vector<std::vector<int>> rings_, up_, down_;
   std::vector<ThreadLinks*> links_;
   std::mutex mu_;
   std::vector<std::condition_variable> cvs_;  // [rank]: a message for it came, or a rank failed
-  std::map<Key, std::deque<std::vector<char>>> queues_;
+  std::map<Key, std::deque<Message>> queues_;
   bool broken_ = false;
   std::vector<std::string> errors_;
 };
@@ -145,49 +162,79 @@ inline int ThreadLinks::send(int c, int peer, const void* buf, size_t bytes, pro
                              progress::Copier) {
   if (peer < 0 || peer >= w_.n_) fail(StatusCode::kInternal, "rank {}: send to rank {}", rank_, peer);
   const char* p = static_cast<const char*>(buf);
+  auto done = std::make_shared<bool>(false);
   {
     std::lock_guard<std::mutex> lock(w_.mu_);
-    w_.queues_[{c, rank_, peer}].emplace_back(p, p + bytes);
+    ThreadWorld::Message m;
+    m.bytes = bytes;
+    m.sent = done;
+    m.sender = rank_;
+    if (bytes <= ThreadWorld::kEagerBytes) {
+      m.copy.assign(p, p + bytes);
+      *done = true;
+    } else {
+      m.src = p;
+    }
+    w_.queues_[{c, rank_, peer}].push_back(std::move(m));
     w_.cvs_[peer].notify_all();
   }
-  handles_.push_back({false, true, c, peer, nullptr, bytes});
+  handles_.push_back({false, done, c, peer, nullptr, bytes});
   return static_cast<int>(handles_.size()) - 1;
 }
 
 inline int ThreadLinks::recv(int c, int peer, void* buf, size_t bytes, progress::Proto, bool) {
   if (peer < 0 || peer >= w_.n_) fail(StatusCode::kInternal, "rank {}: receive from rank {}", rank_, peer);
-  handles_.push_back({true, false, c, peer, buf, bytes});
+  handles_.push_back({true, std::make_shared<bool>(false), c, peer, buf, bytes});
   return static_cast<int>(handles_.size()) - 1;
 }
 
-inline void ThreadLinks::complete(int h) {
-  Handle& x = handles_[h];
-  if (x.done) return;
-  // The receives before it on its connection take their messages first.
-  for (int i = 0; i < h; ++i)
-    if (handles_[i].recv && !handles_[i].done && handles_[i].channel == x.channel && handles_[i].peer == x.peer)
-      complete(i);
-  std::vector<char> msg;
-  {
-    std::unique_lock<std::mutex> lock(w_.mu_);
+inline void ThreadLinks::pump() {
+  std::vector<std::pair<int, int>> blocked;  // connections whose oldest pending receive found no message
+  for (Handle& x : handles_) {
+    if (!x.recv || *x.done) continue;
+    const std::pair<int, int> conn{x.channel, x.peer};
+    if (std::find(blocked.begin(), blocked.end(), conn) != blocked.end()) continue;
     auto& q = w_.queues_[{x.channel, x.peer, rank_}];
-    if (!w_.cvs_[rank_].wait_for(lock, std::chrono::seconds(10), [&] { return !q.empty() || w_.broken_; }))
-      fail(StatusCode::kTimeout, "rank {}: nothing from rank {} on channel {} for 10 s", rank_, x.peer, x.channel);
-    if (q.empty()) fail(StatusCode::kRemoteError, "rank {}: another rank failed", rank_);
-    msg = std::move(q.front());
+    if (q.empty()) {
+      blocked.push_back(conn);
+      continue;
+    }
+    ThreadWorld::Message m = std::move(q.front());
     q.pop_front();
+    if (m.bytes != x.bytes)
+      fail(StatusCode::kInvalidUsage, "rank {}: received {} bytes from rank {} on channel {}, expected {}", rank_,
+           m.bytes, x.peer, x.channel, x.bytes);
+    if (x.bytes) std::memcpy(x.buf, m.src ? m.src : m.copy.data(), x.bytes);
+    *x.done = true;
+    if (!*m.sent) {
+      *m.sent = true;
+      w_.cvs_[m.sender].notify_all();
+    }
   }
-  if (msg.size() != x.bytes)
-    fail(StatusCode::kInvalidUsage, "rank {}: received {} bytes from rank {} on channel {}, expected {}", rank_,
-         msg.size(), x.peer, x.channel, x.bytes);
-  if (x.bytes) std::memcpy(x.buf, msg.data(), x.bytes);
-  x.done = true;
 }
 
-inline void ThreadLinks::wait(int h) { complete(h); }
+inline void ThreadLinks::start() {
+  std::lock_guard<std::mutex> lock(w_.mu_);
+  pump();
+}
+
+inline void ThreadLinks::waitFor(int h) {
+  std::unique_lock<std::mutex> lock(w_.mu_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    pump();
+    if (*handles_[h].done) return;
+    if (w_.broken_) fail(StatusCode::kRemoteError, "rank {}: another rank failed", rank_);
+    if (w_.cvs_[rank_].wait_until(lock, deadline) == std::cv_status::timeout && !*handles_[h].done)
+      fail(StatusCode::kTimeout, "rank {}: {} rank {} on channel {} did not complete for 10 s", rank_,
+           handles_[h].recv ? "the receive from" : "the send to", handles_[h].peer, handles_[h].channel);
+  }
+}
+
+inline void ThreadLinks::wait(int h) { waitFor(h); }
 
 inline void ThreadLinks::waitAll() {
-  for (int h = 0; h < static_cast<int>(handles_.size()); ++h) complete(h);
+  for (int h = 0; h < static_cast<int>(handles_.size()); ++h) waitFor(h);
   handles_.clear();
 }
 

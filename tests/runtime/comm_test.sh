@@ -56,7 +56,7 @@ hostmem() {
 scenario hostmem 6 sanitize hostmem
 
 # OpenMPI's mpirun on one host: the root address is derived from the job id.
-mpirun() {
+mpiJob() {
   if command -v mpirun > /dev/null; then
     if timeout 120 mpirun --allow-run-as-root --oversubscribe -np 4 -x NCCL_TOPO_FILE="$SEED" -x TOPOCOLL_SIMULATE_GPUS=1 \
         -x TOPOCOLL_TIMEOUT=60 "$T" comm-check > "$tmp/mpi.out" 2>&1; then
@@ -70,7 +70,7 @@ mpirun() {
     echo "skip mpirun (not installed)"
   fi
 }
-scenario mpirun 4 - mpirun
+scenario mpirun 4 - mpiJob
 
 # A rank that never starts: the others fail within the timeout, naming it.
 never_starts() {
@@ -210,10 +210,14 @@ scenario two-jobs-one-port 2 sanitize two_jobs_one_port
 
 # Several hosts for real: two network namespaces joined by a veth pair (skipped without the rights).
 netns() {
-  if two_hosts tcns1 tcns2 tcv1 tcv2 10.77.0; then
+  local rc=0
+  two_hosts tcns$$a tcns$$b tcv$$a tcv$$b 10.77.0 || rc=$?
+  if [ $rc = 1 ]; then
+    echo "skip netns (no rights to create network namespaces)"
+  elif [ $rc = 0 ]; then
     p=$(port)
     for r in 0 1 2 3; do
-      ns=tcns$((r / 2 + 1))
+      ns=tcns$$$([ $r -lt 2 ] && echo a || echo b)
       ip netns exec $ns env RANK=$r WORLD_SIZE=4 NCCL_COMM_ID=10.77.0.1:$p NCCL_HOSTID=ns$((r / 2)) NCCL_SOCKET_IFNAME=tcv \
         NCCL_TOPO_FILE="$SEED" TOPOCOLL_SIMULATE_GPUS=1 TOPOCOLL_TIMEOUT=30 "$T" comm-check > "$tmp/ns.$r" 2>&1 &
     done
@@ -221,8 +225,6 @@ netns() {
     "$T" plan --topo "$SEED" --nodes 2 --gpus-per-node 2 | grep -E '^(Channel [0-9]+/[0-9]+ :[ 0-9]*$|Rank)' > "$tmp/ns.plan"
     grep -E '^(Channel [0-9]+/[0-9]+ :[ 0-9]*$|Rank)' "$tmp/ns.0" > "$tmp/ns.comm"
     if [ -s "$tmp/ns.comm" ] && cmp -s "$tmp/ns.plan" "$tmp/ns.comm"; then ok netns; else bad netns "$(head -3 "$tmp/ns.0")"; fi
-  else
-    echo "skip netns (no rights to create network namespaces)"
   fi
 }
 scenario netns 4 - netns

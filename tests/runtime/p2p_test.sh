@@ -118,10 +118,14 @@ scenario mpirun 4 - mpi
 
 # Two hosts for real: network namespaces joined by a veth pair; NET between them, P2P inside each.
 namespaces() {
-  if two_hosts tcp2p1 tcp2p2 tcpv1 tcpv2 10.78.0; then
+  local rc=0
+  two_hosts tcp$$a tcp$$b tcpv$$a tcpv$$b 10.78.0 || rc=$?
+  if [ $rc = 1 ]; then
+    echo "skip netns (no rights to create network namespaces)"
+  elif [ $rc = 0 ]; then
     p=$(port)
     for r in 0 1 2 3; do
-      ip netns exec tcp2p$((r / 2 + 1)) env RANK=$r WORLD_SIZE=4 NCCL_COMM_ID=10.78.0.1:$p NCCL_HOSTID=ns$((r / 2)) \
+      ip netns exec tcp$$$([ $r -lt 2 ] && echo a || echo b) env RANK=$r WORLD_SIZE=4 NCCL_COMM_ID=10.78.0.1:$p NCCL_HOSTID=ns$((r / 2)) \
         NCCL_SOCKET_IFNAME=tcpv TOPOCOLL_TIMEOUT=30 "$T" comm-check --sendrecv --types float,uint8 > "$tmp/ns.$r" 2>&1 &
     done
     wait
@@ -130,8 +134,6 @@ namespaces() {
     else
       bad netns "$(cat "$tmp"/ns.* | grep -iE 'error|sendrecv' | head -3)"
     fi
-  else
-    echo "skip netns (no rights to create network namespaces)"
   fi
 }
 scenario netns 4 - namespaces
@@ -176,7 +178,7 @@ killMid() {
 }
 for spec in P2P:8M SHM:8M NET:8M P2P:8 SHM:8; do
   tr=${spec%:*} size=${spec#*:}
-  scenario kill-$tr-$size 3 $([ $spec = P2P:8M ] && echo sanitize || echo -) killMid $tr $size
+  scenario kill-$tr-$size 3 sanitize killMid $tr $size
 done
 
 scenarios_main "$@"

@@ -6,9 +6,9 @@
 #   scenarios_main "$@"                               # --list | NAME... | nothing: every scenario, in order
 #   needs VAR...                                      # environment variables the scenarios need (not --list)
 #
-# A scenario calls ok/bad for each check; it fails when one check failed, or when it left a new entry in /dev/shm
-# (POSIX semaphores, sem.*, excepted: Python's multiprocessing makes them in tests running beside it) or a child
-# process behind.
+# A scenario calls ok/bad for each check; it fails when one check failed, when it left a new entry of the library's
+# in /dev/shm (other tests running beside it may make their own), or when a process it started (anything with its
+# TOPOCOLL_SCENARIO_TAG in the environment: the ranks a launcher forked too) still runs after it.
 set -u
 SC_NAMES=()
 declare -A SC_RANKS SC_LABELS SC_CMD
@@ -31,16 +31,23 @@ SC_NEEDS=()
 needs() { SC_NEEDS+=("$@"); }
 
 # two_hosts NS1 NS2 DEV1 DEV2 NET: network namespaces NS1 and NS2 joined by a veth pair DEV1-DEV2, addresses NET.1 and
-# NET.2 (/24), removed when the script exits; fails (nothing made) without the rights to create them.
+# NET.2 (/24), removed when the script exits. Returns 1 (nothing made) without the rights to create a namespace; a
+# later step that fails is a failure of the scenario (returns 2).
 two_hosts() {
   local ns1=$1 ns2=$2 dev1=$3 dev2=$4 net=$5
-  at_exit "ip netns del $ns1 2> /dev/null; ip netns del $ns2 2> /dev/null"
-  ip netns add "$ns1" 2> /dev/null && ip netns add "$ns2" 2> /dev/null &&
-    ip link add "$dev1" type veth peer name "$dev2" 2> /dev/null || return 1
-  ip link set "$dev1" netns "$ns1" && ip link set "$dev2" netns "$ns2" &&
+  ip netns add "$ns1" 2> /dev/null || return 1
+  at_exit "ip netns del $ns1 2> /dev/null"
+  ip netns add "$ns2" 2> /dev/null || { bad "$ns2" "could create namespace $ns1 but not $ns2"; return 2; }
+  at_exit "ip netns del $ns2 2> /dev/null"
+  if ip link add "$dev1" type veth peer name "$dev2" &&
+    ip link set "$dev1" netns "$ns1" && ip link set "$dev2" netns "$ns2" &&
     ip -n "$ns1" addr add "$net.1/24" dev "$dev1" && ip -n "$ns2" addr add "$net.2/24" dev "$dev2" &&
     ip -n "$ns1" link set "$dev1" up && ip -n "$ns2" link set "$dev2" up &&
-    ip -n "$ns1" link set lo up && ip -n "$ns2" link set lo up
+    ip -n "$ns1" link set lo up && ip -n "$ns2" link set lo up; then
+    return 0
+  fi
+  bad "$ns1-$ns2" "the veth pair between the namespaces could not be set up"
+  return 2
 }
 
 scenario() {
@@ -51,6 +58,21 @@ scenario() {
   SC_RANKS[$name]=$ranks
   SC_LABELS[$name]=$labels
   SC_CMD[$name]=$(printf '%q ' "$@")
+}
+
+# leftovers TAG: the processes (pids) whose environment holds TOPOCOLL_SCENARIO_TAG=TAG (a process that is exiting
+# gets a moment to go). /proc/PID/environ is the environment a process started with: this shell's never has the tag.
+leftovers() {
+  local pid left try
+  for try in 1 2 3 4 5; do
+    left=""
+    for pid in $(grep -lsa "TOPOCOLL_SCENARIO_TAG=$1" /proc/[0-9]*/environ 2> /dev/null | cut -d/ -f3); do
+      left+="$pid "
+    done
+    [ -z "$left" ] && return
+    sleep 0.2
+  done
+  echo "$left"
 }
 
 scenarios_main() {
@@ -67,13 +89,19 @@ scenarios_main() {
     [ -n "${SC_CMD[$_sc_n]+x}" ] || { echo "no scenario '$_sc_n' (--list shows them)"; exit 2; }
   done
   for _sc_n in "${_sc_names[@]}"; do
-    _sc_before=$(ls /dev/shm | sort)
+    _sc_before=$(ls /dev/shm | grep -iE 'topocoll|nccl' | sort)
     _sc_start=$SECONDS
+    export TOPOCOLL_SCENARIO_TAG="$_sc_n.$$"
     eval "${SC_CMD[$_sc_n]}"
-    _sc_after=$(ls /dev/shm | sort)
-    _sc_left=$(comm -13 <(echo "$_sc_before") <(echo "$_sc_after") | grep -v '^sem\.')
+    unset TOPOCOLL_SCENARIO_TAG  # what runs from here on (the checks) does not carry it
+    _sc_after=$(ls /dev/shm | grep -iE 'topocoll|nccl' | sort)
+    _sc_left=$(comm -13 <(echo "$_sc_before") <(echo "$_sc_after"))
     [ -z "$_sc_left" ] || bad "$_sc_n" "new entries in /dev/shm: $_sc_left"
-    if pgrep -P $$ > /dev/null; then bad "$_sc_n" "processes left behind: $(pgrep -P $$ -a | head -3)"; fi
+    _sc_left=$(leftovers "$_sc_n.$$")
+    if [ -n "$_sc_left" ]; then
+      bad "$_sc_n" "processes left behind: $_sc_left"
+      kill -9 $_sc_left 2> /dev/null
+    fi
     echo "---- $_sc_n: $((SECONDS - _sc_start)) s"
   done
   echo "$fails failure(s)"
