@@ -210,4 +210,35 @@ launcherStop() {
 }
 scenario launcher-stops-a-frozen-rank 3 sanitize launcherStop
 
+# launcherGone SIGNAL NUMBER: the launcher's end is its ranks' end. SIGINT or SIGTERM to `topocoll-perf -np` reaches
+# every rank and the launcher ends by it (as mpirun forwards them); a launcher killed with -9 takes its ranks with it
+# (their parent-death signal): no rank keeps running, within 2 s.
+launcherGone() {
+  local sig=$1 num=$2 parent ranks rc alive=""
+  TOPOCOLL_TIMEOUT=60 "$B" all_reduce_perf -np 4 -l 64M -T 30 > "$tmp/gone" 2>&1 &
+  parent=$!
+  for _ in $(seq 100); do
+    sleep 0.1
+    grep -q "#wrong" "$tmp/gone" && [ "$(pgrep -P $parent | wc -l)" = 4 ] && break
+  done
+  ranks=$(pgrep -P $parent)
+  kill -s "$sig" $parent
+  wait $parent
+  rc=$?
+  for _ in $(seq 20); do
+    alive=""
+    for p in $ranks; do kill -0 "$p" 2> /dev/null && alive+="$p "; done
+    [ -z "$alive" ] && break
+    sleep 0.1
+  done
+  if [ -n "$ranks" ] && [ -z "$alive" ] && [ $rc = $((128 + num)) ]; then
+    ok "SIG$sig to the launcher: its $(echo $ranks | wc -w) ranks are gone (launcher exit $rc)"
+  else
+    bad "SIG$sig to the launcher" "exit $rc; ranks [$ranks], still alive [$alive]: $(tail -2 "$tmp/gone")"
+  fi
+}
+scenario launcher-terminated 4 sanitize launcherGone TERM 15
+scenario launcher-interrupted 4 - launcherGone INT 2
+scenario launcher-killed 4 sanitize launcherGone KILL 9
+
 scenarios_main "$@"

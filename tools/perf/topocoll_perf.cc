@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -576,15 +577,42 @@ int reserveLoopbackPort(int& fd) {
   return ntohs(a.sin_port);
 }
 
+// The ranks forked so far, for the signal handler (written before the handler is installed; read only by it).
+constexpr int kMaxForked = 4096;
+pid_t gForked[kMaxForked];
+volatile sig_atomic_t gNumForked = 0;
+volatile sig_atomic_t gForwarded = 0;  // the signal the launcher was asked to stop with (0: none)
+
+// SIGINT, SIGTERM, SIGHUP to the launcher go to every rank, as mpirun forwards them; the launcher then reaps its
+// ranks and ends by the same signal.
+void forwardToRanks(int sig) {
+  gForwarded = sig;
+  for (int i = 0; i < gNumForked; ++i)
+    if (gForked[i] > 0) ::kill(gForked[i], sig);
+}
+
 int forkRanks(const Options& o, const Test& test, const std::string& program) {
   int reserved = -1;
   int port = reserveLoopbackPort(reserved);
   std::fflush(stdout);
   std::vector<pid_t> pids;
   int perHost = std::max(1, o.np / o.hosts);
+  if (o.np > kMaxForked) fail(StatusCode::kInvalidUsage, "-np {}: at most {} ranks on one machine", o.np, kMaxForked);
+  struct sigaction forward {};
+  forward.sa_handler = forwardToRanks;
+  sigemptyset(&forward.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &forward, nullptr);
+  const pid_t launcher = getpid();
   for (int r = 0; r < o.np; ++r) {
     pid_t pid = fork();
     if (pid == 0) {
+      // No rank outlives its launcher: the kernel kills it when the launcher dies, however it dies (already dead
+      // between the fork and this call: the parent is no longer the launcher).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) std::_Exit(1);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
       ::close(reserved);  // the launcher's copy keeps the reservation
       int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
       if (o.bind == 1 || (o.bind == -1 && o.np <= cpus)) {
@@ -609,6 +637,11 @@ int forkRanks(const Options& o, const Test& test, const std::string& program) {
       std::_Exit(rc);
     }
     pids.push_back(pid);
+    if (pid > 0) {
+      gForked[gNumForked] = pid;
+      gNumForked = gNumForked + 1;
+    }
+    if (gForwarded) ::kill(pid, gForwarded);  // a signal that came while this rank was being forked
   }
   // As mpirun does: once a rank has failed, the others get kStopGrace to fail on their own (they detect a dead
   // peer within about a second and name it); ranks still running then are killed, so a rank that failed before
@@ -657,6 +690,12 @@ int forkRanks(const Options& o, const Test& test, const std::string& program) {
     }
   }
   ::close(reserved);
+  if (int sig = gForwarded) {  // end as the ranks did: by the signal the launcher was sent
+    std::fprintf(stderr, "%s: stopped by signal %d (forwarded to every rank)\n", program.c_str(), sig);
+    std::fflush(stderr);
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+  }
   return rc;
 }
 
