@@ -76,6 +76,7 @@ RootHandle::RootHandle() = default;
 RootHandle::RootHandle(RootHandle&&) noexcept = default;
 RootHandle& RootHandle::operator=(RootHandle&&) noexcept = default;
 RootHandle::~RootHandle() = default;
+bool RootHandle::finished() const { return !root || root->ended(); }
 
 void RootHandle::abort(const std::string& reason, std::chrono::milliseconds linger) {
   if (root) root->abort(reason, Clock::now() + linger);

@@ -282,6 +282,7 @@ void Root::run() {
   }
   everyoneTold_ = true;  // nobody is listening any more: nothing to wait for
   if (st.finished) listener_ = Socket();  // the job is bootstrapped: later connections are refused at once
+  ended_.store(true, std::memory_order_release);
 }
 
 }  // namespace topocoll::bootstrap

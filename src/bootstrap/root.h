@@ -26,6 +26,9 @@ class Root {
   /// `reason`. Returns once every rank of the job has been told (those registering meanwhile included), when no
   /// connection has come for a few seconds, or at `until`.
   void abort(const std::string& reason, Clock::time_point until);
+  /// Its thread has ended (the job is bootstrapped, or failed and every rank was told): destroying it now costs a
+  /// join of an ended thread.
+  bool ended() const { return ended_.load(std::memory_order_acquire); }
 
  private:
   struct Impl;
@@ -39,6 +42,7 @@ class Root {
   uint64_t magic_ = 0;
   int nRanks_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> ended_{false};
   std::thread thread_;
 };
 

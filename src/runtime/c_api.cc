@@ -76,7 +76,8 @@ tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
   }
 }
 
-// Roots started by tcclGetUniqueId, alive until the process ends (each root thread ends once every rank joined).
+// Roots started by tcclGetUniqueId, kept until their job is bootstrapped (or failed and was told); each call reaps
+// the finished ones, so a process that creates communicators all its life keeps only those still joining.
 std::mutex rootsMu;
 std::vector<topocoll::bootstrap::RootHandle> roots;
 
@@ -151,6 +152,7 @@ tcclResult_t tcclGetUniqueId(tcclUniqueId* uniqueId) {
     static_assert(sizeof(id.bytes) == TCCL_UNIQUE_ID_BYTES);
     std::memcpy(uniqueId->internal, id.bytes.data(), TCCL_UNIQUE_ID_BYTES);
     std::lock_guard<std::mutex> lk(rootsMu);
+    std::erase_if(roots, [](const topocoll::bootstrap::RootHandle& h) { return h.finished(); });
     roots.push_back(std::move(root));
   });
 }

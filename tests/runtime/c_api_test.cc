@@ -199,3 +199,71 @@ TEST(CApiSelf, UnmatchedSendToItselfTimesOut) {
 }
 
 }  // namespace
+
+namespace {
+
+// What the process holds: address space, mappings, descriptors, threads, and /dev/shm entries.
+struct Holdings {
+  long vmKiB = 0, maps = 0, fds = 0, threads = 0, shm = 0;
+};
+long countEntries(const char* dir) {
+  std::string cmd = std::string("ls -A ") + dir + " 2>/dev/null | wc -l";
+  FILE* f = popen(cmd.c_str(), "r");
+  long n = 0;
+  if (f) {
+    if (std::fscanf(f, "%ld", &n) != 1) n = -1;
+    pclose(f);
+  }
+  return n;
+}
+Holdings holdings() {
+  Holdings h;
+  FILE* f = std::fopen("/proc/self/status", "r");
+  char line[256];
+  while (f && std::fgets(line, sizeof(line), f)) {
+    std::sscanf(line, "VmSize: %ld", &h.vmKiB);
+    std::sscanf(line, "Threads: %ld", &h.threads);
+  }
+  if (f) std::fclose(f);
+  f = std::fopen("/proc/self/maps", "r");
+  while (f && std::fgets(line, sizeof(line), f))
+    if (std::strchr(line, '\n')) ++h.maps;
+  if (f) std::fclose(f);
+  h.fds = countEntries("/proc/self/fd") - 1;  // the listing's own descriptor
+  h.shm = countEntries("/dev/shm");
+  return h;
+}
+
+// One communicator's life through NCCL's calls: a unique id (a root thread), init, a collective, destroy.
+void oneCommunicator() {
+  tcclUniqueId id;
+  ASSERT_EQ(tcclGetUniqueId(&id), tcclSuccess) << tcclGetLastError(nullptr);
+  tcclComm_t c = nullptr;
+  ASSERT_EQ(tcclCommInitRank(&c, 1, id, 0), tcclSuccess) << tcclGetLastError(nullptr);
+  float x = 1;
+  ASSERT_EQ(tcclAllReduce(&x, &x, 1, tcclFloat32, tcclSum, c, nullptr), tcclSuccess) << tcclGetLastError(c);
+  ASSERT_EQ(tcclCommDestroy(c), tcclSuccess);
+}
+
+}  // namespace
+
+// A long-lived service creates and destroys communicators all its life: after a warm-up, 1,000 more leave the
+// process's address space, mappings, descriptors, threads and /dev/shm where they were (each unique id's root
+// thread is reaped once its job is bootstrapped).
+TEST(CApiLeaks, AThousandCommunicatorsLeaveNothingBehind) {
+  for (int i = 0; i < 20; ++i) ASSERT_NO_FATAL_FAILURE(oneCommunicator());
+  const Holdings before = holdings();
+  for (int i = 0; i < 1000; ++i) ASSERT_NO_FATAL_FAILURE(oneCommunicator());
+  const Holdings after = holdings();
+  // A root whose job just finished may still be running its last loop: at most one thread and its descriptors.
+  EXPECT_LE(after.threads, before.threads + 1);
+  EXPECT_LE(after.fds, before.fds + 2);
+  EXPECT_LE(after.maps, before.maps + 8);
+  // A new malloc arena for a thread reserves 64 MiB at once; a thread's stack left behind per communicator would add
+  // 8 MiB each (8 GiB here).
+  EXPECT_LE(after.vmKiB, before.vmKiB + 256 * 1024) << "VmSize grew from " << before.vmKiB << " to " << after.vmKiB
+                                                    << " KiB";
+  EXPECT_EQ(after.shm, before.shm);
+  std::printf("1000 communicators: VmSize %ld -> %ld KiB, maps %ld -> %ld, fds %ld -> %ld, threads %ld -> %ld\n",
+              before.vmKiB, after.vmKiB, before.maps, after.maps, before.fds, after.fds, before.threads, after.threads);
+}

@@ -67,6 +67,9 @@ struct RootHandle {
   /// unless the job already failed for another reason, every rank is told `reason`. Waits until every rank of the
   /// job knows the failure (ranks that register meanwhile are told at once) or `linger` passes.
   void abort(const std::string& reason, std::chrono::milliseconds linger);
+  /// No root, or its thread has ended (every rank joined, or the job failed and was told): nothing is lost by
+  /// destroying the handle now.
+  bool finished() const;
 };
 
 /// Starts a root listener (on `hostPort` "host:port" when given, as NCCL_COMM_ID; else an ephemeral port on the
