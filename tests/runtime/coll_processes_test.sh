@@ -212,9 +212,9 @@ scenario launcher-stops-a-frozen-rank 3 sanitize launcherStop
 
 # launcherGone SIGNAL NUMBER: the launcher's end is its ranks' end. SIGINT or SIGTERM to `topocoll-perf -np` reaches
 # every rank and the launcher ends by it (as mpirun forwards them); a launcher killed with -9 takes its ranks with it
-# (their parent-death signal): no rank keeps running, within 2 s.
+# (their parent-death signal): no rank keeps running (within 10 s; they would otherwise run for 30 s and more).
 launcherGone() {
-  local sig=$1 num=$2 parent ranks rc alive=""
+  local sig=$1 num=$2 parent ranks rc alive="" state
   TOPOCOLL_TIMEOUT=60 "$B" all_reduce_perf -np 4 -l 64M -T 30 > "$tmp/gone" 2>&1 &
   parent=$!
   for _ in $(seq 100); do
@@ -225,9 +225,14 @@ launcherGone() {
   kill -s "$sig" $parent
   wait $parent
   rc=$?
-  for _ in $(seq 20); do
+  # A rank counts as gone once it is a zombie (its new parent reaps it when it will) or reaped; a killed process with
+  # ASan's large mappings takes a while to be torn down on a busy machine.
+  for _ in $(seq 100); do
     alive=""
-    for p in $ranks; do kill -0 "$p" 2> /dev/null && alive+="$p "; done
+    for p in $ranks; do
+      state=$(sed -n 's/^[0-9]* ([^)]*) \(.\).*/\1/p' "/proc/$p/stat" 2> /dev/null)
+      [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] && alive+="$p "
+    done
     [ -z "$alive" ] && break
     sleep 0.1
   done
