@@ -183,6 +183,14 @@ killed 4 1 0 - all-gather-star all_gather_perf
 killed 2 2 1 - all-gather-pair all_gather_perf
 killed 2 1 0 sanitize all-gather-pair all_gather_perf
 
+# running OUTPUT PARENT N: waits (up to 10 s) until launcher PARENT has N ranks and they print results into OUTPUT.
+running() {
+  for _ in $(seq 100); do
+    sleep 0.1
+    grep -q "#wrong" "$1" && [ "$(pgrep -P "$2" | wc -l)" = "$3" ] && break
+  done
+}
+
 # The launcher stops a job once a rank failed: rank 2 is frozen (SIGSTOP, so it can neither fail nor finish) and rank
 # 1 killed; topocoll-perf -np kills the ranks still running 10 s later (the frozen one, and rank 0 when it waits on
 # it), as mpirun does, instead of waiting for them.
@@ -190,10 +198,7 @@ launcherStop() {
   local parent rc took start
   TOPOCOLL_TIMEOUT=60 "$B" all_reduce_perf -np 3 -l 64M -T 30 > "$tmp/stop" 2>&1 &
   parent=$!
-  for _ in $(seq 100); do
-    sleep 0.1
-    grep -q "#wrong" "$tmp/stop" && [ "$(pgrep -P $parent | wc -l)" = 3 ] && break
-  done
+  running "$tmp/stop" $parent 3
   sleep 1
   start=$(date +%s)
   kill -STOP "$(pgrep -P $parent | sed -n 3p)"
@@ -217,10 +222,7 @@ launcherGone() {
   local sig=$1 num=$2 parent ranks rc alive="" state
   TOPOCOLL_TIMEOUT=60 "$B" all_reduce_perf -np 4 -l 64M -T 30 > "$tmp/gone" 2>&1 &
   parent=$!
-  for _ in $(seq 100); do
-    sleep 0.1
-    grep -q "#wrong" "$tmp/gone" && [ "$(pgrep -P $parent | wc -l)" = 4 ] && break
-  done
+  running "$tmp/gone" $parent 4
   ranks=$(pgrep -P $parent)
   kill -s "$sig" $parent
   wait $parent
