@@ -22,7 +22,7 @@ struct PlanArgs {
   std::string topo, gpusList, graphOut, graphIn, drawOut, plotOut, collName, typeName = "float32";
   std::string netPluginVersion, netDevices;  // set the knobs of the same meaning
   JobSpec job;
-  bool json = false, pretty = false, explain = false;
+  bool json = false, pretty = false, explain = false, noTimings = false;
   bool optimize = false, ladderSpeeds = false;
   double timeBudget = 1.0;
   int64_t searchNodes = 0;
@@ -111,8 +111,7 @@ Plan planFor(PlanArgs& a, Config& cfg, std::string* name, std::string* shownName
   auto doc = loadTopology(a.topo, cfg, name);
   Plan p = makePlan(doc, a.job, cfg);
   if (docOut) *docOut = std::move(doc);
-  *shownName = *name;
-  if (auto pos = name->find("topologies/"); pos != std::string::npos) *shownName = name->substr(pos);
+  *shownName = topoName(*name);
   if (!cfg.graphDumpFile.empty()) writeOut(cfg.graphDumpFile, graphsXml(p, true));
   if (!a.graphOut.empty() && !a.optimize) writeOut(a.graphOut, graphsXml(p, true));
   return p;
@@ -148,6 +147,9 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
                   "(TOPOCOLL_NET_DEVICES; default: the XML's <net>s, or one 10 Gb/s eth0)");
     c->add_flag("--json", a->json, "One JSON document (field names of tests/conformance/SCHEMA.md)");
     c->add_flag("--pretty", a->pretty, "Indent the JSON");
+    c->add_flag("--no-timings", a->noTimings,
+                "Leave the search and wall times out of --json: the same inputs give the same bytes (what a "
+                "communicator writes to TOPOCOLL_PLAN_FILE)");
   };
   auto* plan = app.add_subcommand("plan", "Channels, rings and trees NCCL would build for a job");
   addJob(plan);
@@ -188,7 +190,8 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
                       Plan q = makePlan(doc, a->job, cfg, &graphs);
                       if (!a->graphOut.empty()) writeOut(a->graphOut, graphsXml(q, false));
                       if (a->json) {
-                        auto j = nlohmann::ordered_json::parse(planToJson(q, shown, typeSizeOf(a->typeName)));
+                        auto j = nlohmann::ordered_json::parse(
+                            planToJson(q, shown, typeSizeOf(a->typeName), false, !a->noTimings));
                         j["optimize"] = optimizeJson(r);
                         std::cout << j.dump(a->pretty ? 1 : -1) << "\n";
                       } else {
@@ -196,7 +199,8 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
                       }
                       return 0;
                     }
-                    if (a->json) std::cout << planToJson(p, shown, typeSizeOf(a->typeName), a->pretty) << "\n";
+                    if (a->json)
+                      std::cout << planToJson(p, shown, typeSizeOf(a->typeName), a->pretty, !a->noTimings) << "\n";
                     else std::cout << planText(p, a->explain, cfg);
                     return 0;
                   }});
@@ -211,7 +215,7 @@ std::vector<Command> addPlanCommands(CLI::App& app) {
                     Plan p = planFor(*a, cfg, &name, &shown);
                     if (!a->plotOut.empty())
                       writeOut(a->plotOut, busbwPlot(p, typeSize, onlyColl < 0 ? tuning::kAllReduce : onlyColl, name));
-                    if (a->json) std::cout << planToJson(p, shown, typeSize, a->pretty) << "\n";
+                    if (a->json) std::cout << planToJson(p, shown, typeSize, a->pretty, !a->noTimings) << "\n";
                     else std::cout << tuningTables(p) << "\n" << selectionText(p, typeSize, onlyColl);
                     // NCCL fails an operation for which no algorithm/protocol is enabled: so does tune.
                     for (const auto& s : selectionTable(p, typeSize, onlyColl))

@@ -62,6 +62,7 @@ struct Config {
   int p2pPerChannelNetBw = 14;     // NCCL_P2P_PER_CHANNEL_NET_BW
   std::string graphFile;           // NCCL_GRAPH_FILE
   std::string graphDumpFile;       // NCCL_GRAPH_DUMP_FILE
+  std::string planFile;            // TOPOCOLL_PLAN_FILE (rank 0 writes the plan its communicator executes)
   int searchTimeoutScale = 1;      // TOPOCOLL_SEARCH_TIMEOUT_SCALE
   int searchMemo = 1;              // TOPOCOLL_SEARCH_MEMO
   int mnnvlEnable = 2;             // NCCL_MNNVL_ENABLE

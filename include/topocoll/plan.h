@@ -6,7 +6,8 @@
 //   topocoll::Plan plan = topocoll::makePlan(topo, {.nNodes = 2}, cfg);
 //   auto choice = plan.select(topocoll::tuning::kAllReduce, 1 << 20);
 //
-// A Plan is an immutable value: a communicator can hold one and call select() on its hot path.
+// A Plan is an immutable value: a communicator computes one at init (the same two stages, planNode and joinNodes,
+// with the graph-info allgather between them) and executes what it says; select() serves its hot path.
 #pragma once
 
 #include <array>
@@ -51,6 +52,7 @@ struct Plan {
   std::array<bool, search::kNumGraphs> graphAvailable = {};
   search::Connect connect;
   tuning::Model model;
+  bool hostMemory = false;  // the ranks move host memory: hostMemoryNode's layout, no system, graphs or model
   double searchMs = 0, wallMs = 0;
 
   /// Cost-based choice for one operation (nBytes as the tuner sees it).
@@ -65,9 +67,42 @@ struct Plan {
 Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg,
               const std::array<search::Graph, search::kNumGraphs>* graphs = nullptr);
 
+/// The node stage of a plan (NCCL's initTransportsRank up to the graph-info allgather): what one rank computes alone.
+struct NodePlan {
+  topology::System system;   // the rank's system after paths, trim and paths again
+  search::NodeGraphs graphs;  // the searched graphs of its NCCL node
+};
+
+/// planNode for `rank` (numbered as `host`'s GPUs number their ranks) of a job of `nRanks`. `host`: the system of its
+/// host (or NVLink clique) built from the fused XML; `shmDevByRank`: which ranks share /dev/shm (empty: all);
+/// `given` graphs replace the searches (NCCL_GRAPH_FILE, plan --optimize). Throws Error(kInvalidArgument) naming
+/// `source` when the rank's GPUs talk through the network and `host` has no network device.
+NodePlan planNode(const topology::System& host, int rank, int nRanks, const Config& cfg, const std::string& source,
+                  const std::vector<int>& shmDevByRank = {},
+                  const std::array<search::Graph, search::kNumGraphs>* given = nullptr);
+
+/// A rank of a host-memory job (no GPU): its rank and NUMA node.
+struct HostRank {
+  int rank = 0, numaNode = 0;
+};
+/// The node stage of a host-memory job: the host's ranks ordered by NUMA node then rank, one ring and one chain on
+/// two channels.
+search::NodeGraphs hostMemoryNode(std::vector<HostRank> ranks);
+
+/// The join stage (NCCL's allGather3 onwards): the job-wide channels, rings and trees from every rank's record
+/// (search::presetRank of each rank's node), and the tuning model from them (GPU plans: from `plan.system`).
+void joinNodes(Plan& plan, const search::RankRecords& records);
+
 /// The plan as one JSON document, with the field names of tests/conformance/SCHEMA.md (`system`, `graphs`,
 /// `graph_dump_xml`, `connect`, `tuning`, `selection`) plus topocoll's own (documented in docs/plan-json.md).
-std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize = 4, bool pretty = false);
+/// `timings` false leaves out the fields that measure time (graphs' searchMs, searchTimeMs, wallMs), so that two plans
+/// of the same inputs compare byte for byte (`topocoll plan --json --no-timings`, TOPOCOLL_PLAN_FILE).
+std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize = 4, bool pretty = false,
+                       bool timings = true);
+
+/// The name a plan JSON gives a topology file: its path from `topologies/` on when it has one (the conformance
+/// fixtures' names), else the path as given.
+std::string topoName(const std::string& path);
 
 /// The size nccl-tests reports (and NCCL's tuner sees) for a test size `size` (its -b/-e/-f sizes): the size
 /// itself, except for AllGather and ReduceScatter, whose buffer holds a whole number of elements per rank:

@@ -264,6 +264,10 @@ std::vector<Knob> buildRegistry() {
   r.push_back(stringKnob<&Config::graphFile>("NCCL_GRAPH_FILE", "search", "Graph XML to use instead of searching"));
   r.push_back(stringKnob<&Config::graphDumpFile>("NCCL_GRAPH_DUMP_FILE", "search",
                                                  "Where to write the searched graphs (graph XML)"));
+  r.push_back(stringKnob<&Config::planFile>(
+      "TOPOCOLL_PLAN_FILE", "search",
+      "Where rank 0 of a communicator writes the plan it executes, as plan JSON without timings (what `topocoll plan "
+      "--json --no-timings` prints for the same topology and job)"));
   r.push_back(intKnob<&Config::searchTimeoutScale>("TOPOCOLL_SEARCH_TIMEOUT_SCALE", "search", 1, 1 << 10,
                                                    "Multiply NCCL's search step budgets (1 = NCCL's)"));
   r.push_back(intKnob<&Config::mnnvlEnable>(

@@ -88,17 +88,13 @@ Unit searchUnit(const topology::XmlDoc& unitDoc, const std::vector<topology::Loc
     bool first = true;
     for (int q = 0; q < r; ++q) first &= domainOf[q] != domainOf[r];
     if (!first) continue;
-    topology::System sys = whole;
-    paths::prepareForSearch(sys, cfg, r, nRanks);
-    if (sys.inter && sys.count(NodeType::NET) == 0)
-      fail(StatusCode::kInvalidArgument, "{}: GPUs of this job talk through the network, but it has no network device",
-           unitDoc.source);
-    u.nodes.push_back(search::searchNode(sys, cfg, nRanks, r == 0 ? given : nullptr));
+    NodePlan node = planNode(whole, r, nRanks, cfg, unitDoc.source, {}, r == 0 ? given : nullptr);
+    u.nodes.push_back(std::move(node.graphs));
     std::vector<int> members;
     for (int q = r; q < unitRanks; ++q)
       if (domainOf[q] == domainOf[r]) members.push_back(q);
     u.domains.push_back(members);
-    if (r == 0) u.rank0System = std::move(sys);
+    if (r == 0) u.rank0System = std::move(node.system);
   }
   return u;
 }
@@ -123,6 +119,51 @@ void checkPlanMemory(int64_t nRanks) {
 }
 
 }  // namespace
+
+NodePlan planNode(const topology::System& host, int rank, int nRanks, const Config& cfg, const std::string& source,
+                  const std::vector<int>& shmDevByRank, const std::array<search::Graph, search::kNumGraphs>* given) {
+  NodePlan n;
+  n.system = host;
+  paths::prepareForSearch(n.system, cfg, rank, nRanks, shmDevByRank);
+  if (n.system.inter && n.system.count(NodeType::NET) == 0)
+    fail(StatusCode::kInvalidArgument, "{}: GPUs of this job talk through the network, but it has no network device",
+         source);
+  n.graphs = search::searchNode(n.system, cfg, nRanks, given);
+  return n;
+}
+
+search::NodeGraphs hostMemoryNode(std::vector<HostRank> ranks) {
+  std::stable_sort(ranks.begin(), ranks.end(), [](const HostRank& a, const HostRank& b) {
+    return a.numaNode != b.numaNode ? a.numaNode < b.numaNode : a.rank < b.rank;
+  });
+  search::NodeGraphs ng;
+  ng.ranks = static_cast<int>(ranks.size());
+  ng.firstRank = ranks[0].rank;
+  const int nc = 2;
+  for (int gi : {search::kGraphRing, search::kGraphTree}) {
+    auto& g = ng.graphs[gi];
+    g.id = gi;
+    g.pattern = gi == search::kGraphRing ? search::kPatternRing : search::kPatternTree;
+    g.nChannels = nc;
+    g.bwIntra = g.bwInter = 1.0f;
+    g.typeIntra = static_cast<int>(PathType::SYS);
+    g.typeInter = static_cast<int>(PathType::NET);
+    g.intra.assign(static_cast<size_t>(search::kMaxChannels) * ng.ranks, 0);
+    g.inter.assign(search::kMaxChannels * 2, 0);
+    for (int c = 0; c < nc; ++c)
+      for (int i = 0; i < ng.ranks; ++i) g.intra[c * ng.ranks + i] = ranks[i].rank;
+    ng.available[gi] = true;
+  }
+  ng.p2pnChannelsPerPeer = 2;
+  return ng;
+}
+
+void joinNodes(Plan& plan, const search::RankRecords& records) {
+  plan.connect = search::connectRanks(records, plan.cfg);
+  if (!plan.hostMemory)
+    plan.model = tuning::tuneModel(tuning::jobInfo(plan.connect, plan.system.count(NodeType::NVS)),
+                                   plan.connect.aligned, plan.cfg);
+}
 
 Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg,
               const std::array<search::Graph, search::kNumGraphs>* graphs) {
@@ -170,13 +211,14 @@ Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cf
     }
     unitTypes.push_back(std::move(u.nodes));
   }
-  plan.connect =
-      search::connectRanks(search::ReplicatedNodes(unitTypes, unitRanks, job.nNodes / k), cfg);
-
-  tuning::JobInfo ji = tuning::jobInfo(plan.connect, plan.system.count(NodeType::NVS));
-  plan.model = tuning::tuneModel(ji, plan.connect.aligned, cfg);
+  joinNodes(plan, search::ReplicatedNodes(unitTypes, unitRanks, job.nNodes / k));
   plan.wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;
+}
+
+std::string topoName(const std::string& path) {
+  const auto pos = path.find("topologies/");
+  return pos == std::string::npos ? path : path.substr(pos);
 }
 
 uint64_t testSize(int coll, uint64_t size, int typeSize, int nRanks) {
@@ -203,7 +245,7 @@ std::vector<tuning::Selection> selectionTable(const Plan& plan, int typeSize, in
 
 namespace {
 
-nlohmann::ordered_json graphJson(const Plan& plan, int gi) {
+nlohmann::ordered_json graphJson(const Plan& plan, int gi, bool timings) {
   const search::Graph& g = plan.graphs[gi];
   nlohmann::ordered_json j;
   j["available"] = plan.graphAvailable[gi];
@@ -219,7 +261,7 @@ nlohmann::ordered_json graphJson(const Plan& plan, int gi) {
   j["sameChannels"] = g.sameChannels;
   j["crossNic"] = g.crossNic;
   j["nHops"] = g.nHops;
-  j["searchMs"] = g.searchMs;
+  if (timings) j["searchMs"] = g.searchMs;
   j["searchTimedOut"] = g.timedOut;
   j["searchSteps"] = g.searchSteps;
   j["searchWalked"] = g.searchWalked;
@@ -386,7 +428,7 @@ json selectionJson(const Plan& plan, int typeSize) {
 
 }  // namespace
 
-std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize, bool pretty) {
+std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize, bool pretty, bool timings) {
   json j;
   j["topocoll_version"] = "0.1.0";
   j["nccl_version"] = "2.30.7";
@@ -396,9 +438,15 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
   j["nranks"] = plan.nRanks;
   j["cliqueHosts"] = plan.cliqueHosts;
   j["dtype"] = typeSize == 4 ? "float" : std::to_string(typeSize) + "-byte";
+  if (plan.hostMemory) {
+    // A host-memory job has no system, graphs or GPU model: its rings and trees (hostMemoryNode's) are the plan.
+    j["hostMemory"] = true;
+    j["connect"] = connectJson(plan);
+    return j.dump(pretty ? 1 : -1);
+  }
   j["system"] = systemJson(plan.system);
   json graphs;
-  for (int gi = 0; gi < search::kNumGraphs; ++gi) graphs[search::graphName(gi)] = graphJson(plan, gi);
+  for (int gi = 0; gi < search::kNumGraphs; ++gi) graphs[search::graphName(gi)] = graphJson(plan, gi, timings);
   j["graphs"] = graphs;
   {
     const search::Graph* order[] = {&plan.graphs[search::kGraphRing], &plan.graphs[search::kGraphTree],
@@ -410,8 +458,10 @@ std::string planToJson(const Plan& plan, const std::string& topoName, int typeSi
   j["connect"] = connectJson(plan);
   j["tuning"] = tuningJson(plan.model);
   j["selection"] = selectionJson(plan, typeSize);
-  j["searchTimeMs"] = {{"rank0", plan.searchMs}};
-  j["wallMs"] = plan.wallMs;
+  if (timings) {
+    j["searchTimeMs"] = {{"rank0", plan.searchMs}};
+    j["wallMs"] = plan.wallMs;
+  }
   return j.dump(pretty ? 1 : -1);
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "topocoll/plan.h"
 #include "topocoll/runtime/communicator.h"
 
 namespace topocoll::runtime {
@@ -28,15 +29,16 @@ class CommImpl {
 
   int rank() const { return rank_; }
   int nRanks() const { return nRanks_; }
-  int nNodes() const { return connect_.nNodes; }
+  int nNodes() const { return plan_.connect.nNodes; }
   int node() const { return node_; }
   int localRank() const { return localRank_; }
   int localRanks() const { return localRanks_; }
   int intraProcRanks() const { return intraProcRanks_; }
   bool hostMemory() const { return peers_[rank_].dev < 0; }
   const std::vector<PeerInfo>& peers() const { return peers_; }
-  const search::Connect& connect() const { return connect_; }
-  const tuning::Model& model() const { return model_; }
+  const Plan& plan() const { return plan_; }
+  const search::Connect& connect() const { return plan_.connect; }
+  const tuning::Model& model() const { return plan_.model; }
   const tuning::HostModel& hostModel() const { return hostModel_; }
   tuning::HostLink hostLink() const { return hostLink_; }
   const InitTimings& timings() const { return timings_; }
@@ -100,8 +102,11 @@ class CommImpl {
   void currentCudaDevice(transport::PeerInfo* me);
   void findNodes();
   void assignDevices(const InitOptions& opts, topology::XmlDoc& doc);
-  search::NodeGraphs planNode(const InitOptions& opts, const topology::XmlDoc& doc, int* nvsCount);
-  void joinNodes(const InitOptions& opts, const search::NodeGraphs& node, int nvsCount, bool gpuMode);
+  // The plan's two stages (plan.h's planNode and joinNodes) with the graph-info allgather between them.
+  search::NodeGraphs planNode(const InitOptions& opts, const topology::XmlDoc& doc);
+  void joinNodes(const InitOptions& opts, const search::NodeGraphs& node);
+  /// TOPOCOLL_PLAN_FILE: rank 0 writes the plan it executes as plan JSON.
+  void dumpPlan(const InitOptions& opts) const;
   void setupTransports(const InitOptions& opts, const search::NodeGraphs& node);
   void logInit() const;
   /// `index`: the op's place among the sends to (receives from) `peer` when already taken (any uint32_t, 0 included:
@@ -132,13 +137,14 @@ class CommImpl {
   std::vector<uint64_t> hosts_;        // node n's host hash
   std::vector<int> localRankOf_;
   std::vector<PeerInfo> peers_;
-  search::Connect connect_;
-  tuning::Model model_;
+  /// What this communicator executes: its rank's system and graphs, the job's rings, trees and channels, the model.
+  Plan plan_;
   tuning::HostModel hostModel_;
   tuning::HostLink hostLink_ = tuning::HostLink::kP2p;
   tuning::HostLimits hostLimits_;
   InitTimings timings_;
-  std::unique_ptr<topology::System> system_;  // GPU ranks: this node's system with paths
+  /// GPU ranks: this node's system with paths (the plan's); null for host-memory ranks.
+  const topology::System* system() const { return plan_.hostMemory ? nullptr : &plan_.system; }
 
   // Transports and point-to-point state.
   /// GPU ranks: the stream of device copies (sends and receives of device buffers), made at the first one; destroyed

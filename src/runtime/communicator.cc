@@ -8,8 +8,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
@@ -61,36 +64,6 @@ int currentNumaNode() {
     if (access(p.c_str(), F_OK) == 0) return n;
   }
   return 0;
-}
-
-// A host-memory job's node: the host's ranks ordered by NUMA node then rank, one ring and one chain.
-search::NodeGraphs hostMemoryNode(const std::vector<PeerInfo>& peers, uint64_t host) {
-  std::vector<const PeerInfo*> local;
-  for (auto& p : peers)
-    if (p.hostHash == host) local.push_back(&p);
-  std::stable_sort(local.begin(), local.end(), [](const PeerInfo* a, const PeerInfo* b) {
-    return a->numaNode != b->numaNode ? a->numaNode < b->numaNode : a->rank < b->rank;
-  });
-  search::NodeGraphs ng;
-  ng.ranks = static_cast<int>(local.size());
-  ng.firstRank = local[0]->rank;
-  const int nc = 2;
-  for (int gi : {search::kGraphRing, search::kGraphTree}) {
-    auto& g = ng.graphs[gi];
-    g.id = gi;
-    g.pattern = gi == search::kGraphRing ? search::kPatternRing : search::kPatternTree;
-    g.nChannels = nc;
-    g.bwIntra = g.bwInter = 1.0f;
-    g.typeIntra = static_cast<int>(topology::PathType::SYS);
-    g.typeInter = static_cast<int>(topology::PathType::NET);
-    g.intra.assign(static_cast<size_t>(search::kMaxChannels) * ng.ranks, 0);
-    g.inter.assign(search::kMaxChannels * 2, 0);
-    for (int c = 0; c < nc; ++c)
-      for (int i = 0; i < ng.ranks; ++i) g.intra[c * ng.ranks + i] = local[i]->rank;
-    ng.available[gi] = true;
-  }
-  ng.p2pnChannelsPerPeer = 2;
-  return ng;
 }
 
 // NCCL's GRAPH lines: each searched graph's pattern, bandwidths and channels.
@@ -210,9 +183,9 @@ void CommImpl::initialise(const InitOptions& opts) {
   auto t = Clock::now();
   if (gpuMode) assignDevices(opts, doc);
   timings_.topology += msSince(t);
-  int nvsCount = 0;
-  search::NodeGraphs node = planNode(opts, doc, &nvsCount);
-  joinNodes(opts, node, nvsCount, gpuMode);
+  search::NodeGraphs node = planNode(opts, doc);
+  joinNodes(opts, node);
+  dumpPlan(opts);
   t = Clock::now();
   bs_->setPhase("transport setup");
   setupTransports(opts, node);
@@ -378,38 +351,56 @@ void CommImpl::assignDevices(const InitOptions& opts, topology::XmlDoc& doc) {
              peers_[i].busId);
 }
 
-// This rank's node: system, paths and searches for GPU ranks, the host-memory layout otherwise.
-search::NodeGraphs CommImpl::planNode(const InitOptions& opts, const topology::XmlDoc& doc, int* nvsCount) {
+// The plan's node stage for this rank: system, paths and searches for GPU ranks, the host-memory layout otherwise.
+search::NodeGraphs CommImpl::planNode(const InitOptions& opts, const topology::XmlDoc& doc) {
   auto t = Clock::now();
   const PeerInfo& me = peers_[rank_];
+  plan_.cfg = opts.cfg;
+  plan_.job.nNodes = static_cast<int>(hosts_.size());
+  plan_.job.gpusPerNode = localRanks_;
+  plan_.nRanks = nRanks_;
+  plan_.localRanks = localRanks_;
+  search::NodeGraphs node;
   if (hostMemory()) {
-    search::NodeGraphs node = hostMemoryNode(peers_, me.hostHash);
+    plan_.hostMemory = true;
+    std::vector<HostRank> local;
+    for (auto& p : peers_)
+      if (p.hostHash == me.hostHash) local.push_back({p.rank, p.numaNode});
+    node = hostMemoryNode(std::move(local));
     timings_.topology += msSince(t);
-    return node;
+  } else {
+    std::vector<topology::LocalGpu> locals;
+    std::vector<int> shm(nRanks_, 0);
+    std::map<uint64_t, int> shmIds;
+    for (int r = 0; r < nRanks_; ++r) {
+      if (peers_[r].hostHash == me.hostHash) {
+        locals.push_back({r, peers_[r].dev});
+        plan_.localDevs.push_back(peers_[r].dev);
+      }
+      shm[r] = shmIds.emplace(peers_[r].shmDev, static_cast<int>(shmIds.size())).first->second;
+    }
+    plan_.nodeXml = topology::prepareNodeXml(doc, locals, opts.cfg);
+    const topology::System host = topology::buildSystem(plan_.nodeXml);
+    if (hosts_.size() > 1 && host.count(NodeType::NET) == 0)
+      fail(StatusCode::kInvalidArgument, "{}: a job on {} hosts needs a network device (<net>) in the topology",
+           opts.cfg.topoFile, hosts_.size());
+    timings_.topology += msSince(t);
+    t = Clock::now();
+    NodePlan n = topocoll::planNode(host, rank_, nRanks_, opts.cfg, opts.cfg.topoFile, shm);
+    plan_.system = std::move(n.system);
+    node = std::move(n.graphs);
+    logGraphs(plan_.system, node);
+    timings_.search = msSince(t);
   }
-  std::vector<topology::LocalGpu> locals;
-  std::vector<int> shm(nRanks_, 0);
-  std::map<uint64_t, int> shmIds;
-  for (int r = 0; r < nRanks_; ++r) {
-    if (peers_[r].hostHash == me.hostHash) locals.push_back({r, peers_[r].dev});
-    shm[r] = shmIds.emplace(peers_[r].shmDev, static_cast<int>(shmIds.size())).first->second;
-  }
-  system_ = std::make_unique<topology::System>(topology::buildSystem(topology::prepareNodeXml(doc, locals, opts.cfg)));
-  if (hosts_.size() > 1 && system_->count(NodeType::NET) == 0)
-    fail(StatusCode::kInvalidArgument, "{}: a job on {} hosts needs a network device (<net>) in the topology",
-         opts.cfg.topoFile, hosts_.size());
-  paths::prepareForSearch(*system_, opts.cfg, rank_, nRanks_, shm);
-  timings_.topology += msSince(t);
-  t = Clock::now();
-  search::NodeGraphs node = search::searchNode(*system_, opts.cfg, nRanks_);
-  logGraphs(*system_, node);
-  *nvsCount = system_->count(NodeType::NVS);
-  timings_.search = msSince(t);
+  plan_.graphs = node.graphs;
+  plan_.graphAvailable = node.available;
+  plan_.searchMs = node.searchMs;
   return node;
 }
 
-// AllGather 3: every rank's graph info and preset, then the job-wide rings and trees and the tuning model.
-void CommImpl::joinNodes(const InitOptions& opts, const search::NodeGraphs& node, int nvsCount, bool gpuMode) {
+// AllGather 3: every rank's graph info and preset; then the plan's join stage (the job-wide rings, trees, channels
+// and tuning model) and the host-memory collectives' model.
+void CommImpl::joinNodes(const InitOptions& opts, const search::NodeGraphs& node) {
   auto t = Clock::now();
   std::vector<search::RankTopo> all(nRanks_);
   all[rank_] = search::presetRank(rank_, node);
@@ -418,30 +409,42 @@ void CommImpl::joinNodes(const InitOptions& opts, const search::NodeGraphs& node
   bs_->setPhase("connect");
   timings_.allgathers += msSince(t);
   t = Clock::now();
-  connect_ = search::connectRanks(all, opts.cfg);
-  if (gpuMode) model_ = tuning::tuneModel(tuning::jobInfo(connect_, nvsCount), connect_.aligned, opts.cfg);
+  topocoll::joinNodes(plan_, search::RecordList(all));
   // The collectives' choice (host memory): the calibrated constants, the job's slowest link, what the knobs leave.
   const Config& cfg = opts.cfg;
   hostModel_ = cfg.hostTuning.empty() ? tuning::HostModel::defaults() : tuning::HostModel::load(cfg.hostTuning);
   bool p2pOff = cfg.p2pDisable != 0 || (cfg.p2pLevel && *cfg.p2pLevel == 0);
   hostLink_ = hosts_.size() > 1 ? tuning::HostLink::kNet : p2pOff ? tuning::HostLink::kShm : tuning::HostLink::kP2p;
-  hostLimits_ = tuning::hostLimits(cfg, static_cast<int>(connect_.rings.size()), hosts_.size() == 1,
+  hostLimits_ = tuning::hostLimits(cfg, static_cast<int>(plan_.connect.rings.size()), hosts_.size() == 1,
                                    collectives::kDirectMaxRanks);
   timings_.connect = msSince(t);
+  plan_.wallMs = timings_.topology + timings_.search + timings_.connect;
+}
+
+void CommImpl::dumpPlan(const InitOptions& opts) const {
+  const std::string& path = opts.cfg.planFile;
+  if (path.empty() || rank_ != 0) return;
+  std::string json = planToJson(plan_, topoName(opts.cfg.topoFile), 4, false, false) + "\n";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f || std::fwrite(json.data(), 1, json.size(), f) != json.size() || std::fclose(f) != 0) {
+    if (f) std::fclose(f);
+    fail(StatusCode::kSystemError, "TOPOCOLL_PLAN_FILE={}: cannot write the plan: {}", path, std::strerror(errno));
+  }
+  TC_INFO(log::kInit, "plan written to {} (TOPOCOLL_PLAN_FILE)", path);
 }
 
 void CommImpl::logInit() const {
   if (!log::enabled(log::Level::kInfo, log::kInit | log::kGraph)) return;
   TC_INFO(log::kInit, "comm {} rank {} nRanks {} nNodes {} localRanks {} localRank {} MNNVL 0", fmt::ptr(this), rank_,
-          nRanks_, connect_.nNodes, localRanks_, localRank_);
-  for (size_t ch = 0; ch < connect_.rings.size(); ++ch) {
+          nRanks_, plan_.connect.nNodes, localRanks_, localRank_);
+  for (size_t ch = 0; ch < plan_.connect.rings.size(); ++ch) {
     std::string line;
-    for (int r : connect_.rings[ch]) line += fmt::format(" {}", r);
-    TC_INFO(log::kInit, "Channel {:02d}/{:02d} :{}", ch, connect_.rings.size(), line);
+    for (int r : plan_.connect.rings[ch]) line += fmt::format(" {}", r);
+    TC_INFO(log::kInit, "Channel {:02d}/{:02d} :{}", ch, plan_.connect.rings.size(), line);
   }
   std::string trees;
-  for (size_t ch = 0; ch < connect_.trees[rank_].size(); ++ch) {
-    const auto& tr = connect_.trees[rank_][ch];
+  for (size_t ch = 0; ch < plan_.connect.trees[rank_].size(); ++ch) {
+    const auto& tr = plan_.connect.trees[rank_][ch];
     trees += fmt::format(" [{}] {}/{}/{}->{}->{}", ch, tr.down[0], tr.down[1], tr.down[2], rank_, tr.up);
   }
   TC_INFO(log::kInit, "Trees{}", trees);

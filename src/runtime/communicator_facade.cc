@@ -21,15 +21,16 @@ std::unique_ptr<Communicator> Communicator::initWithBootstrap(std::unique_ptr<bo
 
 int Communicator::rank() const { return impl_->rank_; }
 int Communicator::nRanks() const { return impl_->nRanks_; }
-int Communicator::nNodes() const { return impl_->connect_.nNodes; }
+int Communicator::nNodes() const { return impl_->plan_.connect.nNodes; }
 int Communicator::node() const { return impl_->node_; }
 int Communicator::localRank() const { return impl_->localRank_; }
 int Communicator::localRanks() const { return impl_->localRanks_; }
 int Communicator::intraProcRanks() const { return impl_->intraProcRanks_; }
 bool Communicator::hostMemory() const { return impl_->hostMemory(); }
 const std::vector<PeerInfo>& Communicator::peers() const { return impl_->peers_; }
-const search::Connect& Communicator::connect() const { return impl_->connect_; }
-const tuning::Model& Communicator::model() const { return impl_->model_; }
+const Plan& Communicator::plan() const { return impl_->plan_; }
+const search::Connect& Communicator::connect() const { return impl_->plan_.connect; }
+const tuning::Model& Communicator::model() const { return impl_->plan_.model; }
 const tuning::HostModel& Communicator::hostModel() const { return impl_->hostModel_; }
 tuning::HostLink Communicator::hostLink() const { return impl_->hostLink_; }
 const InitTimings& Communicator::timings() const { return impl_->timings_; }

@@ -57,7 +57,7 @@ void CommImpl::setupTransports(const InitOptions& opts, const search::NodeGraphs
   s.nRanks = nRanks_;
   s.peers = peers_;
   s.cfg = cfg;
-  s.system = system_.get();
+  s.system = system();
   s.bootstrap = bs_.get();
   s.abortFlag = &abort_;
   s.hostRanks.assign(hosts_.size(), {});
@@ -66,18 +66,18 @@ void CommImpl::setupTransports(const InitOptions& opts, const search::NodeGraphs
   s.host = node_;
   s.localRank = localRank_;
   s.localRanks = localRanks_;
-  s.rings = connect_.rings;
-  for (size_t c = 0; c < connect_.rings.size(); ++c) {
-    const auto& t = connect_.trees[rank_][c];
+  s.rings = plan_.connect.rings;
+  for (size_t c = 0; c < plan_.connect.rings.size(); ++c) {
+    const auto& t = plan_.connect.trees[rank_][c];
     progress::ChannelTree ct;
     ct.up = t.up;
     for (int i = 0; i < 3; ++i) ct.down[i] = t.down[i];
     s.trees.push_back(ct);
   }
-  s.p2pnChannels = connect_.p2pnChannels;
-  s.p2pnChannelsPerPeer = connect_.p2pnChannelsPerPeer;
-  s.nvlsChannels = connect_.nvlsChannels;
-  s.netDev = [sys = system_.get(), cfg, node, r = rank_](int channel, int connIndex) {
+  s.p2pnChannels = plan_.connect.p2pnChannels;
+  s.p2pnChannelsPerPeer = plan_.connect.p2pnChannelsPerPeer;
+  s.nvlsChannels = plan_.connect.nvlsChannels;
+  s.netDev = [sys = system(), cfg, node, r = rank_](int channel, int connIndex) {
     return netDevFor(sys, cfg, node, r, channel, connIndex);
   };
   conns_ = std::make_unique<progress::Connections>(s);

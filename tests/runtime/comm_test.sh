@@ -26,13 +26,21 @@ run_job() {
   return $rc
 }
 
-# agree N G: every rank's view equals the planner's for the same topology and node split (N ranks, G a host).
+# agree N G: the plan the communicator executes (TOPOCOLL_PLAN_FILE, written by rank 0) is the planner's for the same
+# topology and node split (N ranks, G a host), byte for byte; and every rank's view of its rings and trees matches.
 agree() {
   local n=$1 g=$2 name=agree-$1-$2
-  if run_job "$name" "$n" "$g" NCCL_TOPO_FILE="$SEED" TOPOCOLL_SIMULATE_GPUS=1; then
+  if run_job "$name" "$n" "$g" NCCL_TOPO_FILE="$SEED" TOPOCOLL_SIMULATE_GPUS=1 TOPOCOLL_PLAN_FILE="$tmp/$name.json"; then
     "$T" plan --topo "$SEED" --nodes $((n / g)) --gpus-per-node "$g" | grep -E '^(Channel [0-9]+/[0-9]+ :[ 0-9]*$|Rank)' > "$tmp/$name.plan"
+    "$T" plan --topo "$SEED" --nodes $((n / g)) --gpus-per-node "$g" --json --no-timings > "$tmp/$name.plan.json"
     grep -E '^(Channel [0-9]+/[0-9]+ :[ 0-9]*$|Rank)' "$tmp/$name.0" > "$tmp/$name.comm"
-    if [ -s "$tmp/$name.plan" ] && cmp -s "$tmp/$name.plan" "$tmp/$name.comm"; then ok "$name"; else bad "$name" "rings/trees differ from plan"; fi
+    if [ ! -s "$tmp/$name.plan" ] || ! cmp -s "$tmp/$name.plan" "$tmp/$name.comm"; then
+      bad "$name" "rings/trees differ from plan"
+    elif ! cmp "$tmp/$name.plan.json" "$tmp/$name.json"; then
+      bad "$name" "TOPOCOLL_PLAN_FILE differs from plan --json --no-timings"
+    else
+      ok "$name"
+    fi
   else
     bad "$name" "$(head -3 "$tmp/$name.0")"
   fi

@@ -1,6 +1,7 @@
 #include "topocoll/runtime/communicator.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <thread>
@@ -106,7 +107,8 @@ TEST(InitOptions, TimeoutAndSimulationKnobs) {
 }
 
 // Ranks as threads over the in-memory bootstrap, each on its own "host" (NCCL_HOSTID).
-std::vector<std::unique_ptr<Communicator>> initGroup(int n, int perHost, bool simulate) {
+std::vector<std::unique_ptr<Communicator>> initGroup(int n, int perHost, bool simulate,
+                                                     const std::string& topo = "seed-h100-8gpu-8nic-nvswitch.xml") {
   auto group = bootstrap::makeInMemoryGroup(n);
   std::vector<std::unique_ptr<Communicator>> comms(n);
   std::vector<std::string> errors(n);
@@ -117,7 +119,7 @@ std::vector<std::unique_ptr<Communicator>> initGroup(int n, int perHost, bool si
         InitOptions o;
         o.cfg.hostId = "host" + std::to_string(r / perHost);
         o.cfg.simulateGpus = simulate ? 1 : 0;
-        o.cfg.topoFile = testing::topoPath("seed-h100-8gpu-8nic-nvswitch.xml");
+        o.cfg.topoFile = testing::topoPath(topo);
         comms[r] = Communicator::initWithBootstrap(std::move(group[r]), o);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -148,6 +150,33 @@ TEST(Communicator, SimulatedGpuRanksAgreeWithThePlanner) {
   }
   EXPECT_EQ(comms[5]->localRank(), 1);
   EXPECT_EQ(comms[5]->peers()[5].dev, 1);
+}
+
+// The plan a communicator executes is the planner's front door's for the same topology and job, byte for byte (rank
+// 0's: the system and graphs are its own), and every rank executes the same job-wide part (rings, trees, channels).
+TEST(Communicator, ExecutesThePlannersPlanByteForByte) {
+  struct Shape {
+    const char* topo;
+    int ranks, perHost;
+  };
+  for (const Shape& sh : {Shape{"seed-h100-8gpu-8nic-nvswitch.xml", 8, 4}, Shape{"seed-h100-8gpu-8nic-nvswitch.xml", 3, 3},
+                          Shape{"oci-bm-gpu-h100-8-8gpu-16x200g-roce-2numa.xml", 16, 8},
+                          Shape{"ws-rtx3090-8gpu-pcie-2plx-1ib56g-2numa.xml", 4, 2}}) {
+    SCOPED_TRACE(fmt::format("{} ranks, {} a host, {}", sh.ranks, sh.perHost, sh.topo));
+    auto comms = initGroup(sh.ranks, sh.perHost, true, sh.topo);
+    ASSERT_TRUE(comms[0]);
+    const std::string path = testing::topoPath(sh.topo);
+    Plan p = makePlan(topology::loadXmlFile(path), JobSpec{sh.ranks / sh.perHost, sh.perHost, {}}, {});
+    EXPECT_EQ(planToJson(comms[0]->plan(), topoName(path), 4, false, false),
+              planToJson(p, topoName(path), 4, false, false));
+    const auto want = nlohmann::json::parse(planToJson(p, "", 4, false, false));
+    for (auto& c : comms) {
+      ASSERT_TRUE(c);
+      const auto mine = nlohmann::json::parse(planToJson(c->plan(), "", 4, false, false));
+      for (const char* part : {"connect", "tuning", "selection"})  // the system and graphs are each rank's own
+        EXPECT_EQ(mine[part], want[part]) << "rank " << c->rank() << ": " << part;
+    }
+  }
 }
 
 TEST(Communicator, HostMemoryRanksGetRingsAndTrees) {

@@ -30,6 +30,7 @@
 #include "topocoll/config.h"
 #include "topocoll/datatype.h"
 #include "topocoll/env.h"
+#include "topocoll/plan.h"
 #include "topocoll/search/connect.h"
 #include "topocoll/transport/transport.h"
 #include "topocoll/tuning/host_model.h"
@@ -134,6 +135,9 @@ class Communicator {
   int intraProcRanks() const;
   bool hostMemory() const;
   const std::vector<PeerInfo>& peers() const;
+  /// The plan this communicator executes (plan.h): its rank's system and graphs, the job's rings, trees and
+  /// channels, the tuning model. connect() and model() are its parts.
+  const Plan& plan() const;
   const search::Connect& connect() const;
   const tuning::Model& model() const;
   /// The host cost model the collectives choose with, and the slowest link between the ranks.
