@@ -43,20 +43,6 @@ size_t collBytes(const Args& a, int nRanks) {
   return a.coll == Coll::kAllGather || a.coll == Coll::kReduceScatter ? b * static_cast<size_t>(nRanks) : b;
 }
 
-bool starApplies(const Args& a, int nRanks) {
-  const size_t bytes = a.count * sizeOf(a.type), n = static_cast<size_t>(nRanks);
-  if (nRanks < 2) return false;
-  if (nRanks == 2) return a.coll == Coll::kAllGather && bytes >= kAllGatherPairMin;
-  switch (a.coll) {
-    case Coll::kBroadcast: return bytes >= kBroadcastStarMin;
-    case Coll::kAllReduce: return nRanks <= kDirectMaxRanks && bytes >= n * kAllReduceStarMin;
-    case Coll::kAllGather: return nRanks <= kDirectMaxRanks && bytes >= kAllGatherStarMin;
-    case Coll::kReduceScatter: return nRanks <= kDirectMaxRanks && bytes >= kReduceScatterStarMin;
-    case Coll::kReduce: return false;
-  }
-  return false;
-}
-
 namespace {
 
 // Element range of part `i` of `n` (balanced).
@@ -72,39 +58,20 @@ Range split(size_t count, int n, int i) {
 // Broadcast's pipelining unit between more than 2 ranks (measured at 4 ranks: 1-4 MiB beat 128 KiB by 2-10x,
 // 64 MiB (no pipelining) is slower again).
 constexpr size_t kBroadcastPiece = 4 << 20;
-// 2-rank Broadcast from this size: two halves over two connectors (broadcastPair); below, one single copy (below
-// 64 KiB, TOPOCOLL_P2P_SINGLE_COPY, through the FIFO).
-constexpr size_t kBroadcastPairMin = 512 << 10;
 // Copies of kStreamCopyMin (memcopy.h) and more whose destination nobody reads during the call stream past the caches
 // (copyUnread). Measured (bench/results/2026-11-24-coll-streaming-copies-ab-7d972f8.md): the out-of-place Broadcast
 // root's copy at 2 ranks, 64 MiB 1.37x faster; 4-rank AllGather at 64 MiB (16 MiB blocks) 1.17x; from 4 MiB the
 // 4-rank Broadcast lost at 4 MiB.
-// 2-rank AllReduce from this size: allReducePair (single copies out of the peer's buffers) instead of the ring's
-// FIFO steps (measured: 2x faster at 1-2 MiB, level out of place and 10-25% slower in place at 256-512 KiB, where a
-// half is one or two pieces and nothing overlaps), in pieces of kPairPiece bytes through kPairSlots scratch slots
-// (a few pieces fit in the L2 with the lines they meet; 512 KiB and 1 MiB pieces measured no better).
-constexpr size_t kAllReducePairMin = 1 << 20;
+
+// allReducePair's pieces, through kPairSlots scratch slots (a few pieces fit in the L2 with the lines they meet; 512 KiB
+// and 1 MiB pieces measured no better).
 constexpr size_t kPairPiece = 256 << 10;
 // reduceScatterStar's pieces: at 4 ranks (on 2 cores) 1 MiB beat 256 KiB by 1.1-1.3x from 4 MiB (fewer hand-overs,
 // each a wake-up) and 85 KiB was 1.5x slower.
 constexpr size_t kStarPiece = 1 << 20;
-// Star and pair reductions from this size (collBytes) reduce straight out of the peers' inputs when every rank can map
-// every peer's (mapInputs): two rounds of small messages decide it, which the copies they save repay from here.
-constexpr size_t kMappedInputsMin = 1 << 20;
-// AllReduce on one host from kMappedOutputsMin (collBytes) writes each rank's block straight into every rank's output
-// (mapPeers: docs/collectives.md, "Mapped outputs") instead of offering it for the peers to pull: the block is read
-// once and written n times (the bound's traffic) instead of written once and read and written again by each peer,
-// and no offer, pull and ack per piece. AllGather and the 3-8 rank Broadcast, which have no input mapping to share
-// the exchange with, from kMappedCopiesMin (measured at 4 ranks: 1 MiB 0.72-0.76x of the pulls, 2 MiB level, 4-8 MiB
-// 1.1-1.7x; bench/results/2026-11-29-coll-mapped-outputs-ab-91b8667.md).
-constexpr size_t kMappedOutputsMin = 1 << 20;
-constexpr size_t kMappedCopiesMin = 4 << 20;
-// The unit of those writes: a piece read (or reduced) into this core's cache once, then written to every output.
+// The unit of the writes into the peers' outputs (Choice::mapOutputs): a piece read (or reduced) into this core's
+// cache once, then written to every output.
 constexpr size_t kOutputPiece = 128 << 10;
-// 2-rank ReduceScatter from this size of a rank's output (count bytes): reduceScatterPair (the first half of
-// allReducePair) instead of the ring's FIFO steps (measured: 1.3x faster at 64 KiB, 2x from 128 KiB; slower out of
-// place at 32 KiB, where the pulls are too small to be single copies).
-constexpr size_t kReduceScatterPairMin = 64 << 10;
 constexpr size_t kPairSlots = 4;
 
 int positionOf(const int* ring, int n, int rank) {
@@ -143,7 +110,7 @@ class Runner {
   }
 
  private:
-  bool star() const { return c_.algo == Algo::kDirect && starApplies(a_, n_); }
+  bool star() const { return c_.algo == Algo::kDirect && c_.star; }
   char* at(char* base, size_t elem) const { return base + elem * es_; }
   const char* at(const char* base, size_t elem) const { return base + elem * es_; }
   void reduce2(void* dst, const void* x, const void* y, size_t n) const { reduce(a_.type, a_.op, dst, x, y, n); }
@@ -228,7 +195,7 @@ class Runner {
   void allReduceRing() {
     size_t count = a_.count;
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
-    if (n_ == 2 && count * es_ >= kAllReducePairMin && l_.nChannels() >= 2) return allReducePair();
+    if (c_.pair && n_ == 2 && l_.nChannels() >= 2) return allReducePair();
     std::vector<Range> whole(nCh_);
     std::vector<Ring> rings(nCh_);
     for (int c = 0; c < nCh_; ++c) whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);
@@ -328,9 +295,9 @@ class Runner {
     starGather(at(recv_, block(me_).begin), block, recv_, [] {});
   }
 
-  // AllGather on one host without the ring's steps (3 to kDirectMaxRanks ranks from kAllGatherStarMin, 2 from
-  // kAllGatherPairMin): every rank pulls every peer's input straight into its output (starGather) while it copies
-  // its own (out of place).
+  // AllGather on one host without the ring's steps (Choice::star: 3 to kDirectMaxRanks ranks from
+  // HostThresholds::allGatherStarMin, 2 from allGatherPairMin): every rank pulls every peer's input straight into its
+  // output (starGather) while it copies its own (out of place).
   void allGatherStar() {
     const size_t count = a_.count;
     if (mapOutputsApply())
@@ -414,7 +381,7 @@ class Runner {
   };
   Mapped mapPeers(bool wantIn, bool wantOut, int inOf = -1) {
     auto inputOf = [&](int q) { return wantIn && (inOf < 0 || q == inOf); };
-    if (collBytes(a_, n_) < kMappedInputsMin || n_ < 2 || n_ > kDirectMaxRanks) return {};
+    if (!c_.mapPeers || n_ < 2 || n_ > kDirectMaxRanks) return {};
     // From 3 ranks every pair at once (the star algorithms do it anyway): a peer connected lazily in the exchange
     // would connect in that pair's turn only (a cycle of ranks waiting for each other's connection beyond 4 ranks).
     // 2 ranks talk over their ring's connectors, connected already.
@@ -456,11 +423,9 @@ class Runner {
     return m;
   }
   std::vector<const char*> mapInputs() { return mapPeers(true, false).in; }
-  // Writes into the peers' outputs pay from kMappedOutputsMin (AllReduce) and kMappedCopiesMin (AllGather,
-  // Broadcast); TOPOCOLL_MAP_PEER_BUFFERS=0 turns them off with the rest of the mappings.
-  bool mapOutputsApply() const {
-    return collBytes(a_, n_) >= (a_.coll == Coll::kAllReduce ? kMappedOutputsMin : kMappedCopiesMin);
-  }
+  // Writes into the peers' outputs (Choice::mapOutputs; TOPOCOLL_MAP_PEER_BUFFERS=0 turns them off with the rest of
+  // the mappings).
+  bool mapOutputsApply() const { return c_.mapOutputs; }
   // `elems` at `src` into every rank's output `out` (mapPeers) at element `atElem` but the one that is `src`: this
   // rank's own first, then the next rank's and on (the ranks write to different outputs at once), in kOutputPiece
   // pieces, then a barrier: every rank has written this rank's other blocks and read what it needed of this rank's
@@ -746,7 +711,7 @@ class Runner {
   void reduceScatterRing() {
     size_t count = a_.count;
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
-    if (n_ == 2 && count * es_ >= kReduceScatterPairMin && l_.nChannels() >= 2) return reduceScatterPair();
+    if (c_.pair && n_ == 2 && l_.nChannels() >= 2) return reduceScatterPair();
     std::vector<Range> whole(nCh_);
     std::vector<Ring> rings(nCh_);
     for (int c = 0; c < nCh_; ++c) whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);
@@ -775,7 +740,7 @@ class Runner {
     size_t count = a_.count;
     const bool root = me_ == a_.root;
     if (n_ == 1) return copyIfApart(recv_, send_, count);
-    if (n_ == 2 && count * es_ >= kBroadcastPairMin && l_.nChannels() >= 2 * nCh_) return broadcastPair();
+    if (c_.pair && n_ == 2 && l_.nChannels() >= 2 * nCh_) return broadcastPair();
     size_t piece = n_ == 2 ? count : std::max(chunk_, kBroadcastPiece / es_);
     for (int c = 0; c < nCh_; ++c) {
       Ring g = ringOf(c);
@@ -820,7 +785,7 @@ class Runner {
     l_.waitAll();
   }
 
-  // Broadcast on one host between more than 2 ranks (Direct, from kBroadcastStarMin): every other rank pulls each
+  // Broadcast on one host between more than 2 ranks (Direct, Choice::star): every other rank pulls each
   // channel's range straight out of the root's buffer, all at once (one single copy each, nobody forwards: a chain
   // makes the last rank wait for every hop), while the root copies its own output (out of place).
   void broadcastStar() {

@@ -45,42 +45,35 @@ int tuningColl(Coll c) {
 
 }  // namespace
 
+tuning::HostCall CommImpl::hostCall(const Args& a, bool mailboxes) const {
+  tuning::HostCall call;
+  call.coll = tuningColl(a.coll);
+  call.rankBytes = a.count * sizeOf(a.type);
+  call.bytes = collectives::collBytes(a, nRanks_);
+  call.linkChannels = conns_->nRingChannels();
+  call.mailboxes = mailboxes;
+  return call;
+}
+
+// The engine's choice for `a`, made in one place (tuning::hostDecide); every rank computes the same from the same
+// call, knobs and job facts. The one-shot path is hostDecide's first rule, asked alone by oneShotFits before the
+// engine: a call that reaches the engine does not take it.
 Choice CommImpl::choose(const Args& a) const {
-  const Config& cfg = conns_->config();
+  const tuning::HostCall call = hostCall(a, false);
+  const tuning::HostDecision d = tuning::hostDecide(hostPolicy_, call);
+  if (log::enabled(log::Level::kInfo, log::kTuning)) TC_INFO(log::kTuning, "{}", tuning::describe(hostPolicy_, call, d));
   Choice c;
-  // Slices of blocks this size keep the block a rank receives in the cache until it is reduced (2 MiB L2 here).
-  c.chunkBytes = std::max<size_t>(4096, static_cast<size_t>(cfg.buffSize) / (transport::kSteps * 4));
-  // The host cost model (calibrated constants) picks among what NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS and
-  // TOPOCOLL_DIRECT_MAX leave. Every rank computes the same choice from the same job facts and knobs.
-  tuning::HostQuery q;
-  q.coll = tuningColl(a.coll);
-  q.link = hostLink_;
-  q.nRanks = nRanks_;
-  q.bytes = collectives::collBytes(a, nRanks_);
-  q.chunkBytes = c.chunkBytes;
-  tuning::HostChoice h = tuning::hostSelect(hostModel_, q, hostLimits_);
-  c.algo = h.algo == tuning::kHostDirect ? Algo::kDirect : h.algo == tuning::kTree ? Algo::kTree : Algo::kRing;
-  c.proto = h.proto == tuning::kLL ? Proto::kLL : Proto::kSimple;
-  c.nChannels = h.nChannels;
-  // DirectSplit (off unless TOPOCOLL_DIRECT_SPLIT_MIN is set, not in the model yet): one-host AllReduce the model
-  // gave to the ring or the tree, from that size and rank count, when NCCL_ALGO leaves the choice.
-  if (c.algo != Algo::kDirect && a.coll == Coll::kAllReduce && cfg.algo.empty() && hosts_.size() == 1 &&
-      nRanks_ <= collectives::kDirectMaxRanks && cfg.directSplitMin >= 0 &&
-      q.bytes >= static_cast<size_t>(cfg.directSplitMin) && nRanks_ >= cfg.directSplitRanks) {
-    c.algo = Algo::kDirectSplit;
-    size_t perMessage = std::min(q.bytes / static_cast<size_t>(nRanks_), c.chunkBytes);
-    c.proto = cfg.proto.empty() ? (perMessage <= static_cast<size_t>(cfg.p2pLlThreshold) ? Proto::kLL : Proto::kSimple)
-                                : c.proto;
-  }
-  // On one host between more than 2 ranks, Broadcast, AllReduce, AllGather and ReduceScatter from their star
-  // thresholds: every rank pulls what it needs straight out of the peers' buffers (Direct) instead of the chain or
-  // the ring, when NCCL_ALGO leaves the choice and TOPOCOLL_DIRECT_SPLIT_MIN did not pick DirectSplit
-  // (docs/collectives.md, "Algorithms"). The model has no constants for these yet.
-  if (cfg.algo.empty() && c.algo != Algo::kDirectSplit && hosts_.size() == 1 && collectives::starApplies(a, nRanks_))
-    c.algo = Algo::kDirect;
-  TC_INFO(log::kTuning, "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{0..{}}} (model {:.1f} us, {})",
-          collectives::collName(a.coll), q.bytes, collectives::algoName(c.algo), collectives::protoName(c.proto),
-          c.nChannels - 1, h.timeUs, tuning::hostLinkName(q.link));
+  c.algo = d.algo == tuning::kHostDirect        ? Algo::kDirect
+           : d.algo == tuning::kHostDirectSplit ? Algo::kDirectSplit
+           : d.algo == tuning::kTree            ? Algo::kTree
+                                                : Algo::kRing;
+  c.proto = d.proto == tuning::kLL ? Proto::kLL : Proto::kSimple;
+  c.nChannels = d.nChannels;
+  c.chunkBytes = d.chunkBytes;
+  c.star = d.star;
+  c.pair = d.pair;
+  c.mapPeers = d.mapPeers;
+  c.mapOutputs = d.mapOutputs;
   return c;
 }
 

@@ -14,6 +14,7 @@
 
 #include "topocoll/plan.h"
 #include "topocoll/runtime/communicator.h"
+#include "topocoll/tuning/host_policy.h"
 
 namespace topocoll::runtime {
 
@@ -39,8 +40,8 @@ class CommImpl {
   const Plan& plan() const { return plan_; }
   const search::Connect& connect() const { return plan_.connect; }
   const tuning::Model& model() const { return plan_.model; }
-  const tuning::HostModel& hostModel() const { return hostModel_; }
-  tuning::HostLink hostLink() const { return hostLink_; }
+  const tuning::HostModel& hostModel() const { return hostPolicy_.model; }
+  tuning::HostLink hostLink() const { return hostPolicy_.link; }
   const InitTimings& timings() const { return timings_; }
   bootstrap::Bootstrap& bootstrap() { return *bs_; }
 
@@ -139,9 +140,8 @@ class CommImpl {
   std::vector<PeerInfo> peers_;
   /// What this communicator executes: its rank's system and graphs, the job's rings, trees and channels, the model.
   Plan plan_;
-  tuning::HostModel hostModel_;
-  tuning::HostLink hostLink_ = tuning::HostLink::kP2p;
-  tuning::HostLimits hostLimits_;
+  /// Every choice of the collectives on host memory (tuning/host_policy.h): asked once per call by choose().
+  tuning::HostPolicy hostPolicy_;
   InitTimings timings_;
   /// GPU ranks: this node's system with paths (the plan's); null for host-memory ranks.
   const topology::System* system() const { return plan_.hostMemory ? nullptr : &plan_.system; }
@@ -174,8 +174,9 @@ class CommImpl {
   // Collectives: one runs at a time (collMu_), in issue order; asynchronous ones on collThread_.
   Request collective(const collectives::Args& a, bool blocking);
   void execute(detail::CollTask& t);
-  // One-shot small collectives (oneshot.cc): whether `a` takes that path (the same answer on every rank), and the
-  // path itself (throws like the algorithms).
+  // One-shot small collectives (oneshot.cc): whether `a` takes that path (tuning::hostOneShot: the same answer on
+  // every rank), and the path itself (throws like the algorithms).
+  tuning::HostCall hostCall(const collectives::Args& a, bool mailboxes) const;
   bool oneShotFits(const collectives::Args& a) const;
   /// false (nothing done, on every rank alike) when some rank's connections lack mailboxes: the caller runs the call
   /// on the engine, and oneShotFits says false from then on.

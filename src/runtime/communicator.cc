@@ -412,11 +412,11 @@ void CommImpl::joinNodes(const InitOptions& opts, const search::NodeGraphs& node
   topocoll::joinNodes(plan_, search::RecordList(all));
   // The collectives' choice (host memory): the calibrated constants, the job's slowest link, what the knobs leave.
   const Config& cfg = opts.cfg;
-  hostModel_ = cfg.hostTuning.empty() ? tuning::HostModel::defaults() : tuning::HostModel::load(cfg.hostTuning);
+  static_assert(collectives::kDirectMaxRanks == tuning::kHostDirectMaxRanks);
   bool p2pOff = cfg.p2pDisable != 0 || (cfg.p2pLevel && *cfg.p2pLevel == 0);
-  hostLink_ = hosts_.size() > 1 ? tuning::HostLink::kNet : p2pOff ? tuning::HostLink::kShm : tuning::HostLink::kP2p;
-  hostLimits_ = tuning::hostLimits(cfg, static_cast<int>(plan_.connect.rings.size()), hosts_.size() == 1,
-                                   collectives::kDirectMaxRanks);
+  const auto link = hosts_.size() > 1 ? tuning::HostLink::kNet : p2pOff ? tuning::HostLink::kShm : tuning::HostLink::kP2p;
+  hostPolicy_ = tuning::HostPolicy::make(cfg, link, nRanks_, hosts_.size() == 1,
+                                         static_cast<int>(plan_.connect.rings.size()));
   timings_.connect = msSince(t);
   plan_.wallMs = timings_.topology + timings_.search + timings_.connect;
 }

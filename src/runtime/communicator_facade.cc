@@ -31,8 +31,8 @@ const std::vector<PeerInfo>& Communicator::peers() const { return impl_->peers_;
 const Plan& Communicator::plan() const { return impl_->plan_; }
 const search::Connect& Communicator::connect() const { return impl_->plan_.connect; }
 const tuning::Model& Communicator::model() const { return impl_->plan_.model; }
-const tuning::HostModel& Communicator::hostModel() const { return impl_->hostModel_; }
-tuning::HostLink Communicator::hostLink() const { return impl_->hostLink_; }
+const tuning::HostModel& Communicator::hostModel() const { return impl_->hostPolicy_.model; }
+tuning::HostLink Communicator::hostLink() const { return impl_->hostPolicy_.link; }
 const InitTimings& Communicator::timings() const { return impl_->timings_; }
 bootstrap::Bootstrap& Communicator::bootstrap() { return *impl_->bs_; }
 

@@ -56,12 +56,8 @@ std::string describe(uint32_t sig, size_t bytes) {
 }  // namespace
 
 bool CommImpl::oneShotFits(const Args& a) const {
-  const Config& cfg = conns_->config();
-  // Every rank decides alike: the same arguments, knobs and job facts.
-  if (nRanks_ < 2 || nRanks_ > collectives::kDirectMaxRanks || hosts_.size() != 1 || !hostMemory() || a.count == 0 ||
-      !cfg.algo.empty() || !cfg.proto.empty() || shotOff_.load(std::memory_order_relaxed))
-    return false;
-  return a.count * sizeOf(a.type) <= static_cast<size_t>(cfg.oneShotMax);
+  // Every rank decides alike: the same arguments, knobs and job facts, and the mailboxes the ranks agreed on.
+  return tuning::hostOneShot(hostPolicy_, hostCall(a, hostMemory() && !shotOff_.load(std::memory_order_relaxed)));
 }
 
 bool CommImpl::runOneShot(const Args& a) {
@@ -96,9 +92,10 @@ bool CommImpl::runOneShot(const Args& a) {
     }
     shotReady_ = true;
   }
-  // Bypasses the host model: below TOPOCOLL_ONESHOT_MAX nothing else comes close (docs/collectives.md).
-  TC_INFO(log::kTuning, "{}: {} Bytes -> Algo OneShot proto LL (mailboxes)", collectives::collName(a.coll),
-          collectives::collBytes(a, nRanks_));
+  if (log::enabled(log::Level::kInfo, log::kTuning)) {
+    const tuning::HostCall c = hostCall(a, true);
+    TC_INFO(log::kTuning, "{}", tuning::describe(hostPolicy_, c, tuning::hostDecide(hostPolicy_, c)));
+  }
   const int n = nRanks_, me = rank_;
   const size_t es = sizeOf(a.type), count = a.count, bytes = count * es;
   const uint32_t call = ++shotCalls_ & 0xffff;

@@ -16,6 +16,7 @@
 #include "collectives/coll_check.h"
 #include "collectives/thread_links.h"
 #include "topocoll/collectives/algorithms.h"
+#include "topocoll/tuning/host_policy.h"
 
 namespace topocoll::collectives {
 namespace {
@@ -112,6 +113,26 @@ std::string runOne(ThreadLinks& links, const Case& k) {
   c.proto = Proto::kSimple;  // the links carry the protocol; the algorithms do not look at it
   c.nChannels = 2;
   c.chunkBytes = 1024;  // small slices: the pipelines run many steps at these sizes
+  // The shapes (star, pair, mapped buffers) the host policy gives this algorithm at this size.
+  tuning::HostCall call;
+  call.coll = k.coll == Coll::kAllReduce    ? tuning::kAllReduce
+              : k.coll == Coll::kBroadcast   ? tuning::kBroadcast
+              : k.coll == Coll::kReduce      ? tuning::kReduce
+              : k.coll == Coll::kAllGather   ? tuning::kAllGather
+                                             : tuning::kReduceScatter;
+  call.rankBytes = bytes;
+  call.bytes = collBytes(a, n);
+  call.linkChannels = links.nChannels();
+  tuning::HostDecision shape;
+  shape.algo = k.algo == Algo::kDirect        ? tuning::kHostDirect
+           : k.algo == Algo::kDirectSplit ? tuning::kHostDirectSplit
+           : k.algo == Algo::kTree        ? tuning::kTree
+                                          : tuning::kRing;
+  tuning::hostShape(tuning::HostThresholds{}, n, call, c.nChannels, &shape);
+  c.star = shape.star;
+  c.pair = shape.pair;
+  c.mapPeers = shape.mapPeers;
+  c.mapOutputs = shape.mapOutputs;
   run(links, a, c);
   long long d = testing::firstDiff(result, want.data(), checked, t);
   if (d >= 0) return fmt::format("rank {}: {}: element {} differs", r, k.name(), d);

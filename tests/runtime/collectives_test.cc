@@ -13,6 +13,7 @@
 #include "runtime/ranks.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
+#include "topocoll/tuning/host_policy.h"
 
 namespace topocoll {
 namespace {
@@ -425,10 +426,10 @@ void checkPair(Coll coll, size_t minBytes) {
   }
 }
 
-// 2-rank AllReduce from kAllReducePairMin (1 MiB): allReducePair.
+// 2-rank AllReduce from HostThresholds::allReducePairMin (1 MiB): allReducePair.
 TEST(Collectives, TwoRankAllReducePair) { checkPair(Coll::kAllReduce, size_t{1} << 20); }
 
-// 2-rank ReduceScatter from kReduceScatterPairMin (64 KiB of a rank's output): reduceScatterPair.
+// 2-rank ReduceScatter from HostThresholds::reduceScatterPairMin (64 KiB of a rank's output): reduceScatterPair.
 TEST(Collectives, TwoRankReduceScatterPair) { checkPair(Coll::kReduceScatter, size_t{64} << 10); }
 
 // One host: P2P (direct pointers) or SHM forced, NCCL_ALGO `algo`.
@@ -475,28 +476,28 @@ void checkStar(Coll coll, size_t minBytes, std::span<const DataType> types,
       }
 }
 
-// ReduceScatter from kReduceScatterStarMin (256 KiB of a rank's output): every rank pulls its block of every peer's
+// ReduceScatter from HostThresholds::reduceScatterStarMin (256 KiB of a rank's output): every rank pulls its block of every peer's
 // input and reduces them (reduceScatterStar). Int8 only (every type and op: a minute on 2 cores; the reduction is
 // allReduceStar's, tested with every type).
 TEST(Collectives, ReduceScatterFromEveryPeer) {
   constexpr DataType kInt8[] = {DataType::kInt8};
-  checkStar(Coll::kReduceScatter, collectives::kReduceScatterStarMin, kInt8);
+  checkStar(Coll::kReduceScatter, tuning::HostThresholds{}.reduceScatterStarMin, kInt8);
 }
 
-// AllReduce from kAllReduceStarMin (128 KiB) of a rank's block: the reduce-scatter of reduceScatterStar on split r of
+// AllReduce from HostThresholds::allReduceStarMin (128 KiB) of a rank's block: the reduce-scatter of reduceScatterStar on split r of
 // the buffer, then every rank pulls the other ranks' reduced splits out of their outputs (allReduceStar).
-TEST(Collectives, AllReduceFromEveryPeer) { checkStar(Coll::kAllReduce, collectives::kAllReduceStarMin, kTypes); }
+TEST(Collectives, AllReduceFromEveryPeer) { checkStar(Coll::kAllReduce, tuning::HostThresholds{}.allReduceStarMin, kTypes); }
 
-// AllGather from kAllGatherStarMin (64 KiB of a rank's input): every rank pulls every peer's input (allGatherStar).
-TEST(Collectives, AllGatherFromEveryPeer) { checkStar(Coll::kAllGather, collectives::kAllGatherStarMin, kTypes); }
+// AllGather from HostThresholds::allGatherStarMin (64 KiB of a rank's input): every rank pulls every peer's input (allGatherStar).
+TEST(Collectives, AllGatherFromEveryPeer) { checkStar(Coll::kAllGather, tuning::HostThresholds{}.allGatherStarMin, kTypes); }
 
-// 2-rank AllGather from kAllGatherPairMin (1 MiB of a rank's input): each rank pulls the peer's input straight into its
+// 2-rank AllGather from HostThresholds::allGatherPairMin (1 MiB of a rank's input): each rank pulls the peer's input straight into its
 // output (allGatherStar between 2 ranks); NCCL_ALGO=ring keeps the ring's step.
 TEST(Collectives, TwoRankAllGatherPieces) {
-  checkStar(Coll::kAllGather, collectives::kAllGatherPairMin, kTypes, {2});
+  checkStar(Coll::kAllGather, tuning::HostThresholds{}.allGatherPairMin, kTypes, {2});
 }
 
-// Broadcast on one host between more than 2 ranks from kBroadcastStarMin (64 KiB): every rank pulls from the root
+// Broadcast on one host between more than 2 ranks from HostThresholds::broadcastStarMin (64 KiB): every rank pulls from the root
 // (Direct, the auto choice); NCCL_ALGO=ring keeps the chain at the same sizes. 3 and 4 ranks, every root, in place
 // and out of place, sizes around the threshold and odd counts, P2P (direct pointers) and SHM (single copies).
 TEST(Collectives, BroadcastFromTheRootToEveryRank) {
@@ -521,7 +522,7 @@ TEST(Collectives, BroadcastFromTheRootToEveryRank) {
       }
 }
 
-// 2-rank Broadcast from kBroadcastPairMin (512 KiB) goes in two halves over two connectors, the second pulled or
+// 2-rank Broadcast from HostThresholds::broadcastPairMin (512 KiB) goes in two halves over two connectors, the second pulled or
 // pushed depending on whether the root is in place: both roots, in place and out of place, sizes around the
 // threshold and odd counts, every protocol, P2P (direct pointers) and SHM (single copies), 1, 2 and 4 channels (too
 // many for halves on this machine's 4: one copy per channel).

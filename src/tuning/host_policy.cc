@@ -1,0 +1,143 @@
+#include "topocoll/tuning/host_policy.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace topocoll::tuning {
+
+namespace {
+
+// NCCL's buffer is 8 steps; a slice of a quarter step keeps the block a rank receives in the cache until it is
+// reduced (2 MiB L2 here).
+constexpr uint64_t kChunkDivisor = 8 * 4;
+
+// Star shapes: every rank pulls what it needs straight out of the peers' buffers (AllReduce, AllGather,
+// ReduceScatter, Broadcast; between 2 ranks AllGather only).
+bool starApplies(const HostThresholds& t, int coll, int nRanks, uint64_t rankBytes) {
+  if (nRanks < 2) return false;
+  if (nRanks == 2) return coll == kAllGather && rankBytes >= t.allGatherPairMin;
+  const bool small = nRanks <= kHostDirectMaxRanks;
+  switch (coll) {
+    case kBroadcast: return rankBytes >= t.broadcastStarMin;
+    case kAllReduce: return small && rankBytes >= static_cast<uint64_t>(nRanks) * t.allReduceStarMin;
+    case kAllGather: return small && rankBytes >= t.allGatherStarMin;
+    case kReduceScatter: return small && rankBytes >= t.reduceScatterStarMin;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+const char* hostDecisionAlgoName(int algo) {
+  switch (algo) {
+    case kHostDirectSplit: return "DirectSplit";
+    case kHostOneShot: return "OneShot";
+    default: return hostAlgoName(algo);
+  }
+}
+
+HostPolicy HostPolicy::make(const Config& cfg, HostLink link, int nRanks, bool oneHost, int nRings) {
+  HostPolicy p;
+  p.model = cfg.hostTuning.empty() ? HostModel::defaults() : HostModel::load(cfg.hostTuning);
+  p.limits = hostLimits(cfg, nRings, oneHost, kHostDirectMaxRanks);
+  p.link = link;
+  p.nRanks = nRanks;
+  p.oneHost = oneHost;
+  p.algoForced = !cfg.algo.empty();
+  p.protoForced = !cfg.proto.empty();
+  p.chunkBytes = std::max<uint64_t>(4096, static_cast<uint64_t>(cfg.buffSize) / kChunkDivisor);
+  p.oneShotMax = static_cast<uint64_t>(std::max(0, cfg.oneShotMax));
+  p.directSplitMin = cfg.directSplitMin;
+  p.directSplitRanks = cfg.directSplitRanks;
+  p.llThreshold = static_cast<uint64_t>(std::max(0LL, cfg.p2pLlThreshold));
+  return p;
+}
+
+bool hostOneShot(const HostPolicy& p, const HostCall& call) {
+  // Below TOPOCOLL_ONESHOT_MAX nothing else comes close (docs/collectives.md, OneShot): one trip through shared
+  // memory instead of the ring's 2(n-1) steps, no engine. NCCL_ALGO / NCCL_PROTO name NCCL's algorithms: forced
+  // calls run those.
+  return call.mailboxes && p.oneHost && p.nRanks >= 2 && p.nRanks <= kHostDirectMaxRanks && call.rankBytes > 0 &&
+         !p.algoForced && !p.protoForced && call.rankBytes <= p.oneShotMax;
+}
+
+void hostShape(const HostThresholds& t, int nRanks, const HostCall& call, int nChannels, HostDecision* d) {
+  d->star = d->algo == kHostDirect && starApplies(t, call.coll, nRanks, call.rankBytes);
+  d->pair = false;
+  if (nRanks == 2 && !d->star) {
+    const int channels = std::max(1, std::min(nChannels, call.linkChannels));
+    switch (call.coll) {
+      case kAllReduce:
+        d->pair = d->algo == kRing && call.rankBytes >= t.allReducePairMin && call.linkChannels >= 2;
+        break;
+      case kReduceScatter:
+        d->pair = call.rankBytes >= t.reduceScatterPairMin && call.linkChannels >= 2;
+        break;
+      case kBroadcast:
+        d->pair = call.rankBytes >= t.broadcastPairMin && call.linkChannels >= 2 * channels;
+        break;
+      default: break;
+    }
+  }
+  d->mapPeers = nRanks >= 2 && nRanks <= kHostDirectMaxRanks && call.bytes >= t.mappedInputsMin;
+  d->mapOutputs = d->mapPeers && call.bytes >= (call.coll == kAllReduce ? t.mappedOutputsMin : t.mappedCopiesMin);
+}
+
+HostDecision hostDecide(const HostPolicy& p, const HostCall& call) {
+  HostDecision d;
+  d.chunkBytes = p.chunkBytes;
+  if (hostOneShot(p, call)) {
+    d.algo = kHostOneShot;
+    d.proto = kLL;
+    d.reason = "at most TOPOCOLL_ONESHOT_MAX bytes a peer: one trip through the mailboxes";
+    return d;
+  }
+  // The cost model picks among what NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS and TOPOCOLL_DIRECT_MAX leave.
+  HostQuery q;
+  q.coll = call.coll;
+  q.link = p.link;
+  q.nRanks = p.nRanks;
+  q.bytes = call.bytes;
+  q.chunkBytes = p.chunkBytes;
+  const HostChoice h = hostSelect(p.model, q, p.limits);
+  d.algo = h.algo;
+  d.proto = h.proto;
+  d.nChannels = h.nChannels;
+  d.timeUs = h.timeUs;
+  d.reason = p.algoForced || p.protoForced ? "the fastest the cost model finds among what NCCL_ALGO/NCCL_PROTO leave"
+                                           : "the fastest the cost model finds";
+  // DirectSplit (off unless TOPOCOLL_DIRECT_SPLIT_MIN is set; no calibrated constants yet): one-host AllReduce from
+  // that size and rank count.
+  if (d.algo != kHostDirect && call.coll == kAllReduce && !p.algoForced && p.oneHost &&
+      p.nRanks <= kHostDirectMaxRanks && p.directSplitMin >= 0 &&
+      call.bytes >= static_cast<uint64_t>(p.directSplitMin) && p.nRanks >= p.directSplitRanks) {
+    d.algo = kHostDirectSplit;
+    const uint64_t perMessage = std::min(call.bytes / static_cast<uint64_t>(p.nRanks), p.chunkBytes);
+    if (!p.protoForced) d.proto = perMessage <= p.llThreshold ? kLL : kSimple;
+    d.reason = "TOPOCOLL_DIRECT_SPLIT_MIN and TOPOCOLL_DIRECT_SPLIT_RANKS reached";
+  }
+  // The star shapes from their thresholds (HostThresholds; the cost model has no constants for them yet): every
+  // rank pulls what it needs straight out of the peers' buffers instead of the chain or the ring.
+  if (!p.algoForced && d.algo != kHostDirectSplit && p.oneHost &&
+      starApplies(p.thresholds, call.coll, p.nRanks, call.rankBytes)) {
+    d.algo = kHostDirect;
+    d.reason = "past its star threshold (HostThresholds): pulls out of the peers' buffers";
+  }
+  hostShape(p.thresholds, p.nRanks, call, d.nChannels, &d);
+  if (d.pair) d.reason = "2 ranks past its pair threshold (HostThresholds): single copies out of the peer's buffers";
+  return d;
+}
+
+std::string describe(const HostPolicy& p, const HostCall& call, const HostDecision& d) {
+  std::string shape;
+  if (d.star) shape += "star";
+  if (d.pair) shape += "pair";
+  if ((d.star || d.pair) && d.mapPeers) shape += d.mapOutputs ? ", mapped inputs and outputs" : ", mapped inputs";
+  if (!shape.empty()) shape = " (" + shape + ")";
+  return fmt::format("{}: {} Bytes -> Algo {}{} proto {} channel{{Lo..Hi}}={{0..{}}} (model {:.1f} us, {}): {}",
+                     collName(call.coll), call.bytes, hostDecisionAlgoName(d.algo), shape, protoName(d.proto),
+                     d.nChannels - 1, d.timeUs, hostLinkName(p.link), d.reason);
+}
+
+}  // namespace topocoll::tuning
