@@ -14,6 +14,7 @@
 #include "topocoll/progress/channel_links.h"
 #include "topocoll/progress/connections.h"
 #include "topocoll/progress/engine.h"
+#include "topocoll/progress/mailboxes.h"
 #include "comm_impl.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
@@ -53,6 +54,15 @@ tuning::HostCall CommImpl::hostCall(const Args& a, bool mailboxes) const {
   call.linkChannels = conns_->nRingChannels();
   call.mailboxes = mailboxes;
   return call;
+}
+
+bool CommImpl::oneShotFits(const Args& a) const {
+  // Every rank decides alike: the same arguments, knobs and job facts, and the mailboxes the ranks agreed on.
+  const tuning::HostCall call = hostCall(a, hostMemory() && !mailboxes_->off());
+  if (!tuning::hostOneShot(hostPolicy_, call)) return false;
+  if (log::enabled(log::Level::kInfo, log::kTuning))
+    TC_INFO(log::kTuning, "{}", tuning::describe(hostPolicy_, call, tuning::hostDecide(hostPolicy_, call)));
+  return true;
 }
 
 // The engine's choice for `a`, made in one place (tuning::hostDecide); every rank computes the same from the same
@@ -138,7 +148,7 @@ void CommImpl::execute(CollTask& t) {
           fail(StatusCode::kInvalidUsage, "rank {} called {} while rank {} called {}", rank_, describe(all[rank_]), r,
                describe(all[r]));
     }
-    if (!(oneShotFits(a) && runOneShot(a))) {
+    if (!(oneShotFits(a) && collectives::runOneShot(*links_, a))) {
       if (hosts_.size() > 1 && a.count > 0) links_->connectAll();  // see Connections::linkConnector
       collectives::run(*links_, a, choose(a));
     }
@@ -216,9 +226,14 @@ CommImpl::CollHold::~CollHold() {
   if (mode == CollHoldMode::kForeign) comm.collForeign_.fetch_sub(1, std::memory_order_release);
 }
 
+progress::ChannelLinks& CommImpl::links() {
+  if (!links_) links_ = std::make_unique<progress::ChannelLinks>(*conns_, *engine_, mailboxes_.get());
+  return *links_;
+}
+
 void CommImpl::runNow(CollTask& t) {
   CollHold hold(*this);
-  if (!links_) links_ = std::make_unique<progress::ChannelLinks>(*conns_, *engine_);
+  links();
   execute(t);
 }
 
@@ -226,7 +241,7 @@ bool CommImpl::runOneShotNow(const Args& a) {
   CollHold hold(*this);
   try {
     if (abort_.load()) fail(StatusCode::kAborted, "the communicator was aborted");
-    return runOneShot(a);
+    return collectives::runOneShot(links(), a);
   } catch (const Error& e) {
     fail(e.code(), "rank {}: {} of {} x {}: {}", rank_, collectives::collName(a.coll), a.count, to_string(a.type),
          e.what());
@@ -259,11 +274,11 @@ void CommImpl::collLoop() {
       t->finish(StatusCode::kAborted, fmt::format("rank {}: the communicator was destroyed", rank_));
     } else if (t->byOwner) {  // the owner is not on the fast path: its task counts in queued_
       std::lock_guard<std::mutex> run(collMu_);
-      if (!links_) links_ = std::make_unique<progress::ChannelLinks>(*conns_, *engine_);
+      links();
       execute(*t);
     } else {
       CollHold run(*this, true);
-      if (!links_) links_ = std::make_unique<progress::ChannelLinks>(*conns_, *engine_);
+      links();
       execute(*t);
     }
     lock.lock();

@@ -1,7 +1,7 @@
 // The communicator's state and the code of its parts (runtime-private; the public face is runtime::Communicator in
 // include/topocoll/runtime/communicator.h, which forwards every call here): init (NCCL's initTransportsRank:
 // communicator.cc, connections.cc), point-to-point and groups (p2p.cc), the collectives' issue order and choice
-// (collectives.cc), the one-shot path (oneshot.cc) and the device path (device_coll.cc).
+// (collectives.cc: the one-shot path runs collectives::runOneShot) and the device path (device_coll.cc).
 #pragma once
 
 #include <atomic>
@@ -174,23 +174,21 @@ class CommImpl {
   // Collectives: one runs at a time (collMu_), in issue order; asynchronous ones on collThread_.
   Request collective(const collectives::Args& a, bool blocking);
   void execute(detail::CollTask& t);
-  // One-shot small collectives (oneshot.cc): whether `a` takes that path (tuning::hostOneShot: the same answer on
-  // every rank), and the path itself (throws like the algorithms).
+  // One-shot small collectives (collectives::runOneShot over the mailboxes): whether `a` takes that path
+  // (tuning::hostOneShot: the same answer on every rank).
   tuning::HostCall hostCall(const collectives::Args& a, bool mailboxes) const;
   bool oneShotFits(const collectives::Args& a) const;
-  /// false (nothing done, on every rank alike) when some rank's connections lack mailboxes: the caller runs the call
-  /// on the engine, and oneShotFits says false from then on.
-  bool runOneShot(const collectives::Args& a);
-  /// runOneShot for a blocking call outside groups: after what the collective thread has queued, errors worded as
-  /// execute() words them.
+  /// collectives::runOneShot for a blocking call outside groups: after what the collective thread has queued, errors
+  /// worded as execute() words them. false (nothing done, on every rank alike) when some rank's connections lack
+  /// mailboxes: the caller runs the call on the engine, and oneShotFits says false from then on.
   bool runOneShotNow(const collectives::Args& a);
-  bool shotReady_ = false;
-  std::atomic<bool> shotOff_{false};  // the ranks agreed that some connection has no mailbox (NET on one host)
-  uint32_t shotCalls_ = 0;  // one-shot calls so far (oneshot.cc: numbers each call's messages)
-  std::vector<transport::Connector*> shotSend_, shotRecv_;  // [peer]: the connectors whose mailboxes it uses
   int waitSpinUs_ = 20, waitYieldUs_ = 0;  // how waits spin and yield before sleeping (the engine's)
   void collLoop();
   void stopCollectives();
+  /// The mailboxes of the one-shot path (made with the engine; destroyed before the connections).
+  std::unique_ptr<progress::Mailboxes> mailboxes_;
+  /// The collectives' links (made at the first collective, under the collective lock).
+  progress::ChannelLinks& links();
   std::unique_ptr<progress::ChannelLinks> links_;
   // Collectives on device buffers (device_coll.cc): whether `a`'s buffers are device memory (throws on a mix), and
   // the device path itself.

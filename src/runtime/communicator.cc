@@ -26,6 +26,7 @@
 #include "topocoll/progress/channel_links.h"
 #include "topocoll/progress/connections.h"
 #include "topocoll/progress/engine.h"
+#include "topocoll/progress/mailboxes.h"
 #include "topocoll/status.h"
 #include "topocoll/topology/discovery.h"
 #include "topocoll/topology/node_xml.h"
@@ -104,6 +105,7 @@ CommImpl::~CommImpl() {
   devColl_.reset();  // closes the peers' device allocations it opened
   links_.reset();
   engine_.reset();
+  mailboxes_.reset();
   conns_.reset();
   bs_.reset();
 }

@@ -11,6 +11,7 @@
 #include "topocoll/paths/paths.h"
 #include "topocoll/progress/connections.h"
 #include "topocoll/progress/engine.h"
+#include "topocoll/progress/mailboxes.h"
 #include "comm_impl.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
@@ -102,6 +103,7 @@ void CommImpl::setupTransports(const InitOptions& opts, const search::NodeGraphs
   int localProcs = std::max(1, localRanks_ / std::max(1, intraProcRanks_));
   transport::limitSpinners(std::max(1, std::min(transport::allowedCpus(), cpus / localProcs)));
   engine_ = std::make_unique<progress::Engine>(eo);
+  mailboxes_ = std::make_unique<progress::Mailboxes>(*conns_, eo.spinUs, eo.yieldUs);
   for (auto& idx : p2pIndex_) idx = std::make_unique<std::atomic<uint32_t>[]>(nRanks_);
 
   // Rings then trees, connection index 0 (ncclTransportRingConnect, ncclTransportTreeConnect).

@@ -69,6 +69,11 @@ struct Choice {
 /// Runs the collective `a` with `c`. Every rank calls it with the same collective, count, type, op and root.
 void run(Links& links, const Args& a, const Choice& c);
 
+/// The one-shot algorithm of small collectives (tuning::hostOneShot decides it): every message at once through the
+/// links' mailboxes (progress/mailboxes.h), then a local finish. false (nothing done, on every rank alike) when the
+/// links have none or the ranks found some connection without one: run() then. Throws like run().
+bool runOneShot(Links& links, const Args& a);
+
 /// Bytes NCCL's tuning counts for a collective (the message size in its "N Bytes -> Algo" line): AllGather and
 /// ReduceScatter count all ranks' data.
 size_t collBytes(const Args& a, int nRanks);

@@ -21,7 +21,9 @@ namespace topocoll::progress {
 
 class ChannelLinks final : public Links {
  public:
-  ChannelLinks(Connections& conns, Engine& engine) : conns_(conns), engine_(engine) {}
+  /// `mailboxes`: the one-shot path's (nullptr: none); must outlive the links.
+  ChannelLinks(Connections& conns, Engine& engine, Mailboxes* mailboxes = nullptr)
+      : conns_(conns), engine_(engine), mailboxes_(mailboxes) {}
   ~ChannelLinks() override;
 
   int rank() const override;
@@ -40,6 +42,7 @@ class ChannelLinks final : public Links {
   void beginCollective(bool streamOutputs) override;
   bool describeBuffer(const void* p, size_t bytes, PeerBuffer* out) override;
   const char* mapPeerBuffer(int peer, const PeerBuffer& b, size_t bytes) override;
+  Mailboxes* mailboxes() override { return mailboxes_; }
   /// After a failure: lets every posted transfer end (each fails at once on a broken connection, or at the
   /// timeout), so that none touches the user's buffers after the collective returned.
   void drain();
@@ -56,6 +59,7 @@ class ChannelLinks final : public Links {
 
   Connections& conns_;
   Engine& engine_;
+  Mailboxes* mailboxes_ = nullptr;
   std::vector<std::shared_ptr<Op>> ops_, fresh_;
   OpPool pool_;
   std::vector<Op*> raw_;

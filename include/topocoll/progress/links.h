@@ -17,6 +17,8 @@ enum class Copier { kAny, kPull, kPush };
 
 /// What a rank tells its peers about one of its buffers so that they can map it (opaque to the algorithms: the
 /// progress layer fills it from the transport's RegionRef). Sent as bytes.
+class Mailboxes;
+
 struct PeerBuffer {
   uint64_t words[8] = {};
 };
@@ -70,6 +72,8 @@ class Links {
     (void)peer, (void)b, (void)bytes;
     return nullptr;
   }
+  /// The point-to-point mailboxes of the one-shot path (progress/mailboxes.h); nullptr: none (the algorithms run).
+  virtual Mailboxes* mailboxes() { return nullptr; }
 };
 
 }  // namespace topocoll::progress
