@@ -163,82 +163,19 @@ void CommImpl::execute(CollTask& t) {
   }
 }
 
-// The collective lock. One collective runs at a time: collMu_, held by the thread that runs it. A mutex costs two
-// locked instructions per call, and a locked instruction waits until this core's stores have left it: after a
-// one-shot publish, until the peers' mailbox lines (which they poll) came over, as long as the fence it replaced
-// (docs/transport.md, "Threads and waiting"). So the thread that issues the blocking collectives (the first to call
-// one: the owner) enters with plain stores, on the asymmetric fence of doorbell.cc:
-//   owner:           collFast_ = 1;    [compiler barrier]; read collForeign_ and queued_ -> both 0: inside
-//   any other thread: collForeign_++;  membarrier();       collMu_.lock(); wait until collFast_ == 0: inside
-// (the owner's fast exit: collFast_ = 0, release). The doorbell's three cases apply: an owner that saw no foreign
-// thread and a foreign thread that saw the owner outside are never both inside. The collective thread runs a task
-// submitted by the owner with collMu_ alone: the task counts in queued_ from its submission (by the owner, so before
-// any later fast entry in its program order) until it finished, and the owner's fast entry checks queued_, then waits
-// for the queue and takes collMu_ like everybody else. Tasks of other threads take the foreign path. Where membarrier
-// is unavailable (or TOPOCOLL_MEMBARRIER=0) there is no owner and everybody takes collMu_. Should membarrier fail
-// after registration (a seccomp filter installed later), the foreign thread turns the fast path off and waits 1 ms
-// before reading collFast_: an owner inside has made its store visible by then (x86: stores leave the store buffer
-// in nanoseconds; not a C++ guarantee).
-bool CommImpl::collOwner() {
-  const auto me = static_cast<uintptr_t>(pthread_self());
-  uintptr_t o = collOwner_.load(std::memory_order_relaxed);
-  if (o == me) return true;
-  if (o != 0 || conns_->config().membarrier == 0 || !transport::Doorbell::membarrierRegistered()) return false;
-  return collOwner_.compare_exchange_strong(o, me);
-}
-
-CommImpl::CollHold::CollHold(CommImpl& c, bool foreign) : comm(c), mode(CollHoldMode::kLocked) {
-  const bool owner = !foreign && c.collOwner();
-  if (owner) {
-    c.collFast_.store(1, std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (c.collForeign_.load(std::memory_order_acquire) == 0 && c.queued_.load(std::memory_order_acquire) == 0) {
-      mode = CollHoldMode::kFast;
-      return;
-    }
-    c.collFast_.store(0, std::memory_order_release);
-  }
-  if (!foreign && c.queued_.load(std::memory_order_acquire) != 0) {  // the collective thread's queue first
-    std::unique_lock<std::mutex> lock(c.queueMu_);
-    c.queueCv_.wait(lock, [&] { return c.queued_ == 0; });
-  }
-  if (owner) {
-    c.collMu_.lock();
-    return;
-  }
-  mode = CollHoldMode::kForeign;
-  c.collForeign_.fetch_add(1, std::memory_order_seq_cst);
-  const uintptr_t o = c.collOwner_.load(std::memory_order_seq_cst);
-  if (o != 0 && o != ~uintptr_t{0} && !transport::membarrierAll()) {
-    c.collOwner_.store(~uintptr_t{0}, std::memory_order_relaxed);  // matches no thread: no fast path from now on
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  c.collMu_.lock();
-  while (c.collFast_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-}
-
-CommImpl::CollHold::~CollHold() {
-  if (mode == CollHoldMode::kFast) {
-    comm.collFast_.store(0, std::memory_order_release);
-    return;
-  }
-  comm.collMu_.unlock();
-  if (mode == CollHoldMode::kForeign) comm.collForeign_.fetch_sub(1, std::memory_order_release);
-}
-
 progress::ChannelLinks& CommImpl::links() {
   if (!links_) links_ = std::make_unique<progress::ChannelLinks>(*conns_, *engine_, mailboxes_.get());
   return *links_;
 }
 
 void CommImpl::runNow(CollTask& t) {
-  CollHold hold(*this);
+  detail::CollQueue::Hold hold(*collQueue_);
   links();
   execute(t);
 }
 
 bool CommImpl::runOneShotNow(const Args& a) {
-  CollHold hold(*this);
+  detail::CollQueue::Hold hold(*collQueue_);
   try {
     if (abort_.load()) fail(StatusCode::kAborted, "the communicator was aborted");
     return collectives::runOneShot(links(), a);
@@ -248,55 +185,10 @@ bool CommImpl::runOneShotNow(const Args& a) {
   }
 }
 
-void CommImpl::submit(const std::shared_ptr<CollTask>& t) {
-  std::lock_guard<std::mutex> lock(queueMu_);
-  if (collStop_) {
-    t->finish(StatusCode::kAborted, fmt::format("rank {}: the communicator is being destroyed", rank_));
-    return;
-  }
-  if (!collThread_.joinable()) collThread_ = std::thread([this] { collLoop(); });
-  t->byOwner = collOwner_.load(std::memory_order_relaxed) == static_cast<uintptr_t>(pthread_self());
-  queue_.push_back(t);
-  ++queued_;
-  queueCv_.notify_all();
-}
-
-void CommImpl::collLoop() {
-  log::setThreadRank(rank_);
-  std::unique_lock<std::mutex> lock(queueMu_);
-  for (;;) {
-    queueCv_.wait(lock, [&] { return collStop_ || !queue_.empty(); });
-    if (queue_.empty()) return;
-    auto t = queue_.front();
-    queue_.pop_front();
-    lock.unlock();
-    if (collStop_) {
-      t->finish(StatusCode::kAborted, fmt::format("rank {}: the communicator was destroyed", rank_));
-    } else if (t->byOwner) {  // the owner is not on the fast path: its task counts in queued_
-      std::lock_guard<std::mutex> run(collMu_);
-      links();
-      execute(*t);
-    } else {
-      CollHold run(*this, true);
-      links();
-      execute(*t);
-    }
-    lock.lock();
-    --queued_;
-    queueCv_.notify_all();
-  }
-}
+void CommImpl::submit(const std::shared_ptr<CollTask>& t) { collQueue_->submit(t); }
 
 void CommImpl::stopCollectives() {
-  bool busy;
-  {
-    std::lock_guard<std::mutex> lock(queueMu_);
-    collStop_ = true;
-    busy = queued_ > 0;
-    queueCv_.notify_all();
-  }
-  if (busy) abort();  // what is still queued or running fails (kAborted)
-  if (collThread_.joinable()) collThread_.join();
+  if (collQueue_) collQueue_->stop();  // what is still queued or running fails (kAborted)
   links_.reset();
 }
 

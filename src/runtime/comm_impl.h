@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "coll_queue.h"
 #include "topocoll/plan.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/tuning/host_policy.h"
@@ -171,7 +172,7 @@ class CommImpl {
   // sending and the receiving thread may differ: each counter has one writer at a time.
   std::unique_ptr<std::atomic<uint32_t>[]> p2pIndex_[2];
 
-  // Collectives: one runs at a time (collMu_), in issue order; asynchronous ones on collThread_.
+  // Collectives: one runs at a time, in issue order (collQueue_); asynchronous ones on its thread.
   Request collective(const collectives::Args& a, bool blocking);
   void execute(detail::CollTask& t);
   // One-shot small collectives (collectives::runOneShot over the mailboxes): whether `a` takes that path
@@ -183,7 +184,6 @@ class CommImpl {
   /// mailboxes: the caller runs the call on the engine, and oneShotFits says false from then on.
   bool runOneShotNow(const collectives::Args& a);
   int waitSpinUs_ = 20, waitYieldUs_ = 0;  // how waits spin and yield before sleeping (the engine's)
-  void collLoop();
   void stopCollectives();
   /// The mailboxes of the one-shot path (made with the engine; destroyed before the connections).
   std::unique_ptr<progress::Mailboxes> mailboxes_;
@@ -196,27 +196,8 @@ class CommImpl {
   void runDevice(const collectives::Args& a);
   void runDeviceAllToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type, void* stream);
   std::unique_ptr<detail::DeviceColl> devColl_;
-  std::mutex collMu_;                  // held while a collective runs (or its fast path, below)
-  // The fast path of collMu_ (collectives.cc, "The collective lock"): the owner thread enters with plain stores.
-  std::atomic<uintptr_t> collOwner_{0};  // pthread_self() of the owner, 0: none yet (or membarrier unavailable)
-  std::atomic<uint32_t> collFast_{0};    // 1 while the owner is inside on the fast path (written by the owner only)
-  std::atomic<uint32_t> collForeign_{0};  // threads other than the owner that want or hold collMu_
-  bool collOwner();
-  enum class CollHoldMode { kFast, kLocked, kForeign };
-  struct CollHold {  // collMu_ or its fast path, held for a scope
-    explicit CollHold(CommImpl& c, bool foreign = false);
-    ~CollHold();
-    CollHold(const CollHold&) = delete;
-    CollHold& operator=(const CollHold&) = delete;
-    CommImpl& comm;
-    CollHoldMode mode;
-  };
-  std::mutex queueMu_;
-  std::condition_variable queueCv_;
-  std::deque<std::shared_ptr<detail::CollTask>> queue_;
-  std::atomic<int> queued_{0};         // submitted and not finished (changed under queueMu_; read alone by the small path)
-  bool collStop_ = false;
-  std::thread collThread_;
+  /// One collective at a time, in issue order: the collective lock and the collective thread (coll_queue.h).
+  std::unique_ptr<detail::CollQueue> collQueue_;
   std::vector<std::shared_ptr<std::vector<char>>> allToAllCopies_;  // inputs of in-place all-to-alls in flight
 };
 

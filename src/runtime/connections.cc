@@ -104,6 +104,13 @@ void CommImpl::setupTransports(const InitOptions& opts, const search::NodeGraphs
   transport::limitSpinners(std::max(1, std::min(transport::allowedCpus(), cpus / localProcs)));
   engine_ = std::make_unique<progress::Engine>(eo);
   mailboxes_ = std::make_unique<progress::Mailboxes>(*conns_, eo.spinUs, eo.yieldUs);
+  collQueue_ = std::make_unique<detail::CollQueue>(
+      rank_, cfg.membarrier != 0,
+      [this](detail::CollTask& t) {
+        links();
+        execute(t);
+      },
+      [this] { abort(); });
   for (auto& idx : p2pIndex_) idx = std::make_unique<std::atomic<uint32_t>[]>(nRanks_);
 
   // Rings then trees, connection index 0 (ncclTransportRingConnect, ncclTransportTreeConnect).
