@@ -19,6 +19,13 @@
 
 namespace topocoll::runtime {
 
+namespace detail {
+using progress::Engine;
+using progress::OpPool;
+struct GroupShot;
+class DeviceColl;
+}  // namespace detail
+
 class CommImpl {
  public:
   // The public API (include/topocoll/runtime/communicator.h documents each call).

@@ -73,13 +73,9 @@ struct InitOptions {
 };
 
 class CommImpl;
-namespace detail {
-using progress::Engine;
+namespace detail {  // the runtime's own (a Request holds one)
 using progress::Op;
-using progress::OpPool;
 struct CollTask;
-struct GroupShot;
-class DeviceColl;
 }
 
 /// The handle of an asynchronous send, receive or collective.
