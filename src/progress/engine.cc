@@ -261,6 +261,40 @@ void Engine::failOp(Op& op, StatusCode code, const std::string& why) {
   op.error = describe(op.send, op.count, op.dtype, op.peer, why);
 }
 
+namespace {
+// A receive's parts 1.. as its sender split the message (the first part's header says how): the parts the sender
+// used open (draining when the first found a mismatch: consumed, not kept), the others are cancelled, and the parts
+// the sender used beyond this side's get draining transfers, appended to `parts`. Returns how many were appended, or
+// -1 (every other part cancelled, `why` set) when the sender claims more parts than there are connections.
+int followSenderSplit(std::vector<std::unique_ptr<Transfer>>& parts, const std::vector<transport::Connector*>& conns,
+                      const transport::MessageDesc& firstDesc, const transport::TransferOptions& opts,
+                      std::string* why) {
+  const Transfer& first = *parts[0];
+  const bool drain = first.mismatch();
+  size_t senderParts = drain ? first.senderHeader().nParts : parts.size();
+  if (first.failed() && !drain) senderParts = 0;  // broken or aborted: nothing to follow
+  int result = 0;
+  if (senderParts > conns.size()) {
+    *why = fmt::format("the sender split the message in {} parts, at most {} are possible", senderParts, conns.size());
+    senderParts = 0;
+    result = -1;
+  }
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (i < senderParts) parts[i]->open(drain);
+    else parts[i]->cancel();  // the sender did not use this channel
+  }
+  for (size_t i = parts.size(); i < senderParts; ++i) {
+    transport::MessageDesc d = firstDesc;
+    d.part = static_cast<int>(i);
+    d.partBytes = 0;
+    parts.push_back(std::make_unique<Transfer>(*conns[i], Transfer::Dir::kRecv, nullptr, d, opts, true));
+    parts.back()->open(true);
+    ++result;
+  }
+  return result;
+}
+}  // namespace
+
 bool Engine::runInline(const std::vector<transport::Connector*>& conns, bool send, void* buf,
                        const transport::MessageDesc& msg, const transport::TransferOptions& topts) {
   std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
@@ -270,20 +304,24 @@ bool Engine::runInline(const std::vector<transport::Connector*>& conns, bool sen
   transport::Connector& c = *conns[0];
   Transfer t(c, send ? Transfer::Dir::kSend : Transfer::Dir::kRecv, buf, msg, topts);
   driveInline(t, {});
-  if (!send && t.mismatch() && t.senderHeader().nParts > 1) {
-    // The sender split its (different) message: consume its other parts too, so every channel stays in step.
-    size_t n = std::min<size_t>(t.senderHeader().nParts, conns.size());
-    for (size_t i = 1; i < n; ++i) {
-      transport::MessageDesc d = msg;
-      d.part = static_cast<int>(i);
-      d.partBytes = 0;
-      Transfer drain(*conns[i], Transfer::Dir::kRecv, nullptr, d, topts, true);
-      drain.open(true);
-      driveInline(drain, {});
-    }
-  }
+  if (!send) drainSplitSender(t, conns, msg, topts);
   if (t.failed()) throw Error(t.errorCode(), describe(send, msg.count, msg.dtype, c.peer, t.error()));
   return true;
+}
+
+void Engine::drainSplitSender(const Transfer& t, const std::vector<transport::Connector*>& conns,
+                              const transport::MessageDesc& desc, const transport::TransferOptions& opts) {
+  if (!t.mismatch() || t.senderHeader().nParts <= 1) return;
+  // The sender split its (different) message: consume its other parts too, so every channel stays in step.
+  const size_t n = std::min<size_t>(t.senderHeader().nParts, conns.size());
+  for (size_t i = 1; i < n; ++i) {
+    transport::MessageDesc d = desc;
+    d.part = static_cast<int>(i);
+    d.partBytes = 0;
+    Transfer drain(*conns[i], Transfer::Dir::kRecv, nullptr, d, opts, true);
+    drain.open(true);
+    driveInline(drain, {});
+  }
 }
 
 bool Engine::runInlineParts(const std::vector<transport::Connector*>& conns, bool send, void* buf,
@@ -321,28 +359,10 @@ bool Engine::runInlineParts(const std::vector<transport::Connector*>& conns, boo
   } else {
     // The first part says how the sender split its message (Engine::validate for the queued path).
     driveInline(*parts[0], {}, nullptr, &idle);
-    Transfer& first = *parts[0];
-    const bool drain = first.mismatch();
-    size_t senderParts = drain ? first.senderHeader().nParts : parts.size();
-    if (first.failed() && !drain) senderParts = 0;
-    if (senderParts > conns.size()) {
-      first.connector().markBroken(fmt::format("the sender split the message in {} parts, at most {} are possible",
-                                               senderParts, conns.size()));
-      throw Error(StatusCode::kRemoteError,
-                  describe(false, msg.count, msg.dtype, conns[0]->peer,
-                           fmt::format("the sender split the message in {} parts, at most {} are possible",
-                                       senderParts, conns.size())));
-    }
-    for (size_t i = 1; i < parts.size(); ++i) {
-      if (i < senderParts) parts[i]->open(drain);
-      else parts[i]->cancel();  // the sender did not use this channel
-    }
-    for (size_t i = parts.size(); i < senderParts; ++i) {
-      transport::MessageDesc d = msg;
-      d.part = static_cast<int>(i);
-      d.partBytes = 0;
-      parts.push_back(std::make_unique<Transfer>(*conns[i], dir, nullptr, d, topts, true));
-      parts.back()->open(true);
+    std::string why;
+    if (followSenderSplit(parts, conns, msg, topts, &why) < 0) {
+      parts[0]->connector().markBroken(why);
+      throw Error(StatusCode::kRemoteError, describe(false, msg.count, msg.dtype, conns[0]->peer, why));
     }
     driveAll(1);
   }
@@ -476,16 +496,7 @@ bool Engine::runInlineGroup(const std::vector<Op*>& ops) {
     Op& op = *ops[i];
     Transfer& t = *op.parts[0];
     driveInline(t, heads, &refill, &idle);
-    if (!op.send && t.mismatch() && t.senderHeader().nParts > 1) {
-      for (size_t k = 1; k < std::min<size_t>(t.senderHeader().nParts, op.partConns.size()); ++k) {
-        transport::MessageDesc d = op.partDescs[0];
-        d.part = static_cast<int>(k);
-        d.partBytes = 0;
-        Transfer drain(*op.partConns[k], Transfer::Dir::kRecv, nullptr, d, op.opts, true);
-        drain.open(true);
-        driveInline(drain, {});
-      }
-    }
+    if (!op.send) drainSplitSender(t, op.partConns, op.partDescs[0], op.opts);
     if (t.failed()) failOp(op, t.errorCode(), t.error());
     op.state.store(op.code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
   }
@@ -534,28 +545,14 @@ bool Engine::runInlineGroupParts(const std::vector<Op*>& ops) {
   // 2. Open the receives' other parts as the sender split (Engine::validate), then drive everything to the end.
   for (Op* op : ops) {
     if (op->send) continue;
-    Transfer& first = *op->parts[0];
-    const bool drain = first.mismatch();
-    size_t senderParts = drain ? first.senderHeader().nParts : op->parts.size();
-    if (first.failed() && !drain) senderParts = 0;
-    if (senderParts > op->partConns.size()) {
-      failOp(*op, StatusCode::kRemoteError,
-             fmt::format("the sender split the message in {} parts, at most {} are possible", senderParts,
-                         op->partConns.size()));
-      first.connector().markBroken(op->error);
-      senderParts = 0;
+    std::string why;
+    const int added = followSenderSplit(op->parts, op->partConns, op->partDescs[0], op->opts, &why);
+    if (added < 0) {
+      failOp(*op, StatusCode::kRemoteError, why);
+      op->parts[0]->connector().markBroken(op->error);
     }
-    for (size_t i = 1; i < op->parts.size(); ++i) {
-      if (i < senderParts) op->parts[i]->open(drain);
-      else op->parts[i]->cancel();
-    }
-    for (size_t i = op->parts.size(); i < senderParts; ++i) {
-      transport::MessageDesc d = op->partDescs[0];
-      d.part = static_cast<int>(i);
-      d.partBytes = 0;
-      op->parts.push_back(std::make_unique<Transfer>(*op->partConns[i], Transfer::Dir::kRecv, nullptr, d, op->opts, true));
-      op->parts.back()->open(true);
-      ts.push_back(op->parts.back().get());
+    for (int i = added; i > 0; --i) {
+      ts.push_back(op->parts[op->parts.size() - i].get());
       owner.push_back(op);
     }
   }
@@ -1053,32 +1050,15 @@ void Engine::complete(Op& op) {
 // consume what the sender sent without copying; then the next receive from that peer may start.
 void Engine::validate(Op& op) {
   op.validated = true;
-  Transfer& first = *op.parts[0];
-  bool drain = first.mismatch();
-  size_t senderParts = drain ? first.senderHeader().nParts : op.parts.size();
-  if (first.failed() && !first.mismatch()) senderParts = 0;  // broken or aborted: nothing to follow
-  if (senderParts > op.partConns.size()) {
-    failOp(op, StatusCode::kRemoteError,
-           fmt::format("the sender split the message in {} parts, at most {} are possible", senderParts,
-                       op.partConns.size()));
-    first.connector().markBroken(op.error);
-    senderParts = 0;
+  std::string why;
+  const int added = followSenderSplit(op.parts, op.partConns, op.partDescs[0], op.opts, &why);
+  if (added < 0) {
+    failOp(op, StatusCode::kRemoteError, why);
+    op.parts[0]->connector().markBroken(op.error);
   }
-  for (size_t i = 1; i < op.parts.size(); ++i) {
-    if (i < senderParts) {
-      op.parts[i]->open(drain);
-    } else {
-      op.parts[i]->cancel();  // the sender did not use this channel
-    }
-  }
-  for (size_t i = op.parts.size(); i < senderParts; ++i) {
-    transport::MessageDesc d = op.partDescs[0];
-    d.part = static_cast<int>(i);
-    d.partBytes = 0;
-    op.parts.push_back(std::make_unique<Transfer>(*op.partConns[i], Transfer::Dir::kRecv, nullptr, d, op.opts, true));
-    op.parts.back()->open(true);
+  for (int i = added; i > 0; --i) {
     ++op.unfinished;
-    enqueue(&op, op.parts.back().get());
+    enqueue(&op, op.parts[op.parts.size() - i].get());
   }
   auto& chain = recvChain_[op.peer];
   if (!chain.empty() && chain.front() == &op) chain.pop_front();

@@ -194,6 +194,10 @@ class Engine {
   void driveInline(transport::Transfer& t, const std::vector<transport::Transfer*>& others,
                    const std::function<bool()>* refill = nullptr,
                    std::chrono::steady_clock::time_point* idleSince = nullptr);
+  /// After a single-part receive `t` found a mismatch from a sender that split its message: drives draining
+  /// transfers over the sender's other parts (on `conns`), so that every channel stays in step.
+  void drainSplitSender(const transport::Transfer& t, const std::vector<transport::Connector*>& conns,
+                        const transport::MessageDesc& desc, const transport::TransferOptions& opts);
   void validate(Op& op);               // driver only
   bool progressOnce();                 // driver only
   void takeIncoming();                 // driver only
