@@ -104,6 +104,9 @@ Connections::Connections(const Setup& s)
   po.rank = rank_;
   po.nRanks = nRanks_;
   po.commId = ctx.commId;
+  // The proxy's key: the ranks' nonces mixed another way than the commId (which names the socket, publicly).
+  for (auto& p : s.peers) po.key = (po.key + p.nonce) * 0xff51afd7ed558ccdULL ^ 0xc4ceb9fe1a85ec53ULL;
+  for (auto& p : s.peers) po.pids.push_back(p.pid);
   po.doorbell = ctx.doorbell;
   po.peerGone = ctx.peerGone;
   po.abortFlag = s.abortFlag;

@@ -31,6 +31,15 @@ UniqueFd createMemfd(const char* name, size_t size) {
   return fd;
 }
 
+bool peerCredentials(int sock, int* pid, unsigned* uid) {
+  ucred c{};
+  socklen_t len = sizeof(c);
+  if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &c, &len) != 0 || len != sizeof(c)) return false;
+  *pid = static_cast<int>(c.pid);
+  *uid = static_cast<unsigned>(c.uid);
+  return true;
+}
+
 size_t fileSize(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return 0;

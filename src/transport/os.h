@@ -27,6 +27,10 @@ void futexWakeAll(std::atomic<uint32_t>* word);
 UniqueFd listenUnix(const std::string& name);
 /// Connects (non-blocking socket afterwards); throws kRemoteError naming `what` when nobody listens.
 UniqueFd connectUnix(const std::string& name, const std::string& what);
+/// The process and user at the other end of a connected Unix socket (SO_PEERCRED, as the kernel recorded them at
+/// connect / listen: not forgeable by the peer). pid 0: the peer is in a PID namespace this process cannot see.
+/// false when the kernel cannot say.
+bool peerCredentials(int sock, int* pid, unsigned* uid);
 /// Sends `size` bytes and, when fdToSend >= 0, the descriptor with them (SCM_RIGHTS). Blocking with a deadline.
 void sendMsg(int sock, const void* data, size_t size, int fdToSend, std::chrono::steady_clock::time_point deadline,
              const std::string& what);

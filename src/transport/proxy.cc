@@ -29,13 +29,14 @@ std::string proxySocketName(uint64_t commId, int rank) { return fmt::format("top
 
 namespace {
 
-constexpr uint64_t kRequestMagic = 0x74636f6c6c505831ULL;  // "tcollPX1"
+constexpr uint64_t kRequestMagic = 0x74636f6c6c505832ULL;  // "tcollPX2"
 enum RequestKind : uint32_t { kKindBuffer = 1, kKindDoorbellWatch = 2 };
 
 #pragma pack(push, 1)
 struct Request {
   uint64_t magic = kRequestMagic;
   uint64_t commId = 0;
+  uint64_t key = 0;
   int32_t rank = -1;
   uint32_t kind = 0;
   uint32_t bufId = 0;
@@ -56,6 +57,8 @@ struct Exported {
 // A connection to our Unix socket whose request is still arriving.
 struct Pending {
   UniqueFd sock;
+  int pid = 0;        // of the connecting process (SO_PEERCRED)
+  unsigned uid = 0;
   Request req;
   size_t got = 0;
   Clock::time_point since;
@@ -217,6 +220,17 @@ namespace {
 UniqueFd ask(const Proxy::Options& o, int owner, Request req, Reply* rep, UniqueFd* keep) {
   std::string what = fmt::format("rank {} asking rank {}'s proxy for buffer {}", o.rank, owner, req.bufId);
   UniqueFd s = os::connectUnix(proxySocketName(o.commId, owner), what);
+  // The socket's name is public: whoever listens on it must be the owner's process, of this user (a process of
+  // another user squatting the name would otherwise be handed this rank's data, or hand it memory of its own).
+  int pid = 0;
+  unsigned uid = 0;
+  if (!os::peerCredentials(s.get(), &pid, &uid))
+    fail(StatusCode::kRemoteError, "{}: the kernel does not say who listens on the socket", what);
+  const int want = static_cast<size_t>(owner) < o.pids.size() ? o.pids[owner] : 0;
+  if (uid != ::geteuid() || (want > 0 && pid > 0 && pid != want))
+    fail(StatusCode::kRemoteError,
+         "{}: the socket is held by process {} of user {}, not by rank {}'s process {} of user {}: refused", what,
+         pid, uid, owner, want, ::geteuid());
   auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(60));
   os::sendMsg(s.get(), &req, sizeof(req), -1, deadline, what);
   UniqueFd fd(os::recvMsg(s.get(), rep, sizeof(*rep), deadline, what));
@@ -233,6 +247,7 @@ MappedRegion Proxy::importShareable(int owner, const ShareableBuffer& b) {
   if (owner < 0 || owner >= opts_.nRanks) fail(StatusCode::kInvalidArgument, "import from rank {} of {}", owner, opts_.nRanks);
   Request req;
   req.commId = opts_.commId;
+  req.key = opts_.key;
   req.rank = opts_.rank;
   req.kind = kKindBuffer;
   req.bufId = b.id;
@@ -251,6 +266,7 @@ std::shared_ptr<Doorbell> Proxy::importDoorbell(int owner) {
   if (owner < 0 || owner >= opts_.nRanks) fail(StatusCode::kInvalidArgument, "import from rank {} of {}", owner, opts_.nRanks);
   Request req;
   req.commId = opts_.commId;
+  req.key = opts_.key;
   req.rank = opts_.rank;
   req.kind = kKindDoorbellWatch;
   Reply rep;
@@ -356,6 +372,12 @@ void Proxy::Impl::serveListener() {
     if (c < 0) return;
     Pending p;
     p.sock = UniqueFd(c);
+    // Another user's process is dropped before it can send anything (the name is public: /proc/net/unix).
+    if (!os::peerCredentials(c, &p.pid, &p.uid) || p.uid != ::geteuid()) {
+      TC_WARN("Proxy : rank {} dropped a connection from process {} of user {} (this job's user is {})",
+              self->opts_.rank, p.pid, p.uid, ::geteuid());
+      continue;
+    }
     p.since = Clock::now();
     pending.push_back(std::move(p));
     servePending(pending.size() - 1);
@@ -387,7 +409,10 @@ void Proxy::Impl::answer(Pending& p) {
   uint64_t size = 0;
   if (r.magic != kRequestMagic) why = "wrong magic";
   else if (r.commId != o.commId) why = fmt::format("communicator {:x} is not ours", r.commId);
+  else if (r.key != o.key) why = "wrong key (not a rank of this job)";
   else if (r.rank < 0 || r.rank >= o.nRanks) why = fmt::format("rank {} out of range", r.rank);
+  else if (static_cast<size_t>(r.rank) < o.pids.size() && o.pids[r.rank] > 0 && p.pid > 0 && p.pid != o.pids[r.rank])
+    why = fmt::format("process {} is not rank {}'s ({})", p.pid, r.rank, o.pids[r.rank]);
   else if (r.kind == kKindDoorbellWatch) {
     if (!o.doorbell) why = "no doorbell";
     else fd = o.doorbell->fd(), size = sizeof(DoorbellPage);
@@ -401,7 +426,7 @@ void Proxy::Impl::answer(Pending& p) {
   Reply rep;
   rep.status = why.empty() ? 0 : 1;
   rep.size = size;
-  if (!why.empty()) TC_WARN("Proxy : rank {} refused a request: {}", o.rank, why);
+  if (!why.empty()) TC_WARN("Proxy : rank {} refused a request of process {}: {}", o.rank, p.pid, why);
   try {
     os::sendMsg(p.sock.get(), &rep, sizeof(rep), why.empty() ? fd : -1, Clock::now() + std::chrono::seconds(2),
                 "answering a proxy request");

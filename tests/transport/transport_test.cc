@@ -2,6 +2,7 @@
 // network plugin, the proxy refusing strangers, and eager sends over a FIFO in local memory.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -583,7 +584,7 @@ TEST(Proxy, RefusesRequestsFromStrangersAndServesItsRanks) {
     a.sun_family = AF_UNIX;
     std::memcpy(a.sun_path + 1, name.data(), name.size());
     ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), offsetof(sockaddr_un, sun_path) + 1 + name.size()), 0);
-    char junk[32];
+    char junk[40];  // a request's size
     std::memset(junk, attempt ? 0x41 : 0, sizeof(junk));
     ASSERT_EQ(::write(s, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
     int32_t status = 0;
@@ -601,6 +602,200 @@ TEST(Proxy, RefusesRequestsFromStrangersAndServesItsRanks) {
   missing.id = 77;
   EXPECT_THROW(other.importShareable(0, missing), Error);
   EXPECT_THROW(other.importShareable(5, b), Error);
+}
+
+
+// A request as a stranger writes it: the wire layout of proxy.cc's Request (anyone can read the protocol).
+#pragma pack(push, 1)
+struct WireRequest {
+  uint64_t magic = 0x74636f6c6c505832ULL;
+  uint64_t commId = 0;
+  uint64_t key = 0;
+  int32_t rank = -1;
+  uint32_t kind = 1;  // a buffer
+  uint32_t bufId = 0;
+  uint32_t pad = 0;
+};
+#pragma pack(pop)
+
+// What asking the proxy socket `name` gets: the reply's status (-1: dropped without an answer) and whether a
+// descriptor came with it.
+struct Asked {
+  int status = -1;
+  bool gotFd = false;
+};
+Asked ask(const std::string& name, const WireRequest& r) {
+  Asked out;
+  int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), offsetof(sockaddr_un, sun_path) + 1 + name.size()) != 0) {
+    ::close(s);
+    return out;
+  }
+  if (::write(s, &r, sizeof(r)) == static_cast<ssize_t>(sizeof(r))) {
+    int32_t rep[4] = {};
+    char control[CMSG_SPACE(sizeof(int))] = {};
+    iovec iov{rep, sizeof(rep)};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    timeval tv{5, 0};
+    ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (::recvmsg(s, &m, MSG_WAITALL) == static_cast<ssize_t>(sizeof(rep))) {
+      out.status = rep[0];
+      for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+        if (c->cmsg_type == SCM_RIGHTS) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+          ::close(fd);
+          out.gotFd = true;
+        }
+    }
+  }
+  ::close(s);
+  return out;
+}
+
+// `f` in a child process running as user nobody (65534); its Asked comes back through a pipe.
+Asked asNobody(const std::function<Asked()>& f) {
+  int fds[2];
+  if (::pipe(fds) != 0) return {};
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    Asked a;
+    if (::setgid(65534) == 0 && ::setuid(65534) == 0) a = f();
+    else a.status = -2;
+    ssize_t w = ::write(fds[1], &a, sizeof(a));
+    ::_exit(w == static_cast<ssize_t>(sizeof(a)) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  Asked a;
+  a.status = -3;
+  ssize_t got = ::read(fds[0], &a, sizeof(a));
+  (void)got;
+  ::close(fds[0]);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  return a;
+}
+
+// A proxy of one rank, with a buffer to hand out: what the attacks below ask for.
+struct Served {
+  Proxy::Options o;
+  std::unique_ptr<Proxy> proxy;
+  ShareableBuffer b;
+  explicit Served(std::vector<int32_t> pids) {
+    o.rank = 0;
+    o.nRanks = 2;
+    o.commId = 0x5ec07e;
+    o.key = 0x1234567890abcdefULL;
+    o.pids = std::move(pids);
+    o.doorbell = Doorbell::process();
+    o.timeout = std::chrono::seconds(5);
+    proxy = std::make_unique<Proxy>(o);
+    class Alloc : public ProxyConnection {
+     public:
+      void setup(Proxy& p, const void*, size_t, void* resp, size_t) override {
+        char* ptr;
+        *static_cast<ShareableBuffer*>(resp) = p.allocateShareable(8192, &ptr);
+        std::strcpy(ptr, "the job's data");
+      }
+    } conn;
+    proxy->callBlocking(conn, Proxy::Msg::kSetup, nullptr, 0, &b, sizeof(b));
+  }
+  WireRequest request(int rank) const {
+    WireRequest r;
+    r.commId = o.commId;
+    r.key = o.key;
+    r.rank = rank;
+    r.bufId = b.id;
+    return r;
+  }
+};
+
+// Issue 36's critical finding: a process of another user that reads the socket's name in /proc/net/unix and knows
+// the whole request (even the key) gets nothing; the job's own rank still does.
+TEST(ProxySecurity, AnotherUsersProcessIsDroppedEvenWithTheWholeRequest) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a process as another user";
+  Served s({static_cast<int32_t>(::getpid()), static_cast<int32_t>(::getpid())});
+  const std::string name = proxySocketName(s.o.commId, 0);
+  Asked a = asNobody([&] { return ask(name, s.request(1)); });
+  EXPECT_EQ(a.status, -1) << "dropped without an answer";
+  EXPECT_FALSE(a.gotFd);
+  Asked own = ask(name, s.request(1));  // this process is rank 1's here
+  EXPECT_EQ(own.status, 0);
+  EXPECT_TRUE(own.gotFd);
+}
+
+// A process of the same user outside the job: without the key, or naming a rank whose process it is not, refused.
+TEST(ProxySecurity, AWrongKeyOrAProcessThatIsNotTheRankItNamesIsRefused) {
+  Served s({static_cast<int32_t>(::getpid()), 1});  // rank 1 is "process 1": not this one
+  const std::string name = proxySocketName(s.o.commId, 0);
+  WireRequest noKey = s.request(0);
+  noKey.key = 0;
+  Asked a = ask(name, noKey);
+  EXPECT_EQ(a.status, 1);
+  EXPECT_FALSE(a.gotFd);
+  Asked b = ask(name, s.request(1));
+  EXPECT_EQ(b.status, 1);
+  EXPECT_FALSE(b.gotFd);
+  Asked c = ask(name, s.request(0));
+  EXPECT_EQ(c.status, 0);
+  EXPECT_TRUE(c.gotFd);
+}
+
+// Another user's process that listens on a rank's socket name first (squatting) is refused by the rank that asks:
+// it would otherwise see the asker's data, or hand it memory of its own.
+TEST(ProxySecurity, ASquatterOfAnotherUserIsRefusedByTheAsker) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a process as another user";
+  Proxy::Options o;
+  o.rank = 1;
+  o.nRanks = 2;
+  o.commId = 0x5a11a7;
+  o.key = 42;
+  o.doorbell = Doorbell::process();
+  o.timeout = std::chrono::seconds(5);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t squatter = ::fork();
+  if (squatter == 0) {
+    ::close(ready[0]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    const std::string name = proxySocketName(o.commId, 0);
+    int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path + 1, name.data(), name.size());
+    if (::bind(s, reinterpret_cast<sockaddr*>(&a), offsetof(sockaddr_un, sun_path) + 1 + name.size()) != 0 ||
+        ::listen(s, 8) != 0)
+      ::_exit(3);
+    char one = 1;
+    if (::write(ready[1], &one, 1) != 1) ::_exit(4);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char one = 0;
+  ASSERT_EQ(::read(ready[0], &one, 1), 1);
+  ::close(ready[0]);
+  o.pids = {static_cast<int32_t>(::getpid()), static_cast<int32_t>(::getpid())};
+  Proxy proxy(o);
+  ShareableBuffer b;
+  b.id = 1;
+  b.size = 4096;
+  try {
+    proxy.importShareable(0, b);
+    ADD_FAILURE() << "mapped what a squatter offered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("held by process"), std::string::npos) << e.what();
+  }
+  ::kill(squatter, SIGKILL);
+  int st = 0;
+  ::waitpid(squatter, &st, 0);
 }
 
 }  // namespace

@@ -60,7 +60,12 @@ class Proxy {
   enum class Msg { kSetup, kConnect, kFree };
   struct Options {
     int rank = 0, nRanks = 1;
-    uint64_t commId = 0;
+    uint64_t commId = 0;  // in the socket's name, which anyone on the host can read (/proc/net/unix)
+    /// A secret of the job's ranks (mixed from their nonces, never in a name): every request carries it.
+    uint64_t key = 0;
+    /// [rank] the rank's process id (empty: not checked). A request must come from the process of the rank it
+    /// names, an answer from the process of the rank asked (SO_PEERCRED), and both from this process's user.
+    std::vector<int32_t> pids;
     std::shared_ptr<Doorbell> doorbell;                          // this process's: exported as buffer 0
     std::shared_ptr<std::vector<std::atomic<bool>>> peerGone;   // set when a peer process disappears
     const std::atomic<bool>* abortFlag = nullptr;
