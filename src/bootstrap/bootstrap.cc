@@ -5,7 +5,6 @@
 // (a rank that died, or aborted) reaches every rank as a message naming the rank and the phase.
 #include "topocoll/bootstrap/bootstrap.h"
 
-#include <arpa/inet.h>
 #include <poll.h>
 
 #include <cstring>
@@ -15,7 +14,7 @@
 #include <thread>
 
 #include "root.h"
-#include "socket.h"
+#include "stream.h"
 #include "wire.h"
 #include "topocoll/log.h"
 #include "topocoll/status.h"
@@ -31,13 +30,6 @@ constexpr auto kGrace = std::chrono::milliseconds(1000);
 constexpr auto kIncomingWait = std::chrono::seconds(10);
 // Per peer, when telling every rank that the job fails.
 constexpr auto kTellDeadline = std::chrono::milliseconds(500);
-
-bool isLoopback(const Address& a) {
-  if (a.storage.ss_family == AF_INET)
-    return (ntohl(reinterpret_cast<const sockaddr_in*>(&a.storage)->sin_addr.s_addr) >> 24) == 127;
-  return a.storage.ss_family == AF_INET6 &&
-         IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr);
-}
 
 uint64_t idMagic(const UniqueId& id) {
   uint64_t m;
@@ -82,12 +74,14 @@ void RootHandle::abort(const std::string& reason, std::chrono::milliseconds ling
   if (root) root->abort(reason, Clock::now() + linger);
 }
 
-UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic) { return makeId(magic, toWire(parseHostPort(hostPort))); }
+UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic) {
+  return makeId(magic, SocketAddress::parse(hostPort).toWire());
+}
 
 UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort, uint64_t magic, int nRanks) {
-  Address bind = hostPort.empty() ? defaultAddress() : parseHostPort(hostPort);
+  SocketAddress bind = hostPort.empty() ? defaultAddress() : SocketAddress::parse(hostPort);
   auto root = std::make_unique<Root>(bind, magic, nRanks);
-  UniqueId id = makeId(root->magic(), toWire(root->address()));
+  UniqueId id = makeId(root->magic(), root->address().toWire());
   if (holder) holder->root = std::move(root);
   return id;
 }
@@ -100,11 +94,11 @@ struct TcpBootstrap::Impl {
   int rank = 0, nRanks = 0;
   uint64_t magic = 0;
   Socket listener;
-  Address listenAddr;
+  SocketAddress listenAddr;
   // The connection to the root, kept until this rank's bootstrap is complete: the root tells it about failures
   // (and it tells the root) while the ranks cannot reach each other yet.
   Socket root;
-  Address rootAddr;
+  SocketAddress rootAddr;
   MessageParser rootParser;
   std::optional<WireAddr> nextAddr;
   Socket next, prev;
@@ -143,10 +137,10 @@ struct TcpBootstrap::Impl {
   }
 
   Interrupt interrupt() {
-    return Interrupt{opts.abortFlag, [this] {
-                       std::vector<pollfd> none;
-                       service(none, 0);
-                     }};
+    return abortable(opts.abortFlag, [this] {
+      std::vector<pollfd> none;
+      service(none, 0);
+    });
   }
 
   // Polls `own` (the caller's sockets) together with the listener, the incoming connections and the root for up to
@@ -196,16 +190,16 @@ struct TcpBootstrap::Impl {
   }
 
   void onIncoming(Incoming& c) {
-    switch (c.sock.readInto(c.parser)) {
-      case Socket::ReadStatus::kWaiting:
+    switch (readMessage(c.sock, c.parser)) {
+      case ReadStatus::kWaiting:
         return;
-      case Socket::ReadStatus::kClosed:
+      case ReadStatus::kClosed:
         dropIncoming(c, c.parser.headerComplete() ? "closed in the middle of a message" : "closed before a message");
         return;
-      case Socket::ReadStatus::kRejected:
+      case ReadStatus::kRejected:
         dropIncoming(c, c.parser.why());
         return;
-      case Socket::ReadStatus::kMessage:
+      case ReadStatus::kMessage:
         break;
     }
     const Header& h = c.parser.header();
@@ -228,16 +222,16 @@ struct TcpBootstrap::Impl {
   }
 
   void onRoot() {
-    auto st = root.readInto(rootParser);
-    if (st == Socket::ReadStatus::kWaiting) return;
-    if (st == Socket::ReadStatus::kClosed) {
+    auto st = readMessage(root, rootParser);
+    if (st == ReadStatus::kWaiting) return;
+    if (st == ReadStatus::kClosed) {
       root = Socket();
       failWith(StatusCode::kRemoteError,
                fmt::format("rank {}: the root at {} closed its connection during {} (the process hosting it, rank 0 "
                            "under a launcher, died)",
                            rank, rootAddr.toString(), currentPhase()));
     }
-    if (st == Socket::ReadStatus::kRejected) {
+    if (st == ReadStatus::kRejected) {
       root = Socket();
       failWith(StatusCode::kRemoteError,
                fmt::format("rank {}: the root at {} sent a malformed message: {}", rank, rootAddr.toString(),
@@ -297,7 +291,7 @@ struct TcpBootstrap::Impl {
     }
     Header h{magic, rank, kTagAbort, text.size()};
     if (root.valid()) {
-      root.trySend(h, text.data(), Clock::now() + kTellDeadline);
+      trySend(root, h, text.data(), Clock::now() + kTellDeadline);
       return;
     }
     if (static_cast<int>(peers.size()) != nRanks) return;
@@ -310,12 +304,12 @@ struct TcpBootstrap::Impl {
     for (int r : order) {
       if (done[r]) continue;
       done[r] = 1;
-      Address a;
-      if (!fromWire(peers[r], &a)) continue;
+      SocketAddress a;
+      if (!SocketAddress::fromWire(peers[r], &a)) continue;
       try {
         Socket s = Socket::connect(a, Clock::now() + kTellDeadline, Interrupt{}, "telling a rank that the job fails",
                                    /*retryRefused=*/false);
-        s.trySend(h, text.data(), Clock::now() + kTellDeadline);
+        trySend(s, h, text.data(), Clock::now() + kTellDeadline);
       } catch (const Error&) {  // that rank is gone too, or leaving
       }
     }
@@ -351,16 +345,10 @@ void TcpBootstrap::Impl::ringAllGather(void* data, size_t size) {
       std::vector<pollfd> own = {{next.fd(), static_cast<short>(sent < size ? POLLOUT : 0), 0},
                                  {prev.fd(), static_cast<short>(got < size ? POLLIN : 0), 0}};
       service(own, pollSlice(until));
-      if (sent < size && (own[0].revents & (POLLOUT | POLLERR | POLLHUP))) {
-        ssize_t n = ::send(next.fd(), sp + sent, size - sent, MSG_NOSIGNAL);
-        if (n > 0) sent += static_cast<size_t>(n);
-        else if (n < 0 && errno != EAGAIN && errno != EINTR) lost(nextRank, "lost its connection to it");
-      }
-      if (got < size && (own[1].revents & (POLLIN | POLLERR | POLLHUP))) {
-        ssize_t n = ::recv(prev.fd(), rp + got, size - got, 0);
-        if (n > 0) got += static_cast<size_t>(n);
-        else if (n == 0 || (errno != EAGAIN && errno != EINTR)) lost(prevRank, "lost its connection to it");
-      }
+      if (sent < size && (own[0].revents & (POLLOUT | POLLERR | POLLHUP)) && next.sendSome(sp, size, &sent).broken())
+        lost(nextRank, "lost its connection to it");
+      if (got < size && (own[1].revents & (POLLIN | POLLERR | POLLHUP)) && prev.recvSome(rp, size, &got).broken())
+        lost(prevRank, "lost its connection to it");
     }
   }
 }
@@ -379,13 +367,13 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank
   I.magic = idMagic(id);
   WireAddr rootW;
   std::memcpy(&rootW, id.bytes.data() + sizeof(I.magic), sizeof(rootW));
-  if (!fromWire(rootW, &I.rootAddr))
+  if (!SocketAddress::fromWire(rootW, &I.rootAddr))
     fail(StatusCode::kInvalidArgument, "bootstrap: the unique id holds no root address (address family {})",
          rootW.family);
-  Address mine = isLoopback(I.rootAddr) && opts.socketIfname.empty() ? I.rootAddr
-                                                                       : chooseAddress(opts.socketIfname, opts.socketFamily);
-  if (mine.storage.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&mine.storage)->sin_port = 0;
-  else reinterpret_cast<sockaddr_in6*>(&mine.storage)->sin6_port = 0;
+  SocketAddress mine = I.rootAddr.isLoopback() && opts.socketIfname.empty()
+                           ? I.rootAddr
+                           : chooseAddress(opts.socketIfname, opts.socketFamily);
+  mine.setPort(0);
   I.listener = Socket::listen(mine, &I.listenAddr);
   TC_INFO(log::kInit | log::kBootstrap, "Bootstrap : Using {} (root {})", I.listenAddr.toString(),
           I.rootAddr.toString());
@@ -393,9 +381,9 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank
   // Registration: the root answers with the next rank's address once every rank has registered.
   const auto until = I.deadline();
   std::string what = fmt::format("rank {} registering with the root at {}", rank, I.rootAddr.toString());
-  I.root = Socket::connect(I.rootAddr, until, Interrupt{opts.abortFlag, nullptr}, what);
+  I.root = Socket::connect(I.rootAddr, until, abortable(opts.abortFlag), what);
   I.rootParser = MessageParser({I.magic, 0, kMaxControlBytes});
-  Registration reg{toWire(I.listenAddr), nRanks, static_cast<int64_t>(opts.timeout.count())};
+  Registration reg{I.listenAddr.toWire(), nRanks, static_cast<int64_t>(opts.timeout.count())};
   Header h{I.magic, rank, kTagRegister, sizeof(reg)};
   I.root.sendAll(&h, sizeof(h), until, I.interrupt(), what);
   I.root.sendAll(&reg, sizeof(reg), until, I.interrupt(), what);
@@ -407,8 +395,9 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank
   bs->setPhase("bootstrap ring setup");
   const int next = (rank + 1) % nRanks, prev = (rank - 1 + nRanks) % nRanks;
   what = fmt::format("rank {} connecting to rank {}", rank, next);
-  Address nextAddr;
-  if (!fromWire(*I.nextAddr, &nextAddr)) fail(StatusCode::kRemoteError, "rank {}: the root sent no address for rank {}", rank, next);
+  SocketAddress nextAddr;
+  if (!SocketAddress::fromWire(*I.nextAddr, &nextAddr))
+    fail(StatusCode::kRemoteError, "rank {}: the root sent no address for rank {}", rank, next);
   try {
     I.next = Socket::connect(nextAddr, until, I.interrupt(), what, /*retryRefused=*/false);  // it listens already
     Header rh{I.magic, rank, kTagRing, 0};
@@ -425,9 +414,9 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank
   // Every rank's address, so that any rank can reach any other; then the root is no longer needed.
   bs->setPhase("bootstrap address allgather");
   I.peers.resize(nRanks);
-  I.peers[rank] = toWire(I.listenAddr);
+  I.peers[rank] = I.listenAddr.toWire();
   bs->allGather(I.peers.data(), sizeof(WireAddr));
-  I.root.trySend(Header{I.magic, rank, kTagReady, 0}, nullptr, Clock::now() + std::chrono::seconds(2));
+  trySend(I.root, Header{I.magic, rank, kTagReady, 0}, nullptr, Clock::now() + std::chrono::seconds(2));
   I.root = Socket();
   bs->setPhase("communicator init");
   return bs;
@@ -468,14 +457,14 @@ void TcpBootstrap::send(int peer, int tag, const void* data, size_t size) {
   I.throwIfFailed();
   const auto until = I.deadline();
   std::string what = fmt::format("rank {} sending tag {} to rank {}", rank_, tag, peer);
-  Address a;
-  fromWire(I.peers[peer], &a);
+  SocketAddress a;
+  SocketAddress::fromWire(I.peers[peer], &a);
   try {
-    Socket s = Socket::connect(a, until, Interrupt{I.opts.abortFlag, [&] { I.throwIfFailed(); }}, what,
+    Socket s = Socket::connect(a, until, abortable(I.opts.abortFlag, [&] { I.throwIfFailed(); }), what,
                                /*retryRefused=*/false);  // every rank listens once the bootstrap is up
     Header h{I.magic, rank_, tag, size};
-    s.sendAll(&h, sizeof(h), until, Interrupt{I.opts.abortFlag, nullptr}, what);
-    if (size) s.sendAll(data, size, until, Interrupt{I.opts.abortFlag, nullptr}, what);
+    s.sendAll(&h, sizeof(h), until, abortable(I.opts.abortFlag), what);
+    if (size) s.sendAll(data, size, until, abortable(I.opts.abortFlag), what);
   } catch (const Error& e) {
     I.throwIfFailed();
     if (e.code() != StatusCode::kRemoteError) throw;

@@ -58,7 +58,7 @@ struct Root::Impl {
     std::vector<uint8_t> body(1 + text.size());
     body[0] = static_cast<uint8_t>(code);
     std::copy(text.begin(), text.end(), body.begin() + 1);
-    s.trySend(Header{magic, -1, kTagError, body.size()}, body.data(), Clock::now() + kReplyDeadline);
+    trySend(s, Header{magic, -1, kTagError, body.size()}, body.data(), Clock::now() + kReplyDeadline);
   }
 
   void markTold(int rank) {
@@ -92,7 +92,7 @@ struct Root::Impl {
     int n = book.nRanks();
     for (auto& m : members) {
       WireAddr next = book.of((m.rank + 1) % n).listen;
-      if (!m.sock.trySend(Header{magic, -1, kTagRegister, sizeof(next)}, &next, Clock::now() + kReplyDeadline))
+      if (!trySend(m.sock, Header{magic, -1, kTagRegister, sizeof(next)}, &next, Clock::now() + kReplyDeadline))
         TC_WARN("Bootstrap : root {}: could not answer rank {}", where, m.rank);
     }
     answered = true;
@@ -138,23 +138,23 @@ struct Root::Impl {
     const Header& h = p.parser.header();
     if (h.tag == kTagRegister && h.size == sizeof(Registration)) {
       std::string text = "connected to a different job's root at " + where;
-      p.sock.trySend(Header{h.magic, -1, kTagRefused, text.size()}, text.data(), Clock::now() + kReplyDeadline);
+      trySend(p.sock, Header{h.magic, -1, kTagRefused, text.size()}, text.data(), Clock::now() + kReplyDeadline);
     }
     drop(p, p.parser.why());
   }
 
   void onPendingReadable(Pending& p) {
-    switch (p.sock.readInto(p.parser)) {
-      case Socket::ReadStatus::kWaiting:
+    switch (readMessage(p.sock, p.parser)) {
+      case ReadStatus::kWaiting:
         return;
-      case Socket::ReadStatus::kClosed:
+      case ReadStatus::kClosed:
         drop(p, p.parser.headerComplete() ? "closed in the middle of a registration" : "closed before a registration");
         return;
-      case Socket::ReadStatus::kRejected:
+      case ReadStatus::kRejected:
         if (p.parser.foreignMagic()) refuse(p);
         else drop(p, p.parser.why());
         return;
-      case Socket::ReadStatus::kMessage:
+      case ReadStatus::kMessage:
         onRegistration(p);
         return;
     }
@@ -162,19 +162,19 @@ struct Root::Impl {
 
   void onMemberReadable(Member& m) {
     while (m.sock.valid()) {
-      auto st = m.sock.readInto(m.parser);
-      if (st == Socket::ReadStatus::kWaiting) return;
-      if (st == Socket::ReadStatus::kMessage && m.parser.header().tag == kTagReady) {
+      auto st = readMessage(m.sock, m.parser);
+      if (st == ReadStatus::kWaiting) return;
+      if (st == ReadStatus::kMessage && m.parser.header().tag == kTagReady) {
         m.ready = true;
         m.parser.reset();
         continue;
       }
-      if (st == Socket::ReadStatus::kMessage && m.parser.header().tag == kTagAbort) {
+      if (st == ReadStatus::kMessage && m.parser.header().tag == kTagAbort) {
         const auto& b = m.parser.body();
         failJob(StatusCode::kRemoteError, std::string(b.begin(), b.end()));
         return;
       }
-      if (st == Socket::ReadStatus::kClosed) {
+      if (st == ReadStatus::kClosed) {
         m.sock = Socket();
         if (!m.ready)
           failJob(StatusCode::kRemoteError,
@@ -183,7 +183,7 @@ struct Root::Impl {
         return;
       }
       TC_WARN("Bootstrap : root {}: rank {} sent {}; no longer reading it", where, m.rank,
-              st == Socket::ReadStatus::kRejected ? m.parser.why() : "an unexpected message");
+              st == ReadStatus::kRejected ? m.parser.why() : "an unexpected message");
       m.muted = true;
       return;
     }
@@ -210,7 +210,7 @@ struct Root::Impl {
   }
 };
 
-Root::Root(const Address& bindAddr, uint64_t magic, int nRanks) : nRanks_(nRanks) {
+Root::Root(const SocketAddress& bindAddr, uint64_t magic, int nRanks) : nRanks_(nRanks) {
   try {
     listener_ = Socket::listen(bindAddr, &addr_);
   } catch (const Error& e) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "socket.h"
+#include "stream.h"
 #include "wire.h"
 
 namespace topocoll::bootstrap {
@@ -16,11 +16,11 @@ class Root {
  public:
   /// Listens at `bindAddr`; `nRanks` 0 learns the job size from the first registration. Throws when the address
   /// cannot be bound (naming another job when it is in use).
-  Root(const Address& bindAddr, uint64_t magic, int nRanks);
+  Root(const SocketAddress& bindAddr, uint64_t magic, int nRanks);
   ~Root();
   Root(const Root&) = delete;
   Root& operator=(const Root&) = delete;
-  Address address() const { return addr_; }
+  SocketAddress address() const { return addr_; }
   uint64_t magic() const { return magic_; }
   /// The process hosting the root gives up: unless the job already failed for another reason, every rank is told
   /// `reason`. Returns once every rank of the job has been told (those registering meanwhile included), when no
@@ -38,7 +38,7 @@ class Root {
   std::atomic<bool> everyoneTold_{false};
   std::atomic<Clock::rep> lastArrival_{0};  // when the last connection came (Clock ticks)
   Socket listener_;
-  Address addr_;
+  SocketAddress addr_;
   uint64_t magic_ = 0;
   int nRanks_ = 0;
   std::atomic<bool> stop_{false};

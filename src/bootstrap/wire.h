@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "topocoll/socket.h"
+
 namespace topocoll::bootstrap {
 
 #pragma pack(push, 1)
@@ -18,12 +20,6 @@ struct Header {
   int32_t tag = 0;
   uint64_t size = 0;
 };
-/// A socket address as sent: family, port (network order), IPv4 or IPv6 bytes.
-struct WireAddr {
-  uint16_t family = 0;
-  uint16_t port = 0;
-  uint8_t addr[16] = {};
-};
 /// What a rank tells the root: where it listens, the job size it was started with and its timeout (the root names
 /// missing ranks a little before the ranks give up).
 struct Registration {
@@ -32,6 +28,8 @@ struct Registration {
   int64_t timeoutMs = 0;
 };
 #pragma pack(pop)
+/// A socket address as sent: family, port (network order), IPv4 or IPv6 bytes (common's, NET's handles carry it too).
+using topocoll::WireAddr;
 static_assert(sizeof(Header) == 24 && std::has_unique_object_representations_v<Header>);
 static_assert(sizeof(WireAddr) == 20 && std::has_unique_object_representations_v<WireAddr>);
 static_assert(sizeof(Registration) == 32 && std::has_unique_object_representations_v<Registration>);

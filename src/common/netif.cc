@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 
+#include "topocoll/socket.h"
 #include "topocoll/status.h"
 
 namespace topocoll::netif {
@@ -100,14 +101,7 @@ std::vector<Interface> sameSubnet(const ifaddrs* list, const std::string& commId
 
 }  // namespace
 
-std::string Interface::host() const {
-  char buf[INET6_ADDRSTRLEN] = "?";
-  if (addr.ss_family == AF_INET)
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, buf, sizeof(buf));
-  else if (addr.ss_family == AF_INET6)
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, buf, sizeof(buf));
-  return buf;
-}
+std::string Interface::host() const { return SocketAddress::from(addr, sizeof(addr)).host(); }
 
 bool matchInterface(const std::string& name, const std::string& specIn) {
   std::string spec = specIn;

@@ -2,12 +2,7 @@
 // each message's size and small payloads inline, optional helper threads each driving NCCL_NSOCKS_PERTHREAD data
 // sockets that a message is split over in tasks of at least 64 KiB), Apache-2.0; our own code. Helper threads
 // sleep in poll() when their sockets would block instead of spinning.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +18,7 @@
 #include "os.h"
 #include "topocoll/log.h"
 #include "topocoll/netif.h"
+#include "topocoll/socket.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/net.h"
 
@@ -36,11 +32,6 @@ constexpr size_t kMinTask = 64 << 10;    // NCCL_SOCKET_MIN_TASKSIZE
 constexpr uint32_t kCtrlIndex = 0xffffffff;
 
 #pragma pack(push, 1)
-struct WireAddr {
-  uint16_t family = 0;
-  uint16_t port = 0;  // network order
-  uint8_t addr[16] = {};
-};
 struct Handle {
   uint64_t magic = 0;
   uint8_t nSocks = 0, nThreads = 0;
@@ -54,73 +45,22 @@ struct Hello {
 #pragma pack(pop)
 static_assert(sizeof(Handle) <= kNetHandleSize, "socket handle too large");
 
-WireAddr toWire(const sockaddr_storage& s) {
-  WireAddr w;
-  w.family = s.ss_family;
-  if (s.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<const sockaddr_in*>(&s);
-    w.port = a->sin_port;
-    std::memcpy(w.addr, &a->sin_addr, 4);
-  } else {
-    auto* a = reinterpret_cast<const sockaddr_in6*>(&s);
-    w.port = a->sin6_port;
-    std::memcpy(w.addr, &a->sin6_addr, 16);
-  }
-  return w;
+SocketAddress peerOf(const Handle& h) {
+  SocketAddress a;
+  if (!SocketAddress::fromWire(h.addr, &a))
+    fail(StatusCode::kRemoteError, "NET/Socket : a connect handle carries address family {}", h.addr.family);
+  return a;
 }
 
-socklen_t fromWire(const WireAddr& w, sockaddr_storage* s) {
-  std::memset(s, 0, sizeof(*s));
-  if (w.family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(s);
-    a->sin_family = AF_INET;
-    a->sin_port = w.port;
-    std::memcpy(&a->sin_addr, w.addr, 4);
-    return sizeof(sockaddr_in);
-  }
-  if (w.family == AF_INET6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(s);
-    a->sin6_family = AF_INET6;
-    a->sin6_port = w.port;
-    std::memcpy(&a->sin6_addr, w.addr, 16);
-    return sizeof(sockaddr_in6);
-  }
-  fail(StatusCode::kRemoteError, "NET/Socket : a connect handle carries address family {}", w.family);
-}
-
-std::string addrString(const sockaddr_storage& s) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (s.ss_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&s)->sin_addr, host, sizeof(host));
-    port = ntohs(reinterpret_cast<const sockaddr_in*>(&s)->sin_port);
-  } else if (s.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&s)->sin6_addr, host, sizeof(host));
-    port = ntohs(reinterpret_cast<const sockaddr_in6*>(&s)->sin6_port);
-  }
-  return fmt::format("{}<{}>", host, port);
-}
-
-void setNoDelay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
+// NCCL's way of writing an address in its messages: "10.0.0.1<29500>".
+std::string addrString(const SocketAddress& a) { return fmt::format("{}<{}>", a.host(), a.port()); }
 
 // Non-blocking send or receive of what is left of [p, p+size); returns false on EAGAIN, throws when the peer is gone.
 // `more`: the payload follows at once (MSG_MORE lets the kernel put both in one segment).
-bool ioStep(bool send, int fd, char* p, size_t size, size_t* offset, const char* peer, bool more = false) {
-  while (*offset < size) {
-    ssize_t n = send ? ::send(fd, p + *offset, size - *offset, MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0))
-                     : ::recv(fd, p + *offset, size - *offset, MSG_DONTWAIT);
-    if (n > 0) {
-      *offset += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-    fail(StatusCode::kRemoteError, "NET/Socket : connection with {} {}", peer,
-         n == 0 ? "closed by the peer" : std::strerror(errno));
-  }
-  return true;
+bool ioStep(bool send, Socket& s, char* p, size_t size, size_t* offset, const char* peer, bool more = false) {
+  IoStatus st = send ? s.sendSome(p, size, offset, more) : s.recvSome(p, size, offset);
+  if (st.broken()) fail(StatusCode::kRemoteError, "NET/Socket : connection with {} {}", peer, st.why());
+  return st.done();
 }
 
 // One piece of a message on one data socket, moved by a helper thread.
@@ -128,7 +68,7 @@ struct Task {
   bool send = false;
   char* data = nullptr;
   size_t size = 0, offset = 0;
-  int sock = 0;
+  Socket* sock = nullptr;
   std::atomic<bool> done{false};
   std::string error;
 };
@@ -168,8 +108,8 @@ struct Request : NetRequest {
 
 struct SocketComm : NetComm {
   std::string peer;     // for messages
-  UniqueFd ctrl;
-  std::vector<UniqueFd> socks;
+  Socket ctrl;
+  std::vector<Socket> socks;
   int nThreads = 0;
   std::array<Request, kMaxRequests> requests;
   int nextSock = 0;
@@ -219,14 +159,14 @@ void Helper::run() {
     // The oldest task of each socket advances; the others wait their turn (the peer reads them in the same order).
     bool moved = false, pendingAny = false;
     fds.clear();
-    std::vector<int> seen;
+    std::vector<Socket*> seen;
     for (Task* t : work) {
       if (std::find(seen.begin(), seen.end(), t->sock) != seen.end()) continue;
       seen.push_back(t->sock);
       pendingAny = true;
       size_t before = t->offset;
       try {
-        ioStep(t->send, t->sock, t->data, t->size, &t->offset, comm_->peer.c_str());
+        ioStep(t->send, *t->sock, t->data, t->size, &t->offset, comm_->peer.c_str());
       } catch (const Error& e) {
         t->error = e.what();
         t->offset = t->size;
@@ -242,7 +182,7 @@ void Helper::run() {
         ssize_t r = ::write(comm_->done.get(), &one, sizeof(one));
         (void)r;
       } else {
-        fds.push_back({t->sock, static_cast<short>(t->send ? POLLOUT : POLLIN), 0});
+        fds.push_back({t->sock->fd(), static_cast<short>(t->send ? POLLOUT : POLLIN), 0});
       }
     }
     if (!moved && pendingAny && !fds.empty()) {
@@ -256,21 +196,21 @@ void Helper::run() {
 }
 
 struct ListenComm : NetComm {
-  UniqueFd fd;
+  Socket sock;
   uint64_t magic = 0;
   int nSocks = 0, nThreads = 0;
   struct Incoming {
-    UniqueFd fd;
+    Socket sock;
     Hello hello{};
     size_t got = 0;
   };
   std::vector<Incoming> incoming;
-  UniqueFd ctrl;
-  std::vector<UniqueFd> socks;
+  Socket ctrl;
+  std::vector<Socket> socks;
 };
 
 struct ConnectState : NetComm {
-  std::vector<UniqueFd> fds;  // [ctrl, data...]
+  std::vector<Socket> socks;  // [ctrl, data...]
   std::vector<size_t> sent;
   Handle handle;
 };
@@ -284,8 +224,7 @@ class SocketNet : public Net {
            cfg.socketIfname, cfg.socketFamily);
     std::string line;
     for (size_t i = 0; i < ifs_.size(); ++i) {
-      sockaddr_storage a = ifs_[i].addr;
-      line += fmt::format(" [{}]{}:{}", i, ifs_[i].name, addrString(a));
+      line += fmt::format(" [{}]{}:{}", i, ifs_[i].name, addrString(SocketAddress::from(ifs_[i].addr, ifs_[i].len)));
     }
     TC_INFO(log::kInit | log::kNet, "NET/Socket : Using{}", line);
     nThreads_ = cfg.socketNthreads == -2 ? 0 : std::min(cfg.socketNthreads, kMaxThreads);
@@ -324,15 +263,15 @@ class SocketNet : public Net {
   std::unique_ptr<NetComm> listen(int dev, NetHandle* handle) override {
     checkDev(dev);
     auto l = std::make_unique<ListenComm>();
-    sockaddr_storage a = ifs_[dev].addr;
-    if (a.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&a)->sin_port = 0;
-    else reinterpret_cast<sockaddr_in6*>(&a)->sin6_port = 0;
-    l->fd = UniqueFd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!l->fd.valid()) fail(StatusCode::kSystemError, "NET/Socket : socket(): {}", std::strerror(errno));
-    if (::bind(l->fd.get(), reinterpret_cast<sockaddr*>(&a), ifs_[dev].len) != 0 || ::listen(l->fd.get(), 128) != 0)
-      fail(StatusCode::kSystemError, "NET/Socket : listen on {}: {}", ifs_[dev].name, std::strerror(errno));
-    socklen_t len = sizeof(a);
-    ::getsockname(l->fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
+    SocketAddress a = SocketAddress::from(ifs_[dev].addr, ifs_[dev].len);
+    a.setPort(0);
+    SocketAddress bound;
+    try {
+      l->sock = Socket::listen(a, &bound, {.backlog = 128, .reuseAddr = false});
+    } catch (const SocketError& e) {
+      if (std::strcmp(e.call(), "socket") == 0) fail(StatusCode::kSystemError, "NET/Socket : {}", e.what());
+      fail(StatusCode::kSystemError, "NET/Socket : listen on {}: {}", ifs_[dev].name, std::strerror(e.error()));
+    }
     std::random_device rd;
     l->magic = (static_cast<uint64_t>(rd()) << 32) ^ rd();
     l->nSocks = nSocks_;
@@ -341,7 +280,7 @@ class SocketNet : public Net {
     h.magic = l->magic;
     h.nSocks = static_cast<uint8_t>(nSocks_);
     h.nThreads = static_cast<uint8_t>(nThreads_);
-    h.addr = toWire(a);
+    h.addr = bound.toWire();
     *handle = NetHandle{};
     std::memcpy(handle->bytes, &h, sizeof(h));
     return l;
@@ -351,45 +290,44 @@ class SocketNet : public Net {
     if (!*state) {
       auto s = std::make_unique<ConnectState>();
       std::memcpy(&s->handle, handle.bytes, sizeof(Handle));
-      sockaddr_storage a;
-      socklen_t len = fromWire(s->handle.addr, &a);
+      SocketAddress a = peerOf(s->handle);
       for (int i = 0; i <= s->handle.nSocks; ++i) {
-        UniqueFd fd(::socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-        if (!fd.valid()) fail(StatusCode::kSystemError, "NET/Socket : socket(): {}", std::strerror(errno));
-        if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 && errno != EINPROGRESS)
-          fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(a), std::strerror(errno));
-        setNoDelay(fd.get());
-        s->fds.push_back(std::move(fd));
+        int err = 0;
+        Socket sock;
+        try {
+          sock = Socket::connectStart(a, &err);
+        } catch (const SocketError& e) {
+          fail(StatusCode::kSystemError, "NET/Socket : {}", e.what());
+        }
+        if (err != 0 && err != EINPROGRESS)
+          fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(a), std::strerror(err));
+        s->socks.push_back(std::move(sock));
         s->sent.push_back(0);
       }
       *state = std::move(s);
     }
     auto& s = static_cast<ConnectState&>(**state);
-    sockaddr_storage peer;
-    fromWire(s.handle.addr, &peer);
+    SocketAddress peer = peerOf(s.handle);
     bool all = true;
-    for (size_t i = 0; i < s.fds.size(); ++i) {
+    for (size_t i = 0; i < s.socks.size(); ++i) {
       Hello hello{s.handle.magic, i == 0 ? kCtrlIndex : static_cast<uint32_t>(i - 1)};
       if (s.sent[i] == 0) {
-        pollfd p{s.fds[i].get(), POLLOUT, 0};
-        if (::poll(&p, 1, 0) <= 0) {
+        IoStatus st = s.socks[i].connectProgress();
+        if (st.wouldBlock()) {
           all = false;
           continue;
         }
-        int err = 0;
-        socklen_t el = sizeof(err);
-        getsockopt(s.fds[i].get(), SOL_SOCKET, SO_ERROR, &err, &el);
-        if (err) fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(peer), std::strerror(err));
+        if (st.broken()) fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(peer), st.why());
       }
-      if (!ioStep(true, s.fds[i].get(), reinterpret_cast<char*>(&hello), sizeof(hello), &s.sent[i],
+      if (!ioStep(true, s.socks[i], reinterpret_cast<char*>(&hello), sizeof(hello), &s.sent[i],
                   addrString(peer).c_str()))
         all = false;
     }
     if (!all) return nullptr;
     auto c = std::make_unique<SocketComm>();
     c->peer = addrString(peer);
-    c->ctrl = std::move(s.fds[0]);
-    for (size_t i = 1; i < s.fds.size(); ++i) c->socks.push_back(std::move(s.fds[i]));
+    c->ctrl = std::move(s.socks[0]);
+    for (size_t i = 1; i < s.socks.size(); ++i) c->socks.push_back(std::move(s.socks[i]));
     c->nThreads = s.handle.nThreads;
     state->reset();
     startHelpers(*c);
@@ -399,16 +337,21 @@ class SocketNet : public Net {
   std::unique_ptr<NetComm> accept(NetComm& listenComm) override {
     auto& l = static_cast<ListenComm&>(listenComm);
     while (true) {
-      int fd = ::accept4(l.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) break;
-      setNoDelay(fd);
-      l.incoming.push_back({UniqueFd(fd), Hello{}, 0});
+      Socket s;
+      try {
+        s = l.sock.acceptNow();
+      } catch (const SocketError&) {  // out of descriptors: the connections already in get their turn
+        break;
+      }
+      if (!s.valid()) break;
+      s.setNoDelay();
+      l.incoming.push_back({std::move(s), Hello{}, 0});
     }
     for (size_t i = 0; i < l.incoming.size();) {
       auto& in = l.incoming[i];
       bool complete;
       try {
-        complete = ioStep(false, in.fd.get(), reinterpret_cast<char*>(&in.hello), sizeof(Hello), &in.got, "a peer");
+        complete = ioStep(false, in.sock, reinterpret_cast<char*>(&in.hello), sizeof(Hello), &in.got, "a peer");
       } catch (const Error& e) {
         l.incoming.erase(l.incoming.begin() + static_cast<long>(i));  // gone before saying hello
         continue;
@@ -422,10 +365,10 @@ class SocketNet : public Net {
       if (!ok) {
         TC_WARN("NET/Socket : dropped a connection with a wrong magic or socket index (a stranger?)");
       } else if (in.hello.index == kCtrlIndex) {
-        l.ctrl = std::move(in.fd);
+        l.ctrl = std::move(in.sock);
       } else {
         if (l.socks.size() < static_cast<size_t>(l.nSocks)) l.socks.resize(l.nSocks);
-        l.socks[in.hello.index] = std::move(in.fd);
+        l.socks[in.hello.index] = std::move(in.sock);
       }
       l.incoming.erase(l.incoming.begin() + static_cast<long>(i));
     }
@@ -433,10 +376,7 @@ class SocketNet : public Net {
     for (int i = 0; i < l.nSocks; ++i)
       if (static_cast<size_t>(i) >= l.socks.size() || !l.socks[i].valid()) return nullptr;
     auto c = std::make_unique<SocketComm>();
-    sockaddr_storage a;
-    socklen_t len = sizeof(a);
-    ::getpeername(l.ctrl.get(), reinterpret_cast<sockaddr*>(&a), &len);
-    c->peer = addrString(a);
+    c->peer = addrString(l.ctrl.peerAddress());
     c->ctrl = std::move(l.ctrl);
     c->socks = std::move(l.socks);
     c->nThreads = l.nThreads;
@@ -461,17 +401,17 @@ class SocketNet : public Net {
         if (r.ctrlOff == 0 && inl) std::memcpy(&r.ctrl[1], r.data, inl);
         r.ctrl[0] = static_cast<uint32_t>(r.size);
         bool payloadFollows = !inl && r.size > 0 && c.socks.empty();
-        if (!ioStep(true, c.ctrl.get(), reinterpret_cast<char*>(r.ctrl), msg, &r.ctrlOff, c.peer.c_str(), payloadFollows))
+        if (!ioStep(true, c.ctrl, reinterpret_cast<char*>(r.ctrl), msg, &r.ctrlOff, c.peer.c_str(), payloadFollows))
           return false;
       } else {
-        if (!ioStep(false, c.ctrl.get(), reinterpret_cast<char*>(r.ctrl), 4, &r.ctrlOff, c.peer.c_str())) return false;
+        if (!ioStep(false, c.ctrl, reinterpret_cast<char*>(r.ctrl), 4, &r.ctrlOff, c.peer.c_str())) return false;
         size_t sender = r.ctrl[0];
         if (sender > r.size)
           fail(StatusCode::kInvalidUsage, "NET/Socket : peer {} message truncated : receiving {} bytes instead of {}",
                c.peer, sender, r.size);
         r.size = sender;
         size_t inl = r.size <= kInline ? r.size : 0;
-        if (inl && !ioStep(false, c.ctrl.get(), reinterpret_cast<char*>(r.ctrl), 4 + inl, &r.ctrlOff, c.peer.c_str()))
+        if (inl && !ioStep(false, c.ctrl, reinterpret_cast<char*>(r.ctrl), 4 + inl, &r.ctrlOff, c.peer.c_str()))
           return false;
         if (inl) std::memcpy(r.data, &r.ctrl[1], inl);
       }
@@ -485,7 +425,7 @@ class SocketNet : public Net {
           t->send = r.send;
           t->data = r.data + off;
           t->size = std::min(task, r.size - off);
-          t->sock = c.socks[c.nextSock].get();
+          t->sock = &c.socks[c.nextSock];
           int helper = c.nextSock % c.nThreads;
           c.nextSock = (c.nextSock + 1) % static_cast<int>(c.socks.size());
           c.helpers[helper]->add(t.get());
@@ -502,7 +442,7 @@ class SocketNet : public Net {
       while (::read(c.done.get(), &v, sizeof(v)) > 0) {
       }
       r.tasks.clear();
-    } else if (!ioStep(r.send, c.ctrl.get(), r.data, r.size, &r.offset, c.peer.c_str())) {
+    } else if (!ioStep(r.send, c.ctrl, r.data, r.size, &r.offset, c.peer.c_str())) {
       return false;
     }
     if (size) *size = r.size;
@@ -518,7 +458,7 @@ class SocketNet : public Net {
       if (!r.tasks.empty()) continue;
       ev |= r.send ? POLLOUT : POLLIN;
     }
-    if (ev) fds.push_back({c.ctrl.get(), ev, 0});
+    if (ev) fds.push_back({c.ctrl.fd(), ev, 0});
     if (c.done.valid()) fds.push_back({c.done.get(), POLLIN, 0});
   }
 
@@ -534,7 +474,7 @@ class SocketNet : public Net {
     int perThread = static_cast<int>(c.socks.size()) / std::max(1, c.nThreads);
     for (int t = 0; t < c.nThreads; ++t) {
       std::vector<int> fds;
-      for (int s = 0; s < perThread; ++s) fds.push_back(c.socks[t * perThread + s].get());
+      for (int s = 0; s < perThread; ++s) fds.push_back(c.socks[t * perThread + s].fd());
       c.helpers.push_back(std::make_unique<Helper>(&c, fds));
     }
   }

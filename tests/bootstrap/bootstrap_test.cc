@@ -10,7 +10,7 @@
 #include <cstring>
 #include <thread>
 
-#include "bootstrap/socket.h"
+#include "bootstrap/stream.h"
 #include "bootstrap/wire.h"
 #include "topocoll/status.h"
 
@@ -153,8 +153,8 @@ TEST(Bootstrap, FailedInitLeaksNothingAndCanBeRetriedWithANewId) {
 int connectToRoot(const UniqueId& id) {
   WireAddr w;
   std::memcpy(&w, id.bytes.data() + 8, sizeof(w));
-  Address a;
-  EXPECT_TRUE(fromWire(w, &a));
+  SocketAddress a;
+  EXPECT_TRUE(SocketAddress::fromWire(w, &a));
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&a.storage), a.len), 0);
   return fd;
@@ -273,8 +273,8 @@ TEST(Bootstrap, TwoJobsOnOneAddress) {
   UniqueId a = createUniqueId(&rootA, "127.0.0.1:0");
   WireAddr w;
   std::memcpy(&w, a.bytes.data() + 8, sizeof(w));
-  Address addr;
-  ASSERT_TRUE(fromWire(w, &addr));
+  SocketAddress addr;
+  ASSERT_TRUE(SocketAddress::fromWire(w, &addr));
   // Job B's root cannot listen there, and says why.
   RootHandle rootB;
   try {
@@ -413,7 +413,7 @@ TEST(Interfaces, NcclSocketIfnameSyntax) {
   EXPECT_TRUE(matchInterface("eth0", "=eth0"));
   EXPECT_FALSE(matchInterface("eth01", "=eth0"));
   EXPECT_FALSE(matchInterface("eth0", "^=eth0"));
-  Address lo = chooseAddress("lo");
+  SocketAddress lo = chooseAddress("lo");
   EXPECT_NE(lo.toString().find("127.0.0.1"), std::string::npos);
   EXPECT_THROW(chooseAddress("nosuchif"), Error);
   EXPECT_THROW(chooseAddress("", "AF_UNIX"), Error);
