@@ -1,6 +1,7 @@
 #include "root.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
@@ -139,6 +140,14 @@ struct Root::Impl {
     if (h.tag == kTagRegister && h.size == sizeof(Registration)) {
       std::string text = "connected to a different job's root at " + where;
       trySend(p.sock, Header{h.magic, -1, kTagRefused, text.size()}, text.data(), Clock::now() + kReplyDeadline);
+      // The registration's body is still unread here: closing over unread bytes sends a reset, which can reach the
+      // rank before the refusal does (it would then see "connection reset" instead of why). Read it first.
+      char body[sizeof(Registration)];
+      for (size_t got = 0; got < sizeof(body);) {
+        const ssize_t n = ::recv(p.sock.fd(), body + got, sizeof(body) - got, MSG_DONTWAIT);
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+      }
     }
     drop(p, p.parser.why());
   }
