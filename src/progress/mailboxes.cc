@@ -26,8 +26,7 @@ constexpr uint64_t kShotPublish = transport::kShotSlots / 2;
 
 }  // namespace
 
-bool Mailboxes::ready() {
-  if (ready_) return true;
+bool Mailboxes::setUp() {
   if (off()) return false;
   const int n = conns_.nRanks(), me = conns_.rank();
   std::vector<int> peers;

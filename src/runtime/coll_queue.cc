@@ -33,9 +33,11 @@ bool CollQueue::owner() {
   return owner_.compare_exchange_strong(o, me);
 }
 
-CollQueue::Hold::Hold(CollQueue& q, bool foreign) : q_(q), mode_(Mode::kLocked) {
+// The owner's entry when others want in, or the first entry of a thread that may become the owner; everybody else's.
+void CollQueue::Hold::enter(bool foreign) {
+  CollQueue& q = q_;
   const bool owner = !foreign && q.owner();
-  if (owner) {
+  if (owner) {  // the inline fast entry saw others (or this thread just became the owner): try once more
     q.fast_.store(1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     if (q.foreign_.load(std::memory_order_acquire) == 0 && q.queued_.load(std::memory_order_acquire) == 0) {
@@ -63,11 +65,7 @@ CollQueue::Hold::Hold(CollQueue& q, bool foreign) : q_(q), mode_(Mode::kLocked) 
   while (q.fast_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
-CollQueue::Hold::~Hold() {
-  if (mode_ == Mode::kFast) {
-    q_.fast_.store(0, std::memory_order_release);
-    return;
-  }
+void CollQueue::Hold::leave() {
   q_.mu_.unlock();
   if (mode_ == Mode::kForeign) q_.foreign_.fetch_sub(1, std::memory_order_release);
 }

@@ -9,6 +9,8 @@
 //   q.stop();                                    // what is queued fails (kAborted); the thread ends
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -36,13 +38,31 @@ class CollQueue {
   /// the owner, the collective thread itself).
   class Hold {
    public:
-    explicit Hold(CollQueue& q, bool foreign = false);
-    ~Hold();
+    /// The owner's fast entry is inline (plain stores and two loads: the smallest collectives take ~130 ns in all);
+    /// everybody else, and the owner when others want in, take enter().
+    explicit Hold(CollQueue& q, bool foreign = false) : q_(q), mode_(Mode::kLocked) {
+      if (!foreign && q.owner_.load(std::memory_order_relaxed) == static_cast<uintptr_t>(pthread_self())) {
+        q.fast_.store(1, std::memory_order_relaxed);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        if (q.foreign_.load(std::memory_order_acquire) == 0 && q.queued_.load(std::memory_order_acquire) == 0) {
+          mode_ = Mode::kFast;
+          return;
+        }
+        q.fast_.store(0, std::memory_order_release);
+      }
+      enter(foreign);
+    }
+    ~Hold() {
+      if (mode_ == Mode::kFast) q_.fast_.store(0, std::memory_order_release);
+      else leave();
+    }
     Hold(const Hold&) = delete;
     Hold& operator=(const Hold&) = delete;
 
    private:
     enum class Mode { kFast, kLocked, kForeign };
+    void enter(bool foreign);
+    void leave();
     CollQueue& q_;
     Mode mode_;
   };

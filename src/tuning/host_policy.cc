@@ -54,14 +54,6 @@ HostPolicy HostPolicy::make(const Config& cfg, HostLink link, int nRanks, bool o
   return p;
 }
 
-bool hostOneShot(const HostPolicy& p, const HostCall& call) {
-  // Below TOPOCOLL_ONESHOT_MAX nothing else comes close (docs/collectives.md, OneShot): one trip through shared
-  // memory instead of the ring's 2(n-1) steps, no engine. NCCL_ALGO / NCCL_PROTO name NCCL's algorithms: forced
-  // calls run those.
-  return call.mailboxes && p.oneHost && p.nRanks >= 2 && p.nRanks <= kHostDirectMaxRanks && call.rankBytes > 0 &&
-         !p.algoForced && !p.protoForced && call.rankBytes <= p.oneShotMax;
-}
-
 void hostShape(const HostThresholds& t, int nRanks, const HostCall& call, int nChannels, HostDecision* d) {
   d->star = d->algo == kHostDirect && starApplies(t, call.coll, nRanks, call.rankBytes);
   d->pair = false;

@@ -42,7 +42,7 @@ class Mailboxes {
   /// Whether every rank's connections have mailboxes. The first call connects every peer and agrees over the
   /// bootstrap (collective: every rank calls it at the same call); false from then on when some rank lacks them
   /// (NET between ranks of one host, shared memory the peers cannot map).
-  bool ready();
+  bool ready() { return ready_ || setUp(); }
   /// The ranks agreed that some connection has no mailbox: the small collectives run on the engine.
   bool off() const { return off_.load(std::memory_order_relaxed); }
   /// The next call's number (bits 0-15; a signature carries it from kCallShift).
@@ -52,8 +52,9 @@ class Mailboxes {
     uint32_t sig = 0;                // what this rank called, with the call's number from kCallShift
     size_t bytes = 0;                // of each message (at most transport::kShotMaxBytes)
     uint32_t toSend = 0, toRecv = 0;  // bit q: a message to / from rank q
-    const void* send[kMaxRanks] = {};  // [q] the message to rank q
-    void* recv[kMaxRanks] = {};        // [q] where rank q's message goes
+    // Read only where the masks say (left uninitialised: the smallest collectives take ~130 ns in all).
+    const void* send[kMaxRanks];  // [q] the message to rank q
+    void* recv[kMaxRanks];        // [q] where rank q's message goes
     /// Words a signature for the errors ("AllReduce with 8 bytes per peer of float32, sum").
     std::string (*describe)(uint32_t sig, size_t bytes) = nullptr;
   };
@@ -63,6 +64,7 @@ class Mailboxes {
   void exchange(Exchange& x);
 
  private:
+  bool setUp();
   bool poll(Exchange& x, std::string* mismatch);
 
   Connections& conns_;

@@ -107,8 +107,14 @@ struct HostDecision {
 };
 
 /// Whether `call` takes the one-shot mailbox path: the first rule of hostDecide, cheap enough for every blocking
-/// call to ask before anything else.
-bool hostOneShot(const HostPolicy& p, const HostCall& call);
+/// call to ask before anything else (inline: the smallest collectives take ~130 ns in all). Below
+/// TOPOCOLL_ONESHOT_MAX nothing else comes close (docs/collectives.md, OneShot): one trip through shared memory
+/// instead of the ring's 2(n-1) steps, no engine. NCCL_ALGO / NCCL_PROTO name NCCL's algorithms: forced calls run
+/// those.
+inline bool hostOneShot(const HostPolicy& p, const HostCall& call) {
+  return call.mailboxes && p.oneHost && p.nRanks >= 2 && p.nRanks <= kHostDirectMaxRanks && call.rankBytes > 0 &&
+         !p.algoForced && !p.protoForced && call.rankBytes <= p.oneShotMax;
+}
 /// The shape of `algo` for `call` (star, pair, mapped buffers): the thresholds' rules.
 void hostShape(const HostThresholds& t, int nRanks, const HostCall& call, int nChannels, HostDecision* d);
 /// The whole decision. Every rank computes the same from the same call, knobs and job facts.
