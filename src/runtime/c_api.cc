@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,8 +29,16 @@ using topocoll::Error;
 using topocoll::RedOp;
 using topocoll::StatusCode;
 
+// A handle's first word: a live communicator, a destroyed one, or neither (a pointer tcclCommInitRank did not
+// return). Destroyed handles are kept (their communicator released) for the next kCommGrave destroys, so that a call
+// on one fails with tcclInvalidArgument instead of reading freed memory.
+constexpr uint64_t kLiveComm = 0x316d6d6f436c6363ULL;  // "cclComm1"
+constexpr uint64_t kDeadComm = 0x646165446d6d6f43ULL;  // "CommDead"
+constexpr size_t kCommGrave = 1024;
+
 // A communicator is used by one thread at a time (as NCCL's), so it holds no lock.
 struct tcclComm {
+  uint64_t magic = kLiveComm;
   std::unique_ptr<topocoll::runtime::Communicator> comm;
   std::string lastError;
   tcclResult_t asyncError = tcclSuccess;
@@ -57,6 +66,9 @@ tcclResult_t toResult(StatusCode c) {
   return tcclInternalError;
 }
 
+// A handle this library made (live or destroyed): its memory is ours to write.
+bool isHandle(const tcclComm* comm) { return comm && (comm->magic == kLiveComm || comm->magic == kDeadComm); }
+
 // Runs `f`, turning every exception into a result code and a remembered message (NCCL's WARN + ncclGetLastError).
 template <typename F>
 tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
@@ -65,12 +77,12 @@ tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
     return tcclSuccess;
   } catch (const Error& e) {
     tlsLastError = fmt::format("{}: {}", what, e.what());
-    if (comm) comm->lastError = tlsLastError;
+    if (isHandle(comm)) comm->lastError = tlsLastError;
     TC_WARN("{}", tlsLastError);
     return toResult(e.code());
   } catch (const std::exception& e) {
     tlsLastError = fmt::format("{}: internal error: {}", what, e.what());
-    if (comm) comm->lastError = tlsLastError;
+    if (isHandle(comm)) comm->lastError = tlsLastError;
     TC_WARN("{}", tlsLastError);
     return tcclInternalError;
   }
@@ -81,9 +93,38 @@ tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
 std::mutex rootsMu;
 std::vector<topocoll::bootstrap::RootHandle> roots;
 
+void checkHandle(const tcclComm* comm) {
+  if (!comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
+  if (comm->magic == kDeadComm)
+    topocoll::fail(StatusCode::kInvalidArgument,
+                   "comm was destroyed (tcclCommDestroy or tcclCommAbort): its handle cannot be used after that");
+  if (comm->magic != kLiveComm)
+    topocoll::fail(StatusCode::kInvalidArgument,
+                   "comm is not a communicator (not a handle tcclCommInitRank returned, or one destroyed long ago)");
+}
+
 void checkComm(tcclComm* comm) {
-  if (!comm || !comm->comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
+  checkHandle(comm);
+  if (!comm->comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
   if (comm->aborted) topocoll::fail(StatusCode::kInvalidUsage, "the communicator was aborted");
+}
+
+// Releases a handle's communicator and keeps the handle, marked destroyed, among the last kCommGrave ones.
+void bury(tcclComm* comm) {
+  comm->comm.reset();
+  comm->magic = kDeadComm;
+  struct Grave {
+    std::mutex mu;
+    std::deque<tcclComm*> handles;
+  };
+  // Never destroyed: a communicator may be destroyed from a static destructor (reachable to the end, not a leak).
+  static Grave* grave = new Grave;
+  std::lock_guard<std::mutex> lock(grave->mu);
+  grave->handles.push_back(comm);
+  if (grave->handles.size() > kCommGrave) {
+    delete grave->handles.front();
+    grave->handles.pop_front();
+  }
 }
 
 void checkType(tcclDataType_t t) {
@@ -113,6 +154,12 @@ size_t bytesOf(size_t count, tcclDataType_t t) {
   size_t es = topocoll::sizeOf(static_cast<DataType>(t));
   if (count > SIZE_MAX / es) topocoll::fail(StatusCode::kInvalidArgument, "count {} overflows the address space", count);
   return count * es;
+}
+// The bytes of a buffer of every rank's `count` elements (checked on every rank alike, so that all fail together).
+size_t bytesOfAll(size_t count, tcclDataType_t t, const tcclComm* c, const char* name) {
+  const size_t b = bytesOf(count, t), n = static_cast<size_t>(c->comm->nRanks());
+  if (b > SIZE_MAX / n) topocoll::fail(StatusCode::kInvalidArgument, "{} {} x {} ranks overflows", name, count, n);
+  return b * n;
 }
 void checkBuf(const void* p, size_t bytes, const char* name) {
   if (bytes > 0 && p == nullptr) topocoll::fail(StatusCode::kInvalidArgument, "{} is NULL", name);
@@ -202,15 +249,19 @@ tcclResult_t tcclCommFinalize(tcclComm_t comm) {
 
 tcclResult_t tcclCommDestroy(tcclComm_t comm) {
   if (!comm) return tcclSuccess;
-  delete comm;
-  return tcclSuccess;
+  return guarded(comm, "tcclCommDestroy", [&] {
+    checkHandle(comm);
+    bury(comm);
+  });
 }
 
 tcclResult_t tcclCommAbort(tcclComm_t comm) {
   if (!comm) return tcclSuccess;
-  if (comm->comm) comm->comm->abort();  // whatever is pending fails at once, then everything is released
-  delete comm;
-  return tcclSuccess;
+  return guarded(comm, "tcclCommAbort", [&] {
+    checkHandle(comm);
+    if (comm->comm) comm->comm->abort();  // whatever is pending fails at once, then everything is released
+    bury(comm);
+  });
 }
 
 tcclResult_t tcclCommCount(const tcclComm_t comm, int* count) {
@@ -250,7 +301,7 @@ tcclResult_t tcclMemFree(void* ptr) {
 
 tcclResult_t tcclCommGetAsyncError(tcclComm_t comm, tcclResult_t* asyncError) {
   return guarded(comm, "tcclCommGetAsyncError", [&] {
-    if (!comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
+    checkHandle(comm);
     if (!asyncError) topocoll::fail(StatusCode::kInvalidArgument, "asyncError is NULL");
     *asyncError = comm->asyncError;
   });
@@ -271,7 +322,9 @@ const char* tcclGetErrorString(tcclResult_t result) {
   }
 }
 
-const char* tcclGetLastError(tcclComm_t comm) { return comm ? comm->lastError.c_str() : tlsLastError.c_str(); }
+const char* tcclGetLastError(tcclComm_t comm) {
+  return isHandle(comm) ? comm->lastError.c_str() : tlsLastError.c_str();
+}
 
 tcclResult_t tcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclRedOp_t op,
                            tcclComm_t comm, tcclStream_t stream) {
@@ -328,9 +381,7 @@ tcclResult_t tcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
         checkStream(stream, sendbuff, recvbuff);
         size_t b = bytesOf(sendcount, datatype);
         checkBuf(sendbuff, b, "sendbuff");
-        if (sendcount > SIZE_MAX / static_cast<size_t>(comm->comm->nRanks()) / topocoll::sizeOf(static_cast<DataType>(datatype)))
-          topocoll::fail(StatusCode::kInvalidArgument, "sendcount {} x {} ranks overflows", sendcount, comm->comm->nRanks());
-        checkBuf(recvbuff, b * comm->comm->nRanks(), "recvbuff");
+        checkBuf(recvbuff, bytesOfAll(sendcount, datatype, comm, "sendcount"), "recvbuff");
       },
       [=] { comm->comm->allGather(sendbuff, recvbuff, sendcount, dt(datatype), stream); });
 }
@@ -344,9 +395,7 @@ tcclResult_t tcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
         checkOp(op);
         checkStream(stream, sendbuff, recvbuff);
         size_t b = bytesOf(recvcount, datatype);
-        if (recvcount > SIZE_MAX / static_cast<size_t>(comm->comm->nRanks()) / topocoll::sizeOf(static_cast<DataType>(datatype)))
-          topocoll::fail(StatusCode::kInvalidArgument, "recvcount {} x {} ranks overflows", recvcount, comm->comm->nRanks());
-        checkBuf(sendbuff, b * comm->comm->nRanks(), "sendbuff");
+        checkBuf(sendbuff, bytesOfAll(recvcount, datatype, comm, "recvcount"), "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
       [=] { comm->comm->reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op), stream); });
@@ -359,7 +408,7 @@ tcclResult_t tcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, tc
       [&] {
         checkType(datatype);
         checkStream(stream, sendbuff, recvbuff);
-        size_t b = bytesOf(count, datatype) * comm->comm->nRanks();
+        size_t b = bytesOfAll(count, datatype, comm, "count");
         checkBuf(sendbuff, b, "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
@@ -374,9 +423,9 @@ tcclResult_t tcclGather(const void* sendbuff, void* recvbuff, size_t count, tccl
         checkType(datatype);
         checkStream(stream);
         checkRank(comm, root, "root");
-        size_t b = bytesOf(count, datatype);
+        size_t b = bytesOf(count, datatype), all = bytesOfAll(count, datatype, comm, "count");
         checkBuf(sendbuff, b, "sendbuff");
-        if (comm->comm->rank() == root) checkBuf(recvbuff, b * comm->comm->nRanks(), "recvbuff");
+        if (comm->comm->rank() == root) checkBuf(recvbuff, all, "recvbuff");
       },
       [=] { 
         auto& c = *comm->comm;
@@ -402,8 +451,8 @@ tcclResult_t tcclScatter(const void* sendbuff, void* recvbuff, size_t count, tcc
         checkType(datatype);
         checkStream(stream);
         checkRank(comm, root, "root");
-        size_t b = bytesOf(count, datatype);
-        if (comm->comm->rank() == root) checkBuf(sendbuff, b * comm->comm->nRanks(), "sendbuff");
+        size_t b = bytesOf(count, datatype), all = bytesOfAll(count, datatype, comm, "count");
+        if (comm->comm->rank() == root) checkBuf(sendbuff, all, "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
       [=] { 

@@ -281,3 +281,50 @@ TEST(CApiLeaks, AThousandCommunicatorsLeaveNothingBehind) {
   std::printf("1000 communicators: VmSize %ld -> %ld KiB, maps %ld -> %ld, fds %ld -> %ld, threads %ld -> %ld\n",
               before.vmKiB, after.vmKiB, before.maps, after.maps, before.fds, after.fds, before.threads, after.threads);
 }
+
+namespace {
+
+// Issue 36, item 7: a destroyed handle (used, or destroyed again) and a pointer that is no handle fail with
+// tcclInvalidArgument and say which; they do not read freed memory.
+TEST(CApiHandles, ADestroyedHandleIsRefusedNotUsed) {
+  tcclComm_t c = nullptr;
+  ASSERT_EQ(tcclCommInitAll(&c, 1, nullptr), tcclSuccess) << tcclGetLastError(nullptr);
+  ASSERT_EQ(tcclCommDestroy(c), tcclSuccess);
+  float x = 1;
+  EXPECT_EQ(tcclAllReduce(&x, &x, 1, tcclFloat32, tcclSum, c, nullptr), tcclInvalidArgument);
+  EXPECT_NE(std::string(tcclGetLastError(c)).find("comm was destroyed"), std::string::npos) << tcclGetLastError(c);
+  int n = 0;
+  EXPECT_EQ(tcclCommCount(c, &n), tcclInvalidArgument);
+  EXPECT_EQ(tcclCommDestroy(c), tcclInvalidArgument);  // twice
+  EXPECT_EQ(tcclCommAbort(c), tcclInvalidArgument);
+}
+
+TEST(CApiHandles, APointerThatIsNoHandleIsRefused) {
+  alignas(64) unsigned char junk[256] = {};
+  auto c = reinterpret_cast<tcclComm_t>(junk);
+  float x = 1;
+  EXPECT_EQ(tcclAllReduce(&x, &x, 1, tcclFloat32, tcclSum, c, nullptr), tcclInvalidArgument);
+  EXPECT_NE(std::string(tcclGetLastError(nullptr)).find("not a communicator"), std::string::npos)
+      << tcclGetLastError(nullptr);
+  EXPECT_EQ(tcclCommDestroy(c), tcclInvalidArgument);
+  for (unsigned char b : junk) EXPECT_EQ(b, 0);  // nothing written into it
+}
+
+// count x nranks past the address space: every rank's call fails at once, naming the count (it used to time out).
+TEST(CApiArgs, CountTimesRanksOverflowFailsEveryRankAtOnce) {
+  tcclComm_t comms[2] = {};
+  ASSERT_EQ(tcclCommInitAll(comms, 2, nullptr), tcclSuccess) << tcclGetLastError(nullptr);
+  const size_t huge = size_t{1} << 61;  // x 4 bytes fits, x 2 ranks does not
+  float x = 0;
+  for (tcclComm_t c : comms) {
+    EXPECT_EQ(tcclGather(&x, &x, huge, tcclFloat32, 0, c, nullptr), tcclInvalidArgument);
+    EXPECT_NE(std::string(tcclGetLastError(c)).find("x 2 ranks overflows"), std::string::npos) << tcclGetLastError(c);
+    EXPECT_EQ(tcclScatter(&x, &x, huge, tcclFloat32, 0, c, nullptr), tcclInvalidArgument);
+    EXPECT_EQ(tcclAlltoAll(&x, &x, huge, tcclFloat32, c, nullptr), tcclInvalidArgument);
+    EXPECT_EQ(tcclAllGather(&x, &x, huge, tcclFloat32, c, nullptr), tcclInvalidArgument);
+    EXPECT_EQ(tcclReduceScatter(&x, &x, huge, tcclFloat32, tcclSum, c, nullptr), tcclInvalidArgument);
+  }
+  for (tcclComm_t c : comms) EXPECT_EQ(tcclCommDestroy(c), tcclSuccess);
+}
+
+}  // namespace
