@@ -96,7 +96,7 @@ Connections::Connections(const Setup& s)
   ctx.bootstrap = s.bootstrap;
   ctx.abortFlag = s.abortFlag;
   ctx.timeout = std::chrono::milliseconds(static_cast<long long>(cfg.timeoutSec * 1000));
-  ctx.peerGone = std::make_shared<std::vector<std::atomic<bool>>>(nRanks_);
+  ctx.peerGone = std::make_shared<transport::PeerGone>(nRanks_);
   // The asymmetric fence makes each sleep cost a membarrier (IPIs): not where ranks outnumber cores and sleep often.
   ctx.doorbell = transport::Doorbell::process(cfg.membarrier != 0 &&
                                               s.localRanks <= static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));

@@ -652,7 +652,7 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, cons
     // polls, the check would come only after ~190 sleeps of 20 ms once the wait sleeps, 4-5 s after the kill (the
     // survivors of a 4-rank Broadcast from a killed root); the clock often enough once the wait sleeps.
     if (opts_.peerGone && (*opts_.peerGone)[c.peer].load(std::memory_order_relaxed)) {
-      t.fail(StatusCode::kRemoteError, fmt::format("rank {}'s process is gone (it exited or was killed)", c.peer));
+      t.fail(StatusCode::kRemoteError, transport::peerGoneWhy(c.peer, (*opts_.peerGone)[c.peer].load()));
       break;
     }
     if (++polls >= 256 || backoff.sleeping()) {  // at every slice once the wait sleeps: the deadline on time
@@ -855,7 +855,7 @@ void Engine::driveShots(const Step& step, const Pending& pending, Op* const* opL
       for (Op* op : ops())
         if (!op->finished() && op->code == StatusCode::kOk && opts_.peerGone && (*opts_.peerGone)[op->peer].load()) {
           stopAll(StatusCode::kRemoteError,
-                  fmt::format("rank {}'s process is gone (it exited or was killed)", op->peer), op->peer);
+                  transport::peerGoneWhy(op->peer, (*opts_.peerGone)[op->peer].load()), op->peer);
           gone = true;
         }
       if (gone) continue;
@@ -1133,13 +1133,13 @@ void Engine::checkStalls() {
       why = "the communicator was aborted";
     } else if (opts_.peerGone && (*opts_.peerGone)[peer].load()) {
       code = StatusCode::kRemoteError;
-      why = fmt::format("rank {}'s process is gone (it exited or was killed)", peer);
+      why = transport::peerGoneWhy(peer, (*opts_.peerGone)[peer].load());
     } else if (int gone = -1; q->parts.front().first->draining.load(std::memory_order_acquire) &&
                               (gone = goneRank()) >= 0) {
       // A failed collective's leftovers with a live peer: that peer failed the call too (or will, when it reaches
       // the dead rank) and will not post the rest of it; waiting would cost both TOPOCOLL_TIMEOUT.
       code = StatusCode::kRemoteError;
-      why = fmt::format("rank {}'s process is gone (it exited or was killed)", gone);
+      why = transport::peerGoneWhy(gone, (*opts_.peerGone)[gone].load());
       drainedOnly = true;
     } else if (now - q->since > opts_.timeout) {
       code = StatusCode::kTimeout;
@@ -1169,7 +1169,7 @@ void Engine::checkStalls() {
         why = "the communicator was aborted";
       } else if (opts_.peerGone && (*opts_.peerGone)[peer].load()) {
         code = StatusCode::kRemoteError;
-        why = fmt::format("rank {}'s process is gone (it exited or was killed)", peer);
+        why = transport::peerGoneWhy(peer, (*opts_.peerGone)[peer].load());
       } else if (now - q.front()->waitingSince > opts_.timeout) {
         if (shotProgress(*q.front())) {  // it just moved after all
           Op* op = q.front();

@@ -164,7 +164,7 @@ void Mailboxes::exchange(Exchange& x) {
         const uint32_t due = x.toSend | x.toRecv;
         for (int q = 0; q < n; ++q)
           if ((due >> q & 1) && (*ctx.peerGone)[q].load())
-            fail(StatusCode::kRemoteError, "rank {}'s process is gone (it exited or was killed)", q);
+            fail(StatusCode::kRemoteError, "{}", transport::peerGoneWhy(q, (*ctx.peerGone)[q].load()));
         if (std::chrono::steady_clock::now() - since > ctx.timeout) {
           const int q = std::countr_zero(due);
           std::string why = fmt::format(

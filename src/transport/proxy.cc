@@ -31,6 +31,7 @@ namespace {
 
 constexpr uint64_t kRequestMagic = 0x74636f6c6c505832ULL;  // "tcollPX2"
 enum RequestKind : uint32_t { kKindBuffer = 1, kKindDoorbellWatch = 2 };
+constexpr char kLeftByte = 'D';  // sent on its watches by a proxy whose communicator is destroyed
 
 #pragma pack(push, 1)
 struct Request {
@@ -124,7 +125,7 @@ struct Proxy::Impl {
   void serveListener();
   void servePending(size_t i);
   void answer(Pending& p);
-  void peerGone(int rank, const char* how);
+  void peerGone(int rank, uint8_t state, const char* how);
 };
 
 Proxy::Proxy(const Options& opts) : opts_(opts), impl_(std::make_unique<Impl>()) {
@@ -143,6 +144,13 @@ Proxy::~Proxy() {
   ssize_t r = ::write(impl_->efd.get(), &one, sizeof(one));
   (void)r;
   if (impl_->thread.joinable()) impl_->thread.join();
+  // The peers watching this process learn that its communicator ended, not its process (their errors say so).
+  for (auto* list : {&impl_->watches, &impl_->newWatches})
+    for (auto& w : *list) {
+      const char left = kLeftByte;
+      ssize_t sent = ::send(w.first.get(), &left, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)sent;
+    }
   for (auto& c : impl_->active) {
     try {
       c->free(*this);
@@ -358,10 +366,10 @@ bool Proxy::Impl::progressActive() {
   return did;
 }
 
-void Proxy::Impl::peerGone(int rank, const char* how) {
+void Proxy::Impl::peerGone(int rank, uint8_t state, const char* how) {
   auto& gone = self->opts_.peerGone;
-  if (gone && rank >= 0 && rank < static_cast<int>(gone->size()) && !(*gone)[rank].exchange(true)) {
-    TC_INFO(log::kInit | log::kProxy, "Proxy : rank {}: rank {}'s process is gone ({})", self->opts_.rank, rank, how);
+  if (gone && rank >= 0 && rank < static_cast<int>(gone->size()) && !(*gone)[rank].exchange(state)) {
+    TC_INFO(log::kInit | log::kProxy, "Proxy : rank {}: {} ({})", self->opts_.rank, peerGoneWhy(rank, state), how);
     if (self->opts_.doorbell) self->opts_.doorbell->ring();
   }
 }
@@ -482,8 +490,12 @@ void Proxy::Impl::run() {
       size_t w = i - watchAt;
       char buf[64];
       ssize_t got = ::recv(watches[w].first.get(), buf, sizeof(buf), 0);
-      if (got > 0 || (got < 0 && (errno == EAGAIN || errno == EINTR))) continue;  // nothing is ever sent on them
-      peerGone(watches[w].second, "its proxy connection closed");
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      // The one byte ever sent on a watch: the peer's proxy ending with its communicator (kLeftByte), its process
+      // alive; a close without it: the process is gone.
+      if (got > 0 && std::memchr(buf, kLeftByte, static_cast<size_t>(got)) == nullptr) continue;
+      if (got > 0) peerGone(watches[w].second, kPeerLeftComm, "its communicator was destroyed");
+      else peerGone(watches[w].second, kPeerProcessGone, "its proxy connection closed");
       watches.erase(watches.begin() + static_cast<long>(w));
     }
     // Requests that never completed: drop after a few seconds.

@@ -14,6 +14,13 @@ namespace topocoll::transport {
 
 using Clock = std::chrono::steady_clock;
 
+std::string peerGoneWhy(int rank, uint8_t state) {
+  if (state == kPeerLeftComm)
+    return fmt::format("rank {} destroyed its communicator (its process lives on; it left before this call ended)",
+                       rank);
+  return fmt::format("rank {}'s process is gone (it exited or was killed)", rank);
+}
+
 const char* protocolName(int proto) {
   switch (proto) {
     case kProtoLL: return "LL";

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -177,6 +181,62 @@ TEST(Communicator, ExecutesThePlannersPlanByteForByte) {
         EXPECT_EQ(mine[part], want[part]) << "rank " << c->rank() << ": " << part;
     }
   }
+}
+
+
+// Issue 36, item 7: a peer that destroyed its communicator while its process lives on is named as such (not "process
+// is gone"). Two processes connect (which makes each watch the other's proxy); rank 1 destroys its communicator and
+// sleeps; rank 0's next receive from it fails with that reason, well within the timeout.
+TEST(CommunicatorProcesses, APeerThatDestroyedItsCommunicatorIsNamedAsSuch) {
+  bootstrap::RootHandle root;
+  bootstrap::UniqueId id = bootstrap::createUniqueId(&root, "127.0.0.1:0");
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  pid_t pids[2];
+  for (int r = 0; r < 2; ++r) {
+    pids[r] = ::fork();
+    if (pids[r] != 0) continue;
+    ::close(out[0]);
+    int code = 1;
+    try {
+      InitOptions o;
+      o.cfg.timeoutSec = 20;
+      o.cfg.socketIfname = "lo";
+      auto comm = Communicator::init(id, 2, r, o);
+      int32_t v = r;
+      if (r == 0) comm->send(&v, 1, DataType::kInt32, 1), comm->recv(&v, 1, DataType::kInt32, 1);
+      else comm->recv(&v, 1, DataType::kInt32, 0), comm->send(&v, 1, DataType::kInt32, 0);
+      if (r == 1) {
+        comm.reset();
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        ::_exit(0);
+      }
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        comm->recv(&v, 1, DataType::kInt32, 1);
+      } catch (const Error& e) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::string m = fmt::format("{:.1f} s: {}", s, e.what());
+        code = m.find("rank 1 destroyed its communicator") != std::string::npos && s < 10 ? 0 : 2;
+        ssize_t w = ::write(out[1], m.data(), m.size());
+        (void)w;
+      }
+    } catch (const std::exception& e) {
+      ssize_t w = ::write(out[1], e.what(), std::strlen(e.what()));
+      (void)w;
+    }
+    ::_exit(code);
+  }
+  ::close(out[1]);
+  std::string said;
+  char buf[512];
+  for (ssize_t k; (k = ::read(out[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(k));
+  ::close(out[0]);
+  int st0 = 0, st1 = 0;
+  ::waitpid(pids[0], &st0, 0);
+  ::waitpid(pids[1], &st1, 0);
+  EXPECT_TRUE(WIFEXITED(st0) && WEXITSTATUS(st0) == 0) << said;
+  EXPECT_TRUE(WIFEXITED(st1) && WEXITSTATUS(st1) == 0);
 }
 
 TEST(Communicator, HostMemoryRanksGetRingsAndTrees) {

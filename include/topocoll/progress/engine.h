@@ -121,7 +121,7 @@ class Engine {
     int rank = 0;
     std::chrono::milliseconds timeout{std::chrono::seconds(300)};
     const std::atomic<bool>* abortFlag = nullptr;
-    std::shared_ptr<std::vector<std::atomic<bool>>> peerGone;
+    std::shared_ptr<transport::PeerGone> peerGone;
     std::shared_ptr<transport::Doorbell> doorbell;
     int spinUs = 20;  // how long waits spin before sleeping (0 on an oversubscribed host)
     int yieldUs = 0;  // how long waits then yield before sleeping (at least 4 yields)

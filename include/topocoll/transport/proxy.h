@@ -67,7 +67,7 @@ class Proxy {
     /// names, an answer from the process of the rank asked (SO_PEERCRED), and both from this process's user.
     std::vector<int32_t> pids;
     std::shared_ptr<Doorbell> doorbell;                          // this process's: exported as buffer 0
-    std::shared_ptr<std::vector<std::atomic<bool>>> peerGone;   // set when a peer process disappears
+    std::shared_ptr<PeerGone> peerGone;   // set when a peer process disappears (or its communicator)
     const std::atomic<bool>* abortFlag = nullptr;
     std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   };
@@ -96,7 +96,8 @@ class Proxy {
   /// cannot be reached or refuses.
   MappedRegion importShareable(int owner, const ShareableBuffer& b);
   /// Any thread: the doorbell of rank `owner`'s process, from its proxy. From then on this proxy keeps a socket to
-  /// the owner's proxy open and sets peerGone[owner] when it closes (the owner's process exited or was killed).
+  /// the owner's proxy open and sets peerGone[owner] when it closes (kPeerProcessGone) or the owner's communicator
+  /// ends (kPeerLeftComm).
   std::shared_ptr<Doorbell> importDoorbell(int owner);
 
   int rank() const { return opts_.rank; }

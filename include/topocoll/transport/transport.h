@@ -252,6 +252,13 @@ struct Channel {
 };
 
 /// Everything a transport needs from the communicator. Built once by the runtime; transports read it.
+/// [rank] whether a peer is gone: its process exited or was killed (kPeerProcessGone), or it destroyed its
+/// communicator while its process lives on (kPeerLeftComm); 0 while it is there. Set by the proxy's watches.
+enum : uint8_t { kPeerHere = 0, kPeerProcessGone = 1, kPeerLeftComm = 2 };
+using PeerGone = std::vector<std::atomic<uint8_t>>;
+/// How a failure names peer `rank` in state `state` ("rank 3's process is gone (it exited or was killed)").
+std::string peerGoneWhy(int rank, uint8_t state);
+
 struct Context {
   int rank = 0, nRanks = 0;
   uint64_t commId = 0;
@@ -269,7 +276,7 @@ struct Context {
   const std::atomic<bool>* abortFlag = nullptr;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   /// Per-rank flags the proxy sets when a peer process is gone (its connection to our proxy closed).
-  std::shared_ptr<std::vector<std::atomic<bool>>> peerGone;
+  std::shared_ptr<PeerGone> peerGone;
   /// The doorbells of the peers' processes, imported once per peer (transports fill it).
   std::vector<std::shared_ptr<Doorbell>> peerBells;
   /// The number shown in "0[0]" of connection lines: the GPU dev, else the local rank.
