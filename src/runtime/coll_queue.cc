@@ -37,15 +37,7 @@ bool CollQueue::owner() {
 void CollQueue::Hold::enter(bool foreign) {
   CollQueue& q = q_;
   const bool owner = !foreign && q.owner();
-  if (owner) {  // the inline fast entry saw others (or this thread just became the owner): try once more
-    q.fast_.store(1, std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (q.foreign_.load(std::memory_order_acquire) == 0 && q.queued_.load(std::memory_order_acquire) == 0) {
-      mode_ = Mode::kFast;
-      return;
-    }
-    q.fast_.store(0, std::memory_order_release);
-  }
+  if (owner && fast()) return;  // this thread just became the owner (the inline entry saw others: once more)
   if (!foreign && q.queued_.load(std::memory_order_acquire) != 0) {  // the collective thread's queue first
     std::unique_lock<std::mutex> lock(q.queueMu_);
     q.queueCv_.wait(lock, [&] { return q.queued_ == 0; });

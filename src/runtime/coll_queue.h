@@ -41,15 +41,8 @@ class CollQueue {
     /// The owner's fast entry is inline (plain stores and two loads: the smallest collectives take ~130 ns in all);
     /// everybody else, and the owner when others want in, take enter().
     explicit Hold(CollQueue& q, bool foreign = false) : q_(q), mode_(Mode::kLocked) {
-      if (!foreign && q.owner_.load(std::memory_order_relaxed) == static_cast<uintptr_t>(pthread_self())) {
-        q.fast_.store(1, std::memory_order_relaxed);
-        std::atomic_signal_fence(std::memory_order_seq_cst);
-        if (q.foreign_.load(std::memory_order_acquire) == 0 && q.queued_.load(std::memory_order_acquire) == 0) {
-          mode_ = Mode::kFast;
-          return;
-        }
-        q.fast_.store(0, std::memory_order_release);
-      }
+      if (!foreign && q.owner_.load(std::memory_order_relaxed) == static_cast<uintptr_t>(pthread_self()) && fast())
+        return;
       enter(foreign);
     }
     ~Hold() {
@@ -61,6 +54,17 @@ class CollQueue {
 
    private:
     enum class Mode { kFast, kLocked, kForeign };
+    // The owner's entry with plain stores: inside when no other thread wants in and nothing is queued.
+    bool fast() {
+      q_.fast_.store(1, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      if (q_.foreign_.load(std::memory_order_acquire) == 0 && q_.queued_.load(std::memory_order_acquire) == 0) {
+        mode_ = Mode::kFast;
+        return true;
+      }
+      q_.fast_.store(0, std::memory_order_release);
+      return false;
+    }
     void enter(bool foreign);
     void leave();
     CollQueue& q_;
