@@ -20,7 +20,7 @@ fi
 # target:corpus dir:weight (runs per RUNS; cheap parsers run more):max_len
 TARGETS=(fuzz_topology_xml:topology:1:16384 fuzz_graph_xml:graph:4:16384 fuzz_knobs:knobs:20:2048
          fuzz_bootstrap_message:bootstrap:100:4096 fuzz_root_registration:registration:100:4096
-         fuzz_c_api:c_api:10:1024 fuzz_transport_wire:transport:20:40000)
+         fuzz_c_api:c_api:10:1024 fuzz_transport_wire:transport:20:40000 fuzz_auth_handshake:auth:50:512)
 B=${FUZZ_BUILD:-build-fuzz}
 JOBS=${FUZZ_JOBS:-1}
 if [ ! -f "$B/build.ninja" ]; then

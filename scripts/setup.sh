@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 shift || true
 PKGS=(build-essential cmake ninja-build pkg-config
-      libpugixml-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+      libpugixml-dev libcli11-dev libssl-dev nlohmann-json3-dev libfmt-dev
       libgtest-dev libgmock-dev googletest libbenchmark-dev librapidcheck-dev
       clang libclang-rt-14-dev python3 graphviz openmpi-bin iproute2
       python3-torch libtorch-dev python3-dev pybind11-dev python3-pytest python3-venv)

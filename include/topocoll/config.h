@@ -84,6 +84,8 @@ struct Config {
   int simulateGpus = 0;            // TOPOCOLL_SIMULATE_GPUS
   int simulateGpuDev = -1;         // TOPOCOLL_SIMULATE_GPU_DEV
   std::string jobId;               // TOPOCOLL_JOB_ID
+  std::string jobSecret;           // TOPOCOLL_JOB_SECRET (never printed)
+  std::string jobSecretFile;       // TOPOCOLL_JOB_SECRET_FILE
   std::string testDieAfter;        // TOPOCOLL_TEST_DIE_AFTER (tests only)
   int allowSharedGpu = 0;          // TOPOCOLL_ALLOW_SHARED_GPU (tests only)
   // Transports

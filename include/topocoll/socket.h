@@ -9,8 +9,8 @@
 //   Socket a = l.accept(SocketClock::now() + 5s, Interrupt{}, "waiting for the peer");
 //   c.sendAll(buf, n, deadline, Interrupt{}, "sending the record");     // throws naming what it was doing
 //
-// Every connection, connected or accepted, passes through one private step once established (Socket::established
-// in socket.cc): where peers will authenticate each other.
+// Authentication is the owners' step, right after a connection is made or accepted (auth.h): the job's key is
+// theirs, and acceptors run it inside their event loops.
 #pragma once
 
 #include <netinet/in.h>
@@ -169,14 +169,14 @@ class Socket {
   SocketAddress peerAddress() const;
   /// The peer's address as text ("?" when unknown), for log lines.
   std::string peerName() const { return peerAddress().toString(); }
+  /// Until the socket is ready for `events` (POLLIN, POLLOUT); throws as the blocking calls do.
+  void waitFor(short events, SocketClock::time_point deadline, const Interrupt& intr, const std::string& what) const;
 
  private:
   enum class Side { kConnecting, kAccepting };
   void established(Side side);
   void moveAll(bool send, void* data, size_t size, SocketClock::time_point deadline, const Interrupt& intr,
                const std::string& what);
-  /// Until the socket is ready for `events`; throws as the blocking calls do.
-  void waitFor(short events, SocketClock::time_point deadline, const Interrupt& intr, const std::string& what) const;
 
   UniqueFd fd_;
   bool connecting_ = false;  // connectStart's connect is under way

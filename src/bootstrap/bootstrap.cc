@@ -1,16 +1,21 @@
 // TCP bootstrap, the ranks' side: registration with the root, ring, ring allgather and tagged point-to-point
-// messages (NCCL's bootstrap.cc design, our code). Every connection starts with a header carrying the job's magic
-// and the sender's rank; anything else is dropped and logged, never trusted. Incoming connections are read
+// messages (NCCL's bootstrap.cc design, our code). Every connection carries proof that its sender holds the job's
+// secret (auth.h): the exchange with the root (which always answers), and a seal after each message between ranks
+// (sent without waiting for the receiver, which reads its connections only while it waits in a bootstrap call).
+// Messages start with a header carrying the job's magic and the sender's rank; anything else is dropped and logged,
+// never trusted. Incoming connections are read
 // concurrently with whatever the rank waits for, so a stranger cannot stall it, and a failure anywhere in the job
 // (a rank that died, or aborted) reaches every rank as a message naming the rank and the phase.
 #include "topocoll/bootstrap/bootstrap.h"
 
 #include <poll.h>
 
+#include <array>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "root.h"
@@ -37,14 +42,28 @@ uint64_t idMagic(const UniqueId& id) {
   return m;
 }
 
-UniqueId makeId(uint64_t magic, const WireAddr& w) {
+// The id's layout: [0, 8) magic, [8, 28) the root's WireAddr, [32, 64) the job's secret.
+constexpr size_t kKeyOffset = 32;
+static_assert(sizeof(uint64_t) + sizeof(WireAddr) <= kKeyOffset && kKeyOffset + sizeof(AuthKey) <= sizeof(UniqueId));
+
+UniqueId makeId(uint64_t magic, const WireAddr& w, const AuthKey& key) {
   UniqueId id;
   std::memcpy(id.bytes.data(), &magic, sizeof(magic));
   std::memcpy(id.bytes.data() + sizeof(magic), &w, sizeof(w));
+  std::memcpy(id.bytes.data() + kKeyOffset, key.bytes.data(), key.bytes.size());
   return id;
 }
 
+// What a seal binds a message to: its receiver.
+std::string sealContext(int rank) { return "bootstrap message to rank " + std::to_string(rank); }
+
 }  // namespace
+
+AuthKey keyOf(const UniqueId& id) {
+  AuthKey k;
+  std::memcpy(k.bytes.data(), id.bytes.data() + kKeyOffset, k.bytes.size());
+  return k;
+}
 
 void Bootstrap::barrier() {
   std::vector<uint8_t> v(nRanks());
@@ -74,14 +93,16 @@ void RootHandle::abort(const std::string& reason, std::chrono::milliseconds ling
   if (root) root->abort(reason, Clock::now() + linger);
 }
 
-UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic) {
-  return makeId(magic, SocketAddress::parse(hostPort).toWire());
+UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic, const AuthKey& key) {
+  return makeId(magic, SocketAddress::parse(hostPort).toWire(), key);
 }
 
-UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort, uint64_t magic, int nRanks) {
+UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort, uint64_t magic, int nRanks,
+                        const AuthKey* key) {
   SocketAddress bind = hostPort.empty() ? defaultAddress() : SocketAddress::parse(hostPort);
-  auto root = std::make_unique<Root>(bind, magic, nRanks);
-  UniqueId id = makeId(root->magic(), root->address().toWire());
+  const AuthKey k = key ? *key : AuthKey::random();
+  auto root = std::make_unique<Root>(bind, magic, nRanks, k);
+  UniqueId id = makeId(root->magic(), root->address().toWire(), k);
   if (holder) holder->root = std::move(root);
   return id;
 }
@@ -93,6 +114,7 @@ struct TcpBootstrap::Impl {
   Options opts;
   int rank = 0, nRanks = 0;
   uint64_t magic = 0;
+  AuthKey key;
   Socket listener;
   SocketAddress listenAddr;
   // The connection to the root, kept until this rank's bootstrap is complete: the root tells it about failures
@@ -106,8 +128,12 @@ struct TcpBootstrap::Impl {
   struct Incoming {
     Socket sock;
     MessageParser parser;
+    Seal seal{};  // follows the message (sealed())
+    size_t sealGot = 0;
     Clock::time_point deadline;
   };
+  // The nonces of the seals this rank accepted: a message is acted on once.
+  std::set<std::array<uint8_t, sizeof(Seal::nonce)>> seenNonces;
   std::vector<Incoming> incoming;
   struct Message {
     int rank, tag;
@@ -179,9 +205,34 @@ struct TcpBootstrap::Impl {
       }
       if (!c.valid()) return;
       auto wait = std::min<Clock::duration>(opts.timeout, kIncomingWait);
-      incoming.push_back(
-          Incoming{std::move(c), MessageParser({magic, nRanks, opts.maxMessageBytes}), Clock::now() + wait});
+      incoming.push_back(Incoming{std::move(c), MessageParser({magic, nRanks, opts.maxMessageBytes}), Seal{}, 0,
+                                  Clock::now() + wait});
     }
+  }
+
+  // The seal that every message to this rank carries after its body (auth.h): read, checked, its nonce remembered.
+  // False while it has not arrived (or when the connection was dropped for it).
+  bool sealed(Incoming& c) {
+    IoStatus st = c.sock.recvSome(&c.seal, sizeof(Seal), &c.sealGot);
+    if (st.wouldBlock()) return false;
+    if (st.broken()) {
+      dropIncoming(c, "closed before the message's seal");
+      return false;
+    }
+    const Header& h = c.parser.header();
+    const auto& body = c.parser.body();
+    if (!sealMatches(key, sealContext(rank), {reinterpret_cast<const char*>(&h), sizeof(h)},
+                     {reinterpret_cast<const char*>(body.data()), body.size()}, c.seal)) {
+      dropIncoming(c, "authentication failed: its seal is not the job's (it does not hold the job's secret)");
+      return false;
+    }
+    std::array<uint8_t, sizeof(Seal::nonce)> nonce;
+    std::memcpy(nonce.data(), c.seal.nonce, nonce.size());
+    if (!seenNonces.insert(nonce).second) {
+      dropIncoming(c, "authentication failed: a message this rank already received, played again");
+      return false;
+    }
+    return true;
   }
 
   void dropIncoming(Incoming& c, const std::string& why) {
@@ -202,6 +253,7 @@ struct TcpBootstrap::Impl {
       case ReadStatus::kMessage:
         break;
     }
+    if (!sealed(c)) return;
     const Header& h = c.parser.header();
     if (h.tag == kTagAbort) {
       auto b = c.parser.takeBody();
@@ -307,9 +359,9 @@ struct TcpBootstrap::Impl {
       SocketAddress a;
       if (!SocketAddress::fromWire(peers[r], &a)) continue;
       try {
-        Socket s = Socket::connect(a, Clock::now() + kTellDeadline, Interrupt{}, "telling a rank that the job fails",
-                                   /*retryRefused=*/false);
-        trySend(s, h, text.data(), Clock::now() + kTellDeadline);
+        const auto until = Clock::now() + kTellDeadline;
+        Socket s = Socket::connect(a, until, Interrupt{}, "telling a rank that the job fails", /*retryRefused=*/false);
+        sendSealed(s, r, h, text.data(), until, Interrupt{}, "telling a rank that the job fails");
       } catch (const Error&) {  // that rank is gone too, or leaving
       }
     }
@@ -323,6 +375,16 @@ struct TcpBootstrap::Impl {
     std::string text = fmt::format("rank {} died during {} (rank {} {})", peer, currentPhase(), rank, how);
     tellOthers(text, peer);
     failWith(StatusCode::kRemoteError, fmt::format("rank {}: {}", rank, text));
+  }
+
+  // A message to rank `to`, its seal after it (auth.h). Throws as Socket::sendAll does.
+  void sendSealed(Socket& s, int to, const Header& h, const void* body, Clock::time_point until, const Interrupt& intr,
+                  const std::string& what) {
+    const Seal seal = sealMessage(key, sealContext(to), {reinterpret_cast<const char*>(&h), sizeof(h)},
+                                  {static_cast<const char*>(body), body ? h.size : 0});
+    s.sendAll(&h, sizeof(h), until, intr, what);
+    if (h.size) s.sendAll(body, h.size, until, intr, what);
+    s.sendAll(&seal, sizeof(seal), until, intr, what);
   }
 
   void ringAllGather(void* data, size_t size);
@@ -365,6 +427,7 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank
   I.rank = rank;
   I.nRanks = nRanks;
   I.magic = idMagic(id);
+  I.key = keyOf(id);
   WireAddr rootW;
   std::memcpy(&rootW, id.bytes.data() + sizeof(I.magic), sizeof(rootW));
   if (!SocketAddress::fromWire(rootW, &I.rootAddr))
@@ -382,6 +445,16 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank
   const auto until = I.deadline();
   std::string what = fmt::format("rank {} registering with the root at {}", rank, I.rootAddr.toString());
   I.root = Socket::connect(I.rootAddr, until, abortable(opts.abortFlag), what);
+  try {
+    authenticate(I.root, I.key, until, abortable(opts.abortFlag), what);
+  } catch (const AuthError& e) {
+    // Another job's root (or this job's, given another secret): the same advice as for a foreign magic.
+    fail(StatusCode::kInvalidUsage,
+         "rank {}: connected to a different job's root at {} (the jobs' ids or secrets differ): two jobs use one root "
+         "address; give each its own NCCL_COMM_ID or MASTER_PORT, and every rank of a job the same TOPOCOLL_JOB_SECRET "
+         "({})",
+         rank, I.rootAddr.toString(), e.what());
+  }
   I.rootParser = MessageParser({I.magic, 0, kMaxControlBytes});
   Registration reg{I.listenAddr.toWire(), nRanks, static_cast<int64_t>(opts.timeout.count())};
   Header h{I.magic, rank, kTagRegister, sizeof(reg)};
@@ -400,8 +473,7 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::connect(const UniqueId& id, int rank
     fail(StatusCode::kRemoteError, "rank {}: the root sent no address for rank {}", rank, next);
   try {
     I.next = Socket::connect(nextAddr, until, I.interrupt(), what, /*retryRefused=*/false);  // it listens already
-    Header rh{I.magic, rank, kTagRing, 0};
-    I.next.sendAll(&rh, sizeof(rh), until, I.interrupt(), what);
+    I.sendSealed(I.next, next, Header{I.magic, rank, kTagRing, 0}, nullptr, until, I.interrupt(), what);
   } catch (const Error& e) {
     I.throwIfFailed();
     if (e.code() != StatusCode::kRemoteError) throw;
@@ -462,9 +534,7 @@ void TcpBootstrap::send(int peer, int tag, const void* data, size_t size) {
   try {
     Socket s = Socket::connect(a, until, abortable(I.opts.abortFlag, [&] { I.throwIfFailed(); }), what,
                                /*retryRefused=*/false);  // every rank listens once the bootstrap is up
-    Header h{I.magic, rank_, tag, size};
-    s.sendAll(&h, sizeof(h), until, abortable(I.opts.abortFlag), what);
-    if (size) s.sendAll(data, size, until, abortable(I.opts.abortFlag), what);
+    I.sendSealed(s, peer, Header{I.magic, rank_, tag, size}, data, until, abortable(I.opts.abortFlag), what);
   } catch (const Error& e) {
     I.throwIfFailed();
     if (e.code() != StatusCode::kRemoteError) throw;

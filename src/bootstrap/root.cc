@@ -29,6 +29,7 @@ constexpr auto kLingerQuiet = std::chrono::seconds(3);
 struct Root::Impl {
   struct Pending {
     Socket sock;
+    Handshake auth;  // until it is done, the connection's bytes are the authentication exchange's
     MessageParser parser;
     Clock::time_point deadline;
   };
@@ -41,6 +42,7 @@ struct Root::Impl {
   };
 
   uint64_t magic = 0;
+  AuthKey key;
   std::string where;  // the root's address, for messages
   RegistrationBook book;
   std::vector<Pending> pending;
@@ -152,7 +154,15 @@ struct Root::Impl {
     drop(p, p.parser.why());
   }
 
+  // False while the connection has not proved itself (or was dropped for failing to).
+  bool stepAuth(Pending& p) {
+    IoStatus st = p.auth.step(p.sock);
+    if (st.broken()) drop(p, "authentication failed: " + p.auth.why());
+    return st.done();
+  }
+
   void onPendingReadable(Pending& p) {
+    if (!p.auth.done() && (!stepAuth(p) || !p.sock.valid())) return;
     switch (readMessage(p.sock, p.parser)) {
       case ReadStatus::kWaiting:
         return;
@@ -214,12 +224,14 @@ struct Root::Impl {
         drop(pending.front(), "too many connections that have not registered");
         pending.erase(pending.begin());
       }
-      pending.push_back(Pending{std::move(c), MessageParser(registrationRules()), Clock::now() + kRegistrationWait});
+      pending.push_back(Pending{std::move(c), Handshake(key, Handshake::Role::kAcceptor),
+                                MessageParser(registrationRules()), Clock::now() + kRegistrationWait});
+      stepAuth(pending.back());  // sends the challenge
     }
   }
 };
 
-Root::Root(const SocketAddress& bindAddr, uint64_t magic, int nRanks) : nRanks_(nRanks) {
+Root::Root(const SocketAddress& bindAddr, uint64_t magic, int nRanks, const AuthKey& key) : key_(key), nRanks_(nRanks) {
   try {
     listener_ = Socket::listen(bindAddr, &addr_);
   } catch (const Error& e) {
@@ -251,6 +263,7 @@ void Root::abort(const std::string& reason, Clock::time_point until) {
 void Root::run() {
   Impl st;
   st.magic = magic_;
+  st.key = key_;
   st.where = addr_.toString();
   st.book = RegistrationBook(nRanks_);
   try {

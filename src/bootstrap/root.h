@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "stream.h"
+#include "topocoll/auth.h"
 #include "wire.h"
 
 namespace topocoll::bootstrap {
@@ -16,7 +17,8 @@ class Root {
  public:
   /// Listens at `bindAddr`; `nRanks` 0 learns the job size from the first registration. Throws when the address
   /// cannot be bound (naming another job when it is in use).
-  Root(const SocketAddress& bindAddr, uint64_t magic, int nRanks);
+  /// Every connection must prove that it holds `key` (auth.h) before its registration is read.
+  Root(const SocketAddress& bindAddr, uint64_t magic, int nRanks, const AuthKey& key);
   ~Root();
   Root(const Root&) = delete;
   Root& operator=(const Root&) = delete;
@@ -40,6 +42,7 @@ class Root {
   Socket listener_;
   SocketAddress addr_;
   uint64_t magic_ = 0;
+  AuthKey key_;
   int nRanks_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> ended_{false};

@@ -336,6 +336,18 @@ std::vector<Knob> buildRegistry() {
       "TOPOCOLL_JOB_ID", "bootstrap",
       "Name of this job, mixed into the bootstrap magic so that two jobs sharing a root address are told apart "
       "(launchers' job ids are mixed in already)"));
+  {
+    Knob k = stringKnob<&Config::jobSecret>(
+        "TOPOCOLL_JOB_SECRET", "bootstrap",
+        "Secret of a job started from the environment (RANK/WORLD_SIZE, mpirun, srun, torchrun), the same on every "
+        "rank: each connection of the job proves it holds it (docs/security.md). Without it (or "
+        "TOPOCOLL_JOB_SECRET_FILE) anyone who can reach the root's address can join the job");
+    k.get = [](const Config& c) { return c.jobSecret.empty() ? std::string() : std::string("(set)"); };
+    r.push_back(std::move(k));
+  }
+  r.push_back(stringKnob<&Config::jobSecretFile>(
+      "TOPOCOLL_JOB_SECRET_FILE", "bootstrap",
+      "A file holding the job's secret (as TOPOCOLL_JOB_SECRET), owned by the job's user and readable by nobody else"));
   r.push_back(intKnob<&Config::allowSharedGpu>(
       "TOPOCOLL_ALLOW_SHARED_GPU", "bootstrap", 0, 1,
       "Tests only: 1 lets several ranks of one host use the same CUDA device (NCCL refuses: \"Duplicate GPU "

@@ -185,10 +185,9 @@ Socket newSocket(int family) {
 
 }  // namespace
 
-// Every connection passes here once, on both ends, before its user sees it. Peer authentication (a challenge and
-// response keyed by the job's secret) belongs here. The accepting end runs inside event loops that must not stall
-// on a stranger (the bootstrap root, the ranks' listeners, the NET proxy), so whatever is exchanged here has to be
-// bounded by a short deadline.
+// Every connection passes here once, on both ends, before its user sees it. Authentication is not done here: the
+// job's key belongs to the owner, and accepting owners run it inside event loops that must not stall on a stranger
+// (auth.h).
 void Socket::established(Side side) {
   connecting_ = false;
   if (side == Side::kConnecting) setNoDelay();

@@ -128,10 +128,26 @@ std::unique_ptr<CommImpl> CommImpl::initFromEnv(const Env& env) {
   if (!li.jobIdentified)
     TC_INFO(log::kBootstrap, "Bootstrap : no launcher job id: another job using root {} would not be told apart from "
             "this one (TOPOCOLL_JOB_ID names a job)", li.rootAddress);
+  bool secret = false;
+  const AuthKey key = jobKeyFromEnv(opts.cfg, li, &secret);
+  if (!secret) {
+    bool loopback = false;
+    try {
+      loopback = SocketAddress::parse(li.rootAddress).isLoopback();
+    } catch (const Error&) {  // init names a bad address below
+    }
+    if (li.rank == 0 && !loopback)
+      TC_WARN("Bootstrap : this job is not authenticated: anyone who can reach {} can join it and read its data. Give "
+              "every rank the same TOPOCOLL_JOB_SECRET or TOPOCOLL_JOB_SECRET_FILE (docs/security.md)",
+              li.rootAddress);
+    else
+      TC_INFO(log::kBootstrap, "Bootstrap : no TOPOCOLL_JOB_SECRET: the job's key is derived from the root address {} "
+              "and the job ids (local users can compute it)", li.rootAddress);
+  }
   bootstrap::RootHandle root;
   bootstrap::UniqueId id;
-  if (li.rank == 0) id = bootstrap::createUniqueId(&root, li.rootAddress, magic, li.size);
-  else id = bootstrap::uniqueIdFor(li.rootAddress, magic);
+  if (li.rank == 0) id = bootstrap::createUniqueId(&root, li.rootAddress, magic, li.size, &key);
+  else id = bootstrap::uniqueIdFor(li.rootAddress, magic, key);
   try {
     auto comm = init(id, li.size, li.rank, opts);
     comm->root_ = std::move(root);

@@ -1,10 +1,16 @@
 // What the launcher tells a process: rank, size, local rank, where the root listens and what tells this job apart
 // from another one on the same address.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 
 #include "topocoll/runtime/communicator.h"
+#include "topocoll/log.h"
 #include "topocoll/status.h"
+#include "topocoll/unique_fd.h"
 
 namespace topocoll::runtime {
 
@@ -128,6 +134,43 @@ LaunchInfo launchInfoFromEnv(const Env& env, const std::string& jobId) {
   }
   li.jobKey = hashText("topocoll:" + li.rootAddress + "|" + li.jobIdentity) | 1;
   return li;
+}
+
+AuthKey jobKeyFromEnv(const Config& cfg, const LaunchInfo& li, bool* secret) {
+  constexpr const char* kLabel = "topocoll job secret";
+  *secret = true;
+  if (!cfg.jobSecret.empty() && !cfg.jobSecretFile.empty())
+    fail(StatusCode::kInvalidArgument, "TOPOCOLL_JOB_SECRET and TOPOCOLL_JOB_SECRET_FILE are both set: set one");
+  if (!cfg.jobSecret.empty()) {
+    if (cfg.jobSecret.size() < 16)
+      TC_WARN("Bootstrap : TOPOCOLL_JOB_SECRET has {} characters: a short secret can be guessed (use 32 random ones, "
+              "e.g. openssl rand -hex 32)", cfg.jobSecret.size());
+    return AuthKey::derive(kLabel, cfg.jobSecret);
+  }
+  if (!cfg.jobSecretFile.empty()) {
+    const std::string& path = cfg.jobSecretFile;
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd.valid())
+      fail(StatusCode::kInvalidUsage, "TOPOCOLL_JOB_SECRET_FILE={}: cannot open it: {}", path, std::strerror(errno));
+    struct stat st{};
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+      fail(StatusCode::kInvalidUsage, "TOPOCOLL_JOB_SECRET_FILE={}: not a regular file", path);
+    if (st.st_uid != ::geteuid())
+      fail(StatusCode::kInvalidUsage, "TOPOCOLL_JOB_SECRET_FILE={}: owned by uid {}, not by this user (uid {})", path,
+           st.st_uid, ::geteuid());
+    if (st.st_mode & 077)
+      fail(StatusCode::kInvalidUsage,
+           "TOPOCOLL_JOB_SECRET_FILE={}: mode {:04o} lets other users read it: chmod 600 it", path, st.st_mode & 07777);
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) > 0 && text.size() < (1u << 16);)
+      text.append(buf, static_cast<size_t>(n));
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    if (text.empty()) fail(StatusCode::kInvalidUsage, "TOPOCOLL_JOB_SECRET_FILE={}: the file is empty", path);
+    return AuthKey::derive(kLabel, text);
+  }
+  *secret = false;
+  return AuthKey::derive("topocoll public job key", li.rootAddress + "|" + li.jobIdentity);
 }
 
 }  // namespace topocoll::runtime

@@ -12,10 +12,10 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "os.h"
+#include "topocoll/auth.h"
 #include "topocoll/log.h"
 #include "topocoll/netif.h"
 #include "topocoll/socket.h"
@@ -32,14 +32,17 @@ constexpr size_t kMinTask = 64 << 10;    // NCCL_SOCKET_MIN_TASKSIZE
 constexpr uint32_t kCtrlIndex = 0xffffffff;
 
 #pragma pack(push, 1)
+// The listener's connect handle, sent to the connecting rank over the (authenticated) bootstrap. `key` is the
+// listener's own random secret: every connection proves it holds it (auth.h), so a stranger who reaches the port
+// is dropped, and the key itself never crosses the connection.
 struct Handle {
-  uint64_t magic = 0;
+  uint8_t key[32] = {};
   uint8_t nSocks = 0, nThreads = 0;
-  uint8_t pad[6] = {};
+  uint8_t pad[2] = {};
   WireAddr addr;
 };
+// The first message of an authenticated connection: which of the listener's sockets it is.
 struct Hello {
-  uint64_t magic;
   uint32_t index;
 };
 #pragma pack(pop)
@@ -197,10 +200,11 @@ void Helper::run() {
 
 struct ListenComm : NetComm {
   Socket sock;
-  uint64_t magic = 0;
+  AuthKey key;
   int nSocks = 0, nThreads = 0;
   struct Incoming {
     Socket sock;
+    Handshake auth;
     Hello hello{};
     size_t got = 0;
   };
@@ -211,9 +215,16 @@ struct ListenComm : NetComm {
 
 struct ConnectState : NetComm {
   std::vector<Socket> socks;  // [ctrl, data...]
+  std::vector<Handshake> auth;
   std::vector<size_t> sent;
   Handle handle;
 };
+
+AuthKey keyOf(const Handle& h) {
+  AuthKey k;
+  std::memcpy(k.bytes.data(), h.key, sizeof(h.key));
+  return k;
+}
 
 class SocketNet : public Net {
  public:
@@ -272,12 +283,11 @@ class SocketNet : public Net {
       if (std::strcmp(e.call(), "socket") == 0) fail(StatusCode::kSystemError, "NET/Socket : {}", e.what());
       fail(StatusCode::kSystemError, "NET/Socket : listen on {}: {}", ifs_[dev].name, std::strerror(e.error()));
     }
-    std::random_device rd;
-    l->magic = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    l->key = AuthKey::random();
     l->nSocks = nSocks_;
     l->nThreads = nThreads_;
     Handle h;
-    h.magic = l->magic;
+    std::memcpy(h.key, l->key.bytes.data(), sizeof(h.key));
     h.nSocks = static_cast<uint8_t>(nSocks_);
     h.nThreads = static_cast<uint8_t>(nThreads_);
     h.addr = bound.toWire();
@@ -302,6 +312,7 @@ class SocketNet : public Net {
         if (err != 0 && err != EINPROGRESS)
           fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(a), std::strerror(err));
         s->socks.push_back(std::move(sock));
+        s->auth.emplace_back(keyOf(s->handle), Handshake::Role::kConnector);
         s->sent.push_back(0);
       }
       *state = std::move(s);
@@ -310,7 +321,7 @@ class SocketNet : public Net {
     SocketAddress peer = peerOf(s.handle);
     bool all = true;
     for (size_t i = 0; i < s.socks.size(); ++i) {
-      Hello hello{s.handle.magic, i == 0 ? kCtrlIndex : static_cast<uint32_t>(i - 1)};
+      Hello hello{i == 0 ? kCtrlIndex : static_cast<uint32_t>(i - 1)};
       if (s.sent[i] == 0) {
         IoStatus st = s.socks[i].connectProgress();
         if (st.wouldBlock()) {
@@ -318,6 +329,14 @@ class SocketNet : public Net {
           continue;
         }
         if (st.broken()) fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(peer), st.why());
+        st = s.auth[i].step(s.socks[i]);
+        if (st.broken())
+          fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: authentication failed: {}", addrString(peer),
+               s.auth[i].why());
+        if (!st.done()) {
+          all = false;
+          continue;
+        }
       }
       if (!ioStep(true, s.socks[i], reinterpret_cast<char*>(&hello), sizeof(hello), &s.sent[i],
                   addrString(peer).c_str()))
@@ -345,10 +364,23 @@ class SocketNet : public Net {
       }
       if (!s.valid()) break;
       s.setNoDelay();
-      l.incoming.push_back({std::move(s), Hello{}, 0});
+      l.incoming.push_back({std::move(s), Handshake(l.key, Handshake::Role::kAcceptor), Hello{}, 0});
     }
     for (size_t i = 0; i < l.incoming.size();) {
       auto& in = l.incoming[i];
+      if (!in.auth.done()) {
+        IoStatus st = in.auth.step(in.sock);
+        if (st.broken()) {
+          TC_WARN("NET/Socket : dropped a connection from {}: authentication failed: {}", in.sock.peerName(),
+                  in.auth.why());
+          l.incoming.erase(l.incoming.begin() + static_cast<long>(i));
+          continue;
+        }
+        if (!st.done()) {
+          ++i;
+          continue;
+        }
+      }
       bool complete;
       try {
         complete = ioStep(false, in.sock, reinterpret_cast<char*>(&in.hello), sizeof(Hello), &in.got, "a peer");
@@ -360,10 +392,10 @@ class SocketNet : public Net {
         ++i;
         continue;
       }
-      bool ok = in.hello.magic == l.magic &&
-                (in.hello.index == kCtrlIndex || in.hello.index < static_cast<uint32_t>(l.nSocks));
+      bool ok = in.hello.index == kCtrlIndex || in.hello.index < static_cast<uint32_t>(l.nSocks);
       if (!ok) {
-        TC_WARN("NET/Socket : dropped a connection with a wrong magic or socket index (a stranger?)");
+        TC_WARN("NET/Socket : dropped a connection from {}: socket index {} of {}", in.sock.peerName(),
+                in.hello.index, l.nSocks);
       } else if (in.hello.index == kCtrlIndex) {
         l.ctrl = std::move(in.sock);
       } else {

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <dirent.h>
@@ -160,6 +161,18 @@ int connectToRoot(const UniqueId& id) {
   return fd;
 }
 
+// A fake rank: a connection to the root of `id` that proved it holds the job's secret.
+Socket authenticatedToRoot(const UniqueId& id) {
+  WireAddr w;
+  std::memcpy(&w, id.bytes.data() + 8, sizeof(w));
+  SocketAddress a;
+  EXPECT_TRUE(SocketAddress::fromWire(w, &a));
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  Socket s = Socket::connect(a, until, Interrupt{}, "a fake rank reaching the root");
+  authenticate(s, keyOf(id), until, Interrupt{}, "a fake rank reaching the root");
+  return s;
+}
+
 uint64_t magicOf(const UniqueId& id) {
   uint64_t m;
   std::memcpy(&m, id.bytes.data(), 8);
@@ -221,21 +234,76 @@ TEST(Bootstrap, AnIdleConnectionDoesNotDelayTheJob) {
 TEST(Bootstrap, GarbageAfterAValidHeaderIsDropped) {
   RootHandle root;
   UniqueId id = createUniqueId(&root, "127.0.0.1:0");
-  // The job's magic and a registration header, then a body that is no registration: no address, job size -7.
-  int fd = connectToRoot(id);
+  // A fake rank that holds the secret: the job's magic and a registration header, then a body that is no
+  // registration (no address, job size -7).
+  Socket fake = authenticatedToRoot(id);
   Header h{magicOf(id), 1, kTagRegister, sizeof(Registration)};
   std::vector<uint8_t> garbage(sizeof(Registration), 0xff);
-  ASSERT_EQ(write(fd, &h, sizeof(h)), static_cast<ssize_t>(sizeof(h)));
-  ASSERT_EQ(write(fd, garbage.data(), garbage.size()), static_cast<ssize_t>(garbage.size()));
+  ASSERT_EQ(write(fake.fd(), &h, sizeof(h)), static_cast<ssize_t>(sizeof(h)));
+  ASSERT_EQ(write(fake.fd(), garbage.data(), garbage.size()), static_cast<ssize_t>(garbage.size()));
   // And a header that claims 1 GiB.
-  int big = connectToRoot(id);
+  Socket big = authenticatedToRoot(id);
   Header hb{magicOf(id), 0, kTagRegister, 1ull << 30};
-  ASSERT_EQ(write(big, &hb, sizeof(hb)), static_cast<ssize_t>(sizeof(hb)));
+  ASSERT_EQ(write(big.fd(), &hb, sizeof(hb)), static_cast<ssize_t>(sizeof(hb)));
   Options opts;
   opts.timeout = 5s;
   runRanks(id, 3, exercise, opts);
-  close(fd);
-  close(big);
+}
+
+// A stranger who knows everything public about a job (the root's address and the magic, which environment-launched
+// jobs derive from public facts) but not its secret cannot register as a missing rank, nor get a ring neighbour's
+// data: the root refuses its proof, it is told so at once, and the job completes with its own ranks. The stranger
+// is another user of the host (nobody, where the test runs as root), forked before the job's root thread starts (a
+// fork after a thread has started can hang the child) and handed the forged id through a pipe.
+TEST(Bootstrap, AStrangerWithoutTheSecretCannotJoin) {
+  int toChild[2], fromChild[2];
+  ASSERT_EQ(pipe(toChild), 0);
+  ASSERT_EQ(pipe(fromChild), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(toChild[1]);
+    close(fromChild[0]);
+    std::string said = "(no id came)";
+    UniqueId forged;
+    if (read(toChild[0], forged.bytes.data(), forged.bytes.size()) == static_cast<ssize_t>(forged.bytes.size())) {
+      if (getuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) {
+        said = "(could not become nobody)";
+      } else {
+        try {
+          Options o;
+          o.timeout = 10s;
+          TcpBootstrap::connect(forged, 1, 2, o);
+          said = "(the stranger joined)";
+        } catch (const Error& e) {
+          said = e.what();
+        }
+      }
+    }
+    ssize_t w = write(fromChild[1], said.data(), said.size());
+    _exit(w > 0 ? 0 : 1);
+  }
+  close(toChild[0]);
+  close(fromChild[1]);
+  RootHandle root;
+  UniqueId id = createUniqueId(&root, "127.0.0.1:0");
+  UniqueId forged = id;
+  forged.bytes[40] ^= 0x5a;  // the secret (bytes 32-63) differs; the magic and the address are the job's
+  ASSERT_EQ(write(toChild[1], forged.bytes.data(), forged.bytes.size()), static_cast<ssize_t>(forged.bytes.size()));
+  close(toChild[1]);
+  std::string strangerError;
+  char buf[1024];
+  for (ssize_t k; (k = read(fromChild[0], buf, sizeof buf)) > 0;) strangerError.append(buf, static_cast<size_t>(k));
+  close(fromChild[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_NE(strangerError.find("different job's root"), std::string::npos) << strangerError;
+  EXPECT_NE(strangerError.find("refused this side's proof"), std::string::npos) << strangerError;
+  // Raw bytes without the exchange (a port scanner, a stranger speaking the old protocol) are dropped too.
+  int raw = connectToRoot(id);
+  Header h{magicOf(id), 1, kTagRegister, sizeof(Registration)};
+  ASSERT_EQ(write(raw, &h, sizeof(h)), static_cast<ssize_t>(sizeof(h)));
+  runRanks(id, 2, exercise);
+  close(raw);
 }
 
 TEST(Bootstrap, ARankRegisteredTwiceIsNamedOnEveryRank) {
@@ -286,7 +354,7 @@ TEST(Bootstrap, TwoJobsOnOneAddress) {
   // Job B's ranks reach job A's root: refused by the magic, at once; job A completes.
   Options opts;
   opts.timeout = 20s;
-  UniqueId b = uniqueIdFor(addr.toString(), 0x1234);
+  UniqueId b = uniqueIdFor(addr.toString(), 0x1234, AuthKey::random());
   auto start = std::chrono::steady_clock::now();
   auto errorsB = tryRanks(b, 2, [](int i) { return i; }, [](int) { return 2; }, opts);
   EXPECT_LT(secondsSince(start), 10);

@@ -2,7 +2,7 @@
 # Multi-process communicator tests on one machine, one CTest entry per scenario (tests/runtime/scenarios.sh):
 # agreement with `topocoll plan`, host-memory ranks, mpirun, several "hosts" in network namespaces, and faults (a rank
 # that never starts, a rank killed after each init phase, a duplicate rank, a job size mismatch, strangers and idle
-# connections at the root, two jobs on one port).
+# connections at the root, two jobs on one port, a stranger without the job's secret).
 #   comm_test.sh --list | SCENARIO... | (nothing: all)
 . "$(dirname "$0")/scenarios.sh"
 needs TOPOCOLL TOPO_DIR
@@ -215,6 +215,34 @@ two_jobs_one_port() {
   fi
 }
 scenario two-jobs-one-port 2 sanitize two_jobs_one_port
+
+# A stranger who knows the job's address and ids but not its TOPOCOLL_JOB_SECRET (another user of the host, where
+# the test runs as root) starts as the missing rank 1: the root refuses its proof and it is told so at once; rank 0
+# logs the refusal (a WARN naming the address), and the real rank 1 then completes the job.
+stranger_without_secret() {
+  p=$(port)
+  local secret stranger=()
+  secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null && stranger=(setpriv --reuid nobody --regid nogroup --clear-groups)
+  env RANK=0 WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$p TOPOCOLL_JOB_SECRET="$secret" NCCL_DEBUG=WARN TOPOCOLL_TIMEOUT=30 \
+    "$T" comm-check > "$tmp/sec.0" 2>&1 &
+  a0=$!
+  wait_port
+  # nobody may not reach the build tree (a home directory of mode 700): then the stranger runs as this user.
+  [ ${#stranger[@]} -gt 0 ] && ! "${stranger[@]}" test -x "$T" && stranger=()
+  "${stranger[@]}" env RANK=1 WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$p TOPOCOLL_TIMEOUT=10 "$T" comm-check \
+    > "$tmp/sec.stranger" 2>&1
+  env RANK=1 WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$p TOPOCOLL_JOB_SECRET="$secret" TOPOCOLL_TIMEOUT=30 "$T" comm-check \
+    > "$tmp/sec.1" 2>&1
+  wait $a0
+  if grep -q "different job's root" "$tmp/sec.stranger" && grep -q "authentication failed" "$tmp/sec.0" &&
+    grep -q "^Channel 00" "$tmp/sec.0"; then
+    ok "stranger-without-secret${stranger:+ (as nobody)}"
+  else
+    bad stranger-without-secret "$(cat "$tmp/sec.stranger" "$tmp/sec.0" | head -8)"
+  fi
+}
+scenario stranger-without-secret 2 sanitize stranger_without_secret
 
 # Several hosts for real: two network namespaces joined by a veth pair (skipped without the rights).
 netns() {

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <poll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <chrono>
@@ -102,6 +105,51 @@ TEST(Launcher, NothingFoundIsInvalidUsage) {
   EXPECT_THROW(launchInfoFromEnv(env({{"RANK", "x"}, {"WORLD_SIZE", "4"}})), Error);
 }
 
+// The secret of an environment-launched job: the same on every rank from TOPOCOLL_JOB_SECRET or a key file that only
+// its user can read; without either, a key anyone who knows the root address and the job ids can compute.
+TEST(Launcher, JobSecretFromTheEnvironmentOrAPrivateKeyFile) {
+  const Env base = env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"NCCL_COMM_ID", "10.0.0.1:4000"}});
+  const LaunchInfo li = launchInfoFromEnv(base);
+  auto keyWith = [&](std::map<std::string, std::string> knobs, bool* secret) {
+    knobs.insert({"RANK", "0"});
+    return jobKeyFromEnv(Config::fromEnv(env(knobs)), li, secret);
+  };
+  bool secret = true;
+  const AuthKey open = keyWith({}, &secret);
+  EXPECT_FALSE(secret);
+  EXPECT_TRUE(open.sameAs(keyWith({}, &secret)));  // every rank computes it
+  const AuthKey a = keyWith({{"TOPOCOLL_JOB_SECRET", "correct horse battery staple"}}, &secret);
+  EXPECT_TRUE(secret);
+  EXPECT_FALSE(a.sameAs(open));
+  EXPECT_TRUE(a.sameAs(keyWith({{"TOPOCOLL_JOB_SECRET", "correct horse battery staple"}}, &secret)));
+  EXPECT_FALSE(a.sameAs(keyWith({{"TOPOCOLL_JOB_SECRET", "correct horse battery stapler"}}, &secret)));
+
+  char path[] = "/tmp/topocoll-secret-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string text = "correct horse battery staple\n";  // a trailing newline is not part of the secret
+  ASSERT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  ASSERT_EQ(::chmod(path, 0600), 0);
+  EXPECT_TRUE(a.sameAs(keyWith({{"TOPOCOLL_JOB_SECRET_FILE", path}}, &secret)));
+  EXPECT_TRUE(secret);
+  ASSERT_EQ(::chmod(path, 0644), 0);
+  try {
+    keyWith({{"TOPOCOLL_JOB_SECRET_FILE", path}}, &secret);
+    ADD_FAILURE() << "a key file others can read was used";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInvalidUsage);
+    EXPECT_NE(std::string(e.what()).find("mode 0644 lets other users read it"), std::string::npos) << e.what();
+  }
+  ::unlink(path);
+  EXPECT_THROW(keyWith({{"TOPOCOLL_JOB_SECRET_FILE", path}}, &secret), Error);  // gone
+  EXPECT_THROW(keyWith({{"TOPOCOLL_JOB_SECRET", "x"}, {"TOPOCOLL_JOB_SECRET_FILE", "/etc/hostname"}}, &secret), Error);
+  // The secret is never printed by the knob listing.
+  Config c = Config::fromEnv(env({{"TOPOCOLL_JOB_SECRET", "hunter2"}}));
+  for (const auto& k : knobs())
+    if (k.name == "TOPOCOLL_JOB_SECRET") EXPECT_EQ(k.get(c), "(set)");
+}
+
 TEST(InitOptions, TimeoutAndSimulationKnobs) {
   auto o = InitOptions::fromEnv(env({{"TOPOCOLL_TIMEOUT", "2.5"}, {"TOPOCOLL_SIMULATE_GPUS", "1"}}));
   EXPECT_EQ(o.bootstrap.timeout.count(), 2500);
@@ -187,11 +235,14 @@ TEST(Communicator, ExecutesThePlannersPlanByteForByte) {
 // Issue 36, item 7: a peer that destroyed its communicator while its process lives on is named as such (not "process
 // is gone"). Two processes connect (which makes each watch the other's proxy); rank 1 destroys its communicator and
 // sleeps; rank 0's next receive from it fails with that reason, well within the timeout.
+//
+// Both ranks are forked before any thread exists (rank 0 hosts the root and hands the unique id to rank 1 over a
+// pipe): a child forked while another thread holds the allocator's lock hangs under the sanitizers. The parent waits
+// at most a minute and then kills both.
 TEST(CommunicatorProcesses, APeerThatDestroyedItsCommunicatorIsNamedAsSuch) {
-  bootstrap::RootHandle root;
-  bootstrap::UniqueId id = bootstrap::createUniqueId(&root, "127.0.0.1:0");
-  int out[2];
+  int out[2], idPipe[2];
   ASSERT_EQ(::pipe(out), 0);
+  ASSERT_EQ(::pipe(idPipe), 0);
   pid_t pids[2];
   for (int r = 0; r < 2; ++r) {
     pids[r] = ::fork();
@@ -199,6 +250,21 @@ TEST(CommunicatorProcesses, APeerThatDestroyedItsCommunicatorIsNamedAsSuch) {
     ::close(out[0]);
     int code = 1;
     try {
+      bootstrap::RootHandle root;
+      bootstrap::UniqueId id;
+      if (r == 0) {
+        ::close(idPipe[0]);
+        id = bootstrap::createUniqueId(&root, "127.0.0.1:0");
+        if (::write(idPipe[1], id.bytes.data(), id.bytes.size()) != static_cast<ssize_t>(id.bytes.size()))
+          throw std::runtime_error("rank 0 could not hand the unique id over");
+        ::close(idPipe[1]);
+      } else {
+        ::close(idPipe[1]);
+        size_t got = 0;
+        for (ssize_t k; got < id.bytes.size() && (k = ::read(idPipe[0], id.bytes.data() + got, id.bytes.size() - got)) > 0;)
+          got += static_cast<size_t>(k);
+        if (got != id.bytes.size()) throw std::runtime_error("rank 1 got no unique id");
+      }
       InitOptions o;
       o.cfg.timeoutSec = 20;
       o.cfg.socketIfname = "lo";
@@ -228,9 +294,24 @@ TEST(CommunicatorProcesses, APeerThatDestroyedItsCommunicatorIsNamedAsSuch) {
     ::_exit(code);
   }
   ::close(out[1]);
+  ::close(idPipe[0]);
+  ::close(idPipe[1]);
   std::string said;
   char buf[512];
-  for (ssize_t k; (k = ::read(out[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(k));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd pfd{out[0], POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) <= 0) {
+      said += " [no answer within 60 s: both ranks killed]";
+      ::kill(pids[0], SIGKILL);
+      ::kill(pids[1], SIGKILL);
+      break;
+    }
+    const ssize_t k = ::read(out[0], buf, sizeof buf);
+    if (k <= 0) break;
+    said.append(buf, static_cast<size_t>(k));
+  }
   ::close(out[0]);
   int st0 = 0, st1 = 0;
   ::waitpid(pids[0], &st0, 0);

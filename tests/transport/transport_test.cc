@@ -545,16 +545,31 @@ TEST_P(SocketNet, MovesMessagesInOrderAndRefusesOversizedOnes) {
 
 INSTANTIATE_TEST_SUITE_P(HelperThreads, SocketNet, ::testing::Values(0, 2));
 
-TEST(SocketNetStrangers, AConnectionWithAWrongMagicIsDropped) {
+// A stranger who reaches the listener's port but does not hold its key (which only the rank the handle was sent to
+// over the bootstrap has) fails the authentication on both ends: its connect throws, the listener drops it with a
+// WARN and accepts nothing.
+TEST(SocketNetStrangers, AConnectionWithoutTheListenersKeyIsDropped) {
   Config cfg;
   cfg.socketIfname = "lo";
   auto net = makeSocketNet(cfg);
   NetHandle h;
   auto listen = net->listen(0, &h);
   NetHandle wrong = h;
-  wrong.bytes[0] ^= 0xff;  // the magic
+  wrong.bytes[0] ^= 0xff;  // the key
   std::unique_ptr<NetComm> state, stranger;
-  ASSERT_TRUE(pollFor([&] { return (stranger = net->connect(0, wrong, &state)) != nullptr; }));
+  std::string why;
+  ASSERT_TRUE(pollFor([&] {
+    try {
+      stranger = net->connect(0, wrong, &state);
+    } catch (const Error& e) {
+      why = e.what();
+      return true;
+    }
+    EXPECT_EQ(net->accept(*listen), nullptr);
+    return stranger != nullptr;
+  }));
+  EXPECT_EQ(stranger, nullptr);
+  EXPECT_NE(why.find("authentication failed"), std::string::npos) << why;
   for (int i = 0; i < 1000; ++i) EXPECT_EQ(net->accept(*listen), nullptr);
 }
 

@@ -8,6 +8,7 @@
 //
 // Collectives go through the C API (perf_coll.cc), point-to-point tests through runtime::Communicator (perf_p2p.cc).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <libgen.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "perf.h"
+#include "topocoll/auth.h"
 #include "topocoll/env.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
@@ -603,6 +605,12 @@ int forkRanks(const Options& o, const Test& test, const std::string& program) {
   sigemptyset(&forward.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &forward, nullptr);
   const pid_t launcher = getpid();
+  // The ranks' job secret (docs/security.md): a fresh random one unless the user gave one. The environment of a
+  // process is readable only by its user, so local strangers cannot join the ranks on loopback.
+  if (!std::getenv("TOPOCOLL_JOB_SECRET") && !std::getenv("TOPOCOLL_JOB_SECRET_FILE")) {
+    const AuthKey k = AuthKey::random();
+    setenv("TOPOCOLL_JOB_SECRET", fmt::format("{:02x}", fmt::join(k.bytes, "")).c_str(), 1);
+  }
   for (int r = 0; r < o.np; ++r) {
     pid_t pid = fork();
     if (pid == 0) {

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "topocoll/auth.h"
+
 namespace topocoll::bootstrap {
 
 /// Rank-to-rank exchange used during communicator initialisation. Every call blocks until done, its deadline
@@ -50,10 +52,14 @@ struct Options {
   std::string testDieAfter;  // TOPOCOLL_TEST_DIE_AFTER (tests only): "register" or "ring" exits the process there
 };
 
-/// Opaque, fixed-size rendezvous id: the root's address and a random magic (as ncclUniqueId, 128 bytes).
+/// Opaque, fixed-size rendezvous id (as ncclUniqueId, 128 bytes): the job's magic, the root's address and the job's
+/// secret, which every connection of the job proves it holds (auth.h). Whoever holds the id can join the job: ship it
+/// over a channel strangers cannot read.
 struct UniqueId {
   std::array<uint8_t, 128> bytes{};
 };
+/// The job's secret carried by `id`.
+AuthKey keyOf(const UniqueId& id);
 
 /// The root listener that ranks register with; keep it alive until every rank has connected. Movable, not copyable.
 class Root;
@@ -75,10 +81,12 @@ struct RootHandle {
 /// Starts a root listener (on `hostPort` "host:port" when given, as NCCL_COMM_ID; else an ephemeral port on the
 /// first non-loopback IPv4 address, loopback when there is none) and returns its id. `magic` 0 draws a random one.
 /// `nRanks` > 0 is the job size the root expects (a rank started with another is named); 0 learns it from the
-/// first registration. Throws when the address is in use (by another job, typically).
-UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort = "", uint64_t magic = 0, int nRanks = 0);
-/// The id of a root that another process starts at `hostPort` with `magic` (launcher-driven jobs).
-UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic);
+/// first registration. `key` is the job's secret (null: a random one). Throws when the address is in use (by another
+/// job, typically).
+UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort = "", uint64_t magic = 0, int nRanks = 0,
+                        const AuthKey* key = nullptr);
+/// The id of a root that another process starts at `hostPort` with `magic` and `key` (launcher-driven jobs).
+UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic, const AuthKey& key);
 
 class TcpBootstrap : public Bootstrap {
  public:

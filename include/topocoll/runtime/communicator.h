@@ -231,6 +231,11 @@ struct LaunchInfo {
 };
 /// `jobId` (TOPOCOLL_JOB_ID) is mixed into the job key with the launchers' own job ids.
 LaunchInfo launchInfoFromEnv(const Env& env, const std::string& jobId = "");
+/// The secret of a job started from the environment (docs/security.md): from TOPOCOLL_JOB_SECRET or
+/// TOPOCOLL_JOB_SECRET_FILE (a file owned by this user that nobody else can read, else Error(kInvalidUsage) naming
+/// it and its mode). `*secret` is false when neither is set: the key is then derived from the root address and the
+/// job ids, which anyone who knows them can compute.
+AuthKey jobKeyFromEnv(const Config& cfg, const LaunchInfo& li, bool* secret);
 /// The kernel's ephemeral port range (/proc/sys/net/ipv4/ip_local_port_range; Linux's default when unreadable).
 std::pair<int, int> ephemeralPortRange();
 /// The root port of a job whose launcher gives no address (mpirun on one host, srun): from `jobHash`, in
