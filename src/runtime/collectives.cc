@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "coll_task.h"
+#include "topocoll/collectives/device_coll.h"
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/progress/channel_links.h"
@@ -309,6 +310,77 @@ void CommImpl::allToAll(const void* sendbuff, void* recvbuff, size_t count, Data
   }
   groupEnd();
   if (groupDepth() == 0) allToAllCopies_.clear();  // inside an outer group: kept until it ended
+}
+
+namespace {
+
+// The device path's view of this communicator: its host-memory collectives, called as a user would call them.
+class DeviceHostOf final : public collectives::DeviceHost {
+ public:
+  explicit DeviceHostOf(CommImpl& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int nRanks() const override { return c_.nRanks(); }
+  int nNodes() const override { return c_.nNodes(); }
+  const Config& config() const override { return c_.conns_->config(); }
+  void barrier() override { c_.barrier(); }
+  void hostRun(const Args& a) override {
+    switch (a.coll) {
+      case Coll::kAllReduce: c_.allReduce(a.send, a.recv, a.count, a.type, a.op); break;
+      case Coll::kBroadcast: c_.broadcast(a.send, a.recv, a.count, a.type, a.root); break;
+      case Coll::kReduce: c_.reduce(a.send, a.recv, a.count, a.type, a.op, a.root); break;
+      case Coll::kAllGather: c_.allGather(a.send, a.recv, a.count, a.type); break;
+      case Coll::kReduceScatter: c_.reduceScatter(a.send, a.recv, a.count, a.type, a.op); break;
+    }
+  }
+  void hostAllToAll(const void* send, void* recv, size_t count, DataType type) override {
+    c_.allToAll(send, recv, count, type);
+  }
+
+ private:
+  CommImpl& c_;
+};
+
+}  // namespace
+
+bool CommImpl::onDevice(const Args& a) const {
+  if (a.count == 0 || cuda::deviceCount() == 0) return false;
+  const bool needSend = !(a.coll == Coll::kBroadcast && rank_ != a.root);
+  const bool needRecv = !(a.coll == Coll::kReduce && rank_ != a.root);
+  auto kind = [](const void* p) { return cuda::locate(p).kind != cuda::MemoryKind::kHost; };
+  const bool s = needSend && a.send && kind(a.send), r = needRecv && a.recv && kind(a.recv);
+  if (needSend && needRecv && a.send && a.recv && s != r)
+    fail(StatusCode::kInvalidArgument, "rank {}: {}: sendbuff is {} memory but recvbuff is {} memory", rank_,
+         collectives::collName(a.coll), s ? "device" : "host", r ? "device" : "host");
+  return s || r;
+}
+
+collectives::DeviceColl& CommImpl::deviceColl() {
+  if (!devColl_) {
+    devHost_ = std::make_unique<DeviceHostOf>(*this);
+    devColl_ = std::make_unique<collectives::DeviceColl>(*devHost_);
+  }
+  return *devColl_;
+}
+
+void CommImpl::runDevice(const Args& a) {
+  checkCollArgs(a);
+  collectives::DeviceColl& dc = deviceColl();
+  try {
+    dc.run(a);
+  } catch (const Error& e) {
+    fail(e.code(), "rank {}: {} of {} x {} on device buffers: {}", rank_, collectives::collName(a.coll), a.count,
+         to_string(a.type), e.what());
+  }
+}
+
+void CommImpl::runDeviceAllToAll(const void* s, void* r, size_t count, DataType type, void* stream) {
+  if (abort_.load()) fail(StatusCode::kAborted, "rank {}: AllToAll on an aborted communicator", rank_);
+  collectives::DeviceColl& dc = deviceColl();
+  try {
+    dc.allToAll(s, r, count, type, stream);
+  } catch (const Error& e) {
+    fail(e.code(), "rank {}: AllToAll of {} x {} on device buffers: {}", rank_, count, to_string(type), e.what());
+  }
 }
 
 void CommImpl::barrier() {

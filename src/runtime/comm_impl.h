@@ -1,7 +1,7 @@
 // The communicator's state and the code of its parts (runtime-private; the public face is runtime::Communicator in
 // include/topocoll/runtime/communicator.h, which forwards every call here): init (NCCL's initTransportsRank:
 // communicator.cc, connections.cc), point-to-point and groups (p2p.cc), the collectives' issue order and choice
-// (collectives.cc: the one-shot path runs collectives::runOneShot) and the device path (device_coll.cc).
+// (collectives.cc: the one-shot path runs collectives::runOneShot, device buffers collectives::DeviceColl).
 #pragma once
 
 #include <atomic>
@@ -17,13 +17,17 @@
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/tuning/host_policy.h"
 
+namespace topocoll::collectives {
+class DeviceColl;
+class DeviceHost;
+}  // namespace topocoll::collectives
+
 namespace topocoll::runtime {
 
 namespace detail {
 using progress::Engine;
 using progress::OpPool;
 struct GroupShot;
-class DeviceColl;
 }  // namespace detail
 
 class CommImpl {
@@ -197,12 +201,15 @@ class CommImpl {
   /// The collectives' links (made at the first collective, under the collective lock).
   progress::ChannelLinks& links();
   std::unique_ptr<progress::ChannelLinks> links_;
-  // Collectives on device buffers (device_coll.cc): whether `a`'s buffers are device memory (throws on a mix), and
-  // the device path itself.
+  // Collectives on device buffers (collectives.cc): whether `a`'s buffers are device memory (throws on a mix), and
+  // the calls into the device path (collectives::DeviceColl, made at the first one, seeing this communicator
+  // through devHost_).
   bool onDevice(const collectives::Args& a) const;
   void runDevice(const collectives::Args& a);
   void runDeviceAllToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type, void* stream);
-  std::unique_ptr<detail::DeviceColl> devColl_;
+  collectives::DeviceColl& deviceColl();
+  std::unique_ptr<collectives::DeviceHost> devHost_;
+  std::unique_ptr<collectives::DeviceColl> devColl_;
   /// One collective at a time, in issue order: the collective lock and the collective thread (coll_queue.h).
   std::unique_ptr<detail::CollQueue> collQueue_;
   std::vector<std::shared_ptr<std::vector<char>>> allToAllCopies_;  // inputs of in-place all-to-alls in flight

@@ -19,7 +19,7 @@
 #include <string>
 
 #include "coll_task.h"
-#include "device_coll.h"
+#include "topocoll/collectives/device_coll.h"
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/paths/paths.h"
@@ -103,6 +103,7 @@ CommImpl::~CommImpl() {
   detail::dropFromGroup(this);  // nothing of this thread's open group may point here any more
   stopCollectives();
   devColl_.reset();  // closes the peers' device allocations it opened
+  devHost_.reset();
   links_.reset();
   engine_.reset();
   mailboxes_.reset();

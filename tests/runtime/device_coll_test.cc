@@ -1,8 +1,9 @@
-// Collectives on device buffers (src/runtime/device_coll.cc): 2, 4 and 8 processes sharing one GPU, every
-// collective x type x op x size, in place and out of place, against a host reference computed with the host's
-// reduceMany/finishAvg in rank order (bit for bit: the device path reduces left to right in rank order too); the
-// peers' allocations are closed at destroy (device memory back to where it was); a killed rank makes the others fail.
-// Skips (with the reason) without a GPU or a CUDA build. Processes are forked before any CUDA call in this one.
+// Collectives on device buffers (src/collectives/device_coll.cc, through the Communicator): 2, 4 and 8 processes
+// sharing one GPU, every collective x type x op x size, in place and out of place, against a host reference computed
+// with the host's reduceMany/finishAvg in rank order (bit for bit: the device path reduces left to right in rank order
+// too); the peers' allocations are closed at destroy (device memory back to where it was); a killed rank makes the
+// others fail. Skips (with the reason) without a GPU or a CUDA build. Processes are forked before any CUDA call in this
+// one.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -10,7 +10,7 @@
 //      nobody returns while a peer still reads its buffers.
 // Ranks on several hosts, TOPOCOLL_DEVICE_STAGED=1, or a buffer that cannot be exported (cudaMallocAsync pools, VMM)
 // on any rank: the data goes through pinned host memory and the host collectives.
-#include "device_coll.h"
+#include "topocoll/collectives/device_coll.h"
 
 #include <unistd.h>
 
@@ -21,11 +21,7 @@
 
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
-#include "topocoll/progress/connections.h"
-#include "comm_impl.h"
-#include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
-#include "topocoll/transport/transport.h"
 
 #ifdef TOPOCOLL_HAVE_CUDA
 #include <cuda.h>
@@ -34,50 +30,12 @@
 #include "topocoll/collectives/device.h"
 #endif
 
-namespace topocoll::runtime {
-
-using collectives::Args;
-using collectives::Coll;
-
-bool CommImpl::onDevice(const Args& a) const {
-  if (a.count == 0 || cuda::deviceCount() == 0) return false;
-  const bool needSend = !(a.coll == Coll::kBroadcast && rank_ != a.root);
-  const bool needRecv = !(a.coll == Coll::kReduce && rank_ != a.root);
-  auto kind = [](const void* p) { return cuda::locate(p).kind != cuda::MemoryKind::kHost; };
-  const bool s = needSend && a.send && kind(a.send), r = needRecv && a.recv && kind(a.recv);
-  if (needSend && needRecv && a.send && a.recv && s != r)
-    fail(StatusCode::kInvalidArgument, "rank {}: {}: sendbuff is {} memory but recvbuff is {} memory", rank_,
-         collectives::collName(a.coll), s ? "device" : "host", r ? "device" : "host");
-  return s || r;
-}
-
-void CommImpl::runDevice(const Args& a) {
-  checkCollArgs(a);
-  if (!devColl_) devColl_ = std::make_unique<detail::DeviceColl>(*this);
-  try {
-    devColl_->run(a);
-  } catch (const Error& e) {
-    fail(e.code(), "rank {}: {} of {} x {} on device buffers: {}", rank_, collectives::collName(a.coll), a.count,
-         to_string(a.type), e.what());
-  }
-}
-
-void CommImpl::runDeviceAllToAll(const void* s, void* r, size_t count, DataType type, void* stream) {
-  if (abort_.load()) fail(StatusCode::kAborted, "rank {}: AllToAll on an aborted communicator", rank_);
-  if (!devColl_) devColl_ = std::make_unique<detail::DeviceColl>(*this);
-  try {
-    devColl_->allToAll(s, r, count, type, stream);
-  } catch (const Error& e) {
-    fail(e.code(), "rank {}: AllToAll of {} x {} on device buffers: {}", rank_, count, to_string(type), e.what());
-  }
-}
-
-namespace detail {
+namespace topocoll::collectives {
 
 #ifdef TOPOCOLL_HAVE_CUDA
 namespace {
 
-namespace dev = collectives::device;
+namespace dev = device;
 
 // dev::reduce over any number of sources: kMaxSources at a time, each later pass folding the partial result (its
 // first source) with the next ones, so the order stays left to right; the average's division once, at the end.
@@ -262,7 +220,7 @@ char* DeviceColl::open(int peer, const void* handle) {
 }
 
 void DeviceColl::trim() {
-  const size_t bound = static_cast<size_t>(c_.conns_->config().deviceIpcCache);
+  const size_t bound = static_cast<size_t>(h_.config().deviceIpcCache);
   auto& r = registry();
   while (lru_.size() > bound && lru_.back().lastCall != calls_) {
     Open& o = lru_.back();
@@ -279,10 +237,8 @@ void DeviceColl::trim() {
   }
 }
 
-void DeviceColl::barrier() { c_.barrier(); }
-
 bool DeviceColl::exchange(const void* send, const void* recv, Views* v, bool* oneGpu) {
-  const int n = c_.nRanks_, me = c_.rank_;
+  const int n = h_.nRanks(), me = h_.rank();
   ++calls_;
   Rec mine{};
   mine.pid = static_cast<int64_t>(::getpid());
@@ -304,7 +260,8 @@ bool DeviceColl::exchange(const void* send, const void* recv, Views* v, bool* on
   deviceUuid(send ? send : recv, mine.uuid);
   std::vector<Rec> all(n);
   all[me] = mine;
-  c_.allGather(&all[me], all.data(), sizeof(Rec), DataType::kUint8);
+  h_.hostRun(
+      {.coll = Coll::kAllGather, .send = &all[me], .recv = all.data(), .count = sizeof(Rec), .type = DataType::kUint8});
   *oneGpu = true;
   for (const Rec& r : all) {
     if (!r.ok) return false;
@@ -345,7 +302,7 @@ char* DeviceColl::scratch(size_t bytes) {
 }
 
 void DeviceColl::staged(const Args& a) {
-  const int n = c_.nRanks_, me = c_.rank_;
+  const int n = h_.nRanks(), me = h_.rank();
   const size_t es = sizeOf(a.type), bytes = a.count * es;
   size_t inBytes = bytes, outBytes = bytes;
   if (a.coll == Coll::kAllGather) outBytes = bytes * n;
@@ -357,13 +314,11 @@ void DeviceColl::staged(const Args& a) {
   void* out = hostBuf(1, outBytes);
   if (hasIn) TC_CUDA(cudaMemcpyAsync(in, a.send, inBytes, cudaMemcpyDefault, st));
   TC_CUDA(cudaStreamSynchronize(st));
-  switch (a.coll) {
-    case Coll::kAllReduce: c_.allReduce(in, out, a.count, a.type, a.op); break;
-    case Coll::kBroadcast: c_.broadcast(in, out, a.count, a.type, a.root); break;
-    case Coll::kReduce: c_.reduce(in, out, a.count, a.type, a.op, a.root); break;
-    case Coll::kAllGather: c_.allGather(in, out, a.count, a.type); break;
-    case Coll::kReduceScatter: c_.reduceScatter(in, out, a.count, a.type, a.op); break;
-  }
+  Args host = a;
+  host.send = in;
+  host.recv = out;
+  host.stream = nullptr;
+  h_.hostRun(host);
   if (hasOut) TC_CUDA(cudaMemcpyAsync(a.recv, out, outBytes, cudaMemcpyDefault, st));
   TC_CUDA(cudaStreamSynchronize(st));
 }
@@ -372,9 +327,9 @@ void DeviceColl::run(const Args& a) {
   auto st = static_cast<cudaStream_t>(a.stream);
   cuda::waitForCaller(st);  // see cuda.h: the legacy stream too, unless st is non-blocking
   if (a.count == 0) return;
-  const auto& cfg = c_.conns_->config();
-  if (c_.nNodes() > 1 || cfg.deviceStaged) return staged(a);
-  const int n = c_.nRanks_, me = c_.rank_;
+  const Config& cfg = h_.config();
+  if (h_.nNodes() > 1 || cfg.deviceStaged) return staged(a);
+  const int n = h_.nRanks(), me = h_.rank();
   const size_t es = sizeOf(a.type), bytes = a.count * es;
   const int avg = a.op == RedOp::kAvg ? n : 0;
   const bool rooted = a.coll == Coll::kBroadcast || a.coll == Coll::kReduce;
@@ -388,7 +343,7 @@ void DeviceColl::run(const Args& a) {
   std::vector<const void*> srcs(n);
   auto finish = [&] {  // the phase is complete on this rank, then on every rank
     TC_CUDA(cudaStreamSynchronize(st));
-    barrier();
+    h_.barrier();
   };
   if (oneGpu && cfg.deviceLeader) {  // one GPU: rank 0 moves everything, the others wait for it
     if (me == 0) leader(a, v, st);
@@ -422,7 +377,8 @@ void DeviceColl::run(const Args& a) {
       finish();
       break;
     case Coll::kAllGather:
-      for (int q = 0; q < n; ++q) copyTo(static_cast<char*>(a.recv) + static_cast<size_t>(q) * bytes, v.send[q], bytes, st);
+      for (int q = 0; q < n; ++q)
+        copyTo(static_cast<char*>(a.recv) + static_cast<size_t>(q) * bytes, v.send[q], bytes, st);
       finish();
       break;
     case Coll::kBroadcast:
@@ -444,7 +400,7 @@ void DeviceColl::run(const Args& a) {
 // in-place cases safe: each output is written after the inputs it overwrites were read (AllReduce reduces before it
 // copies; the other collectives read each input element before anything writes it or never overwrite it).
 void DeviceColl::leader(const Args& a, const Views& v, void* stream) {
-  const int n = c_.nRanks_;
+  const int n = h_.nRanks();
   const size_t es = sizeOf(a.type), bytes = a.count * es;
   const int avg = a.op == RedOp::kAvg ? n : 0;
   std::vector<const void*> srcs(n);
@@ -475,13 +431,13 @@ void DeviceColl::leader(const Args& a, const Views& v, void* stream) {
 }
 
 void DeviceColl::stagedAllToAll(const void* send, void* recv, size_t count, DataType type, void* stream) {
-  const size_t total = count * sizeOf(type) * c_.nRanks_;
+  const size_t total = count * sizeOf(type) * h_.nRanks();
   auto st = static_cast<cudaStream_t>(stream);
   void* in = hostBuf(0, total);
   void* out = hostBuf(1, total);
   TC_CUDA(cudaMemcpyAsync(in, send, total, cudaMemcpyDefault, st));
   TC_CUDA(cudaStreamSynchronize(st));
-  c_.allToAll(in, out, count, type);
+  h_.hostAllToAll(in, out, count, type);
   TC_CUDA(cudaMemcpyAsync(recv, out, total, cudaMemcpyDefault, st));
   TC_CUDA(cudaStreamSynchronize(st));
 }
@@ -490,8 +446,8 @@ void DeviceColl::allToAll(const void* send, void* recv, size_t count, DataType t
   auto st = static_cast<cudaStream_t>(stream);
   cuda::waitForCaller(st);  // see cuda.h: the legacy stream too, unless st is non-blocking
   if (count == 0) return;
-  if (c_.nNodes() > 1 || c_.conns_->config().deviceStaged) return stagedAllToAll(send, recv, count, type, stream);
-  const int n = c_.nRanks_, me = c_.rank_;
+  if (h_.nNodes() > 1 || h_.config().deviceStaged) return stagedAllToAll(send, recv, count, type, stream);
+  const int n = h_.nRanks(), me = h_.rank();
   const size_t bytes = count * sizeOf(type), total = bytes * n;
   const char* s = static_cast<const char*>(send);
   const char* r = static_cast<const char*>(recv);
@@ -504,7 +460,7 @@ void DeviceColl::allToAll(const void* send, void* recv, size_t count, DataType t
   Views v;
   bool oneGpu = false;
   if (!exchange(s, recv, &v, &oneGpu)) return stagedAllToAll(send, recv, count, type, stream);
-  if (oneGpu && c_.conns_->config().deviceLeader) {  // rank 0 moves every block (see leader())
+  if (oneGpu && h_.config().deviceLeader) {  // rank 0 moves every block (see leader())
     if (me == 0)
       for (int p = 0; p < n; ++p)
         for (int q = 0; q < n; ++q)
@@ -512,15 +468,17 @@ void DeviceColl::allToAll(const void* send, void* recv, size_t count, DataType t
   } else {
     for (int q = 0; q < n; ++q)
       copyTo(static_cast<char*>(recv) + static_cast<size_t>(q) * bytes, v.send[q] + static_cast<size_t>(me) * bytes,
-                bytes, st);
+             bytes, st);
   }
   TC_CUDA(cudaStreamSynchronize(st));
-  barrier();
+  h_.barrier();
 }
 
 #else  // no CUDA: no buffer is ever device memory (cuda::locate), so none of this runs
 
-DeviceColl::~DeviceColl() { (void)c_, (void)calls_, (void)host_, (void)hostBytes_, (void)scratch_, (void)scratchBytes_; }
+DeviceColl::~DeviceColl() {
+  (void)h_, (void)calls_, (void)host_, (void)hostBytes_, (void)scratch_, (void)scratchBytes_;
+}
 void DeviceColl::run(const Args&) { fail(StatusCode::kInvalidUsage, "built without CUDA"); }
 void DeviceColl::allToAll(const void*, void*, size_t, DataType, void*) {
   fail(StatusCode::kInvalidUsage, "built without CUDA");
@@ -528,5 +486,4 @@ void DeviceColl::allToAll(const void*, void*, size_t, DataType, void*) {
 
 #endif
 
-}  // namespace detail
-}  // namespace topocoll::runtime
+}  // namespace topocoll::collectives
