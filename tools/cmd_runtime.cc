@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
+#include "topocoll/tuning/host_policy.h"
 
 namespace topocoll::cli {
 
@@ -262,12 +263,35 @@ std::string commCheck(const Env& env, bool json, bool sendrecv, const std::strin
 
 }  // namespace
 
+// `topocoll params --thresholds`: the host collectives' size thresholds as this environment sets them
+// (TOPOCOLL_HOST_THRESHOLDS over the built-in table), with where bench/host_thresholds.py measures each.
+std::string thresholdsText(const Config& cfg, bool json) {
+  const tuning::HostThresholds today{}, now = tuning::withOverrides(today, cfg.hostThresholds);
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  std::string out = fmt::format("{:<22} {:>12} {:>12}  {}\n", "threshold", "bytes", "built in", "measured with");
+  for (const auto& f : tuning::hostThresholdFields()) {
+    if (json) {
+      arr.push_back({{"name", f.name}, {"value", now.*(f.member)}, {"default", today.*(f.member)},
+                     {"perf_test", f.perfTest}, {"ranks", f.ranks}, {"size_per_value", f.sizePerValue}});
+    } else {
+      out += fmt::format("{:<22} {:>12} {:>12}  {} -np {}{}\n", f.name, now.*(f.member), today.*(f.member),
+                         f.perfTest, f.ranks,
+                         f.sizePerValue > 1 ? fmt::format(" (size = {} x the value)", f.sizePerValue) : "");
+    }
+  }
+  return json ? arr.dump(1) + "\n" : out;
+}
+
 Command addParamsCommand(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
+  auto thresholds = std::make_shared<bool>(false);
   auto* params = app.add_subcommand("params", "List every knob topocoll reads: default, current value, range, meaning");
   params->add_flag("--json", *json, "Machine-readable output");
-  return {params, [json](const Env& env, Config& cfg) {
-            std::cout << paramsText(env, cfg, *json);
+  params->add_flag("--thresholds", *thresholds,
+                   "The host collectives' size thresholds instead (TOPOCOLL_HOST_THRESHOLDS over the built-in "
+                   "table; bench/host_thresholds.py measures them)");
+  return {params, [json, thresholds](const Env& env, Config& cfg) {
+            std::cout << (*thresholds ? thresholdsText(cfg, *json) : paramsText(env, cfg, *json));
             return 0;
           }};
 }

@@ -113,6 +113,7 @@ struct Config {
   int p2pMailboxMax = 256;         // TOPOCOLL_P2P_MAILBOX_MAX (bytes up to which sends/receives use the mailboxes)
   int membarrier = 1;              // TOPOCOLL_MEMBARRIER (asymmetric doorbell fence: membarrier on the sleeping side)
   int oneShotMax = 256;            // TOPOCOLL_ONESHOT_MAX (per-peer bytes up to which collectives use the mailboxes)        // TOPOCOLL_DIRECT_SPLIT_RANKS (... with at least this many ranks on one host)
+  std::string hostThresholds;      // TOPOCOLL_HOST_THRESHOLDS (tuning::HostThresholds overrides: name=bytes,...)
   std::string hostTuning;          // TOPOCOLL_HOST_TUNING (the host cost model's constants: bench/host_calibrate's JSON)
   // PyTorch backend
   int torchHugePages = 1;          // TOPOCOLL_TORCH_HUGEPAGES (THP_MEM_ALLOC_ENABLE): 2 MiB-aligned MADV_HUGEPAGE tensors

@@ -435,6 +435,10 @@ std::vector<Knob> buildRegistry() {
       "collectives whose message to each peer is at most this many bytes, with every rank on one host and neither "
       "NCCL_ALGO nor NCCL_PROTO set, move in one trip through the connections' one-shot mailboxes (each rank writes "
       "its data into every peer's mailbox and reduces what it received in rank order); 0 never"));
+  r.push_back(stringKnob<&Config::hostThresholds>(
+      "TOPOCOLL_HOST_THRESHOLDS", "collectives",
+      "Overrides of the host collectives' size thresholds (tuning::HostThresholds), \"name=bytes,...\": what "
+      "bench/host_thresholds.py measures and prints"));
   r.push_back(stringKnob<&Config::hostTuning>(
       "TOPOCOLL_HOST_TUNING", "collectives",
       "JSON of the host cost model's constants (what bench/host_calibrate writes) replacing the built-in ones "

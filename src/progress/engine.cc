@@ -904,7 +904,36 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
     op->engine = this;
     shotInline_.emplace_back(op->peer, op->send);
   }
-  // First the first message to each peer is written and the first receive from each peer announces what it expects,
+  openShotGroup(ops);
+  // One pass: every op whose earlier ops of the same peer and direction are done makes one attempt; sends also
+  // once those wrote their messages and only wait for their verdicts (a window of kShotSlots messages from the
+  // oldest unfinished one: a refusal's entry stays until its sender read it), so that a group's sends to one peer
+  // stream through the slots instead of taking a round trip each. Receives take their messages in order.
+  size_t left = ops.size();
+  // At most one lane per op: reserved for the group's size on its first call (warm-up), so that a later call whose
+  // ops find their peers not ready (a loaded host) allocates nothing either.
+  if (shotLanes_.capacity() < ops.size()) shotLanes_.reserve(ops.size());
+  auto step = [&] { return shotGroupPass(ops, &left); };
+  if (!step() || left) {
+    driveShots(step, [&] {
+      for (Op* op : ops)  // failed ones (abort, gone, timeout) end the wait
+        if (!op->finished() && op->code != StatusCode::kOk) {
+          op->state.store(Op::kFailed, std::memory_order_release);
+          --left;
+        }
+      return left > 0;
+    }, ops.data(), ops.size());
+    for (Op* op : ops)
+      if (!op->finished())  // failed by the wait, or a send settled in its last look (stopAll)
+        op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
+  }
+  shotInline_.clear();
+  return true;
+}
+
+// runShotGroup's opening: the first message to each peer written, the first receive from each peer posted, one fence.
+void Engine::openShotGroup(const std::vector<Op*>& ops) {
+  // The first message to each peer is written and the first receive from each peer announces what it expects,
   // then one fence: each side of an exchange then finds the other's receive posted (its send completes at once) and
   // neither needs to wake the other after taking a message. A first message to a peer from which the group also
   // receives carries what that receive expects (ShotSlot::post): in an exchange each side learns its send's verdict
@@ -952,91 +981,73 @@ bool Engine::runShotGroup(const std::vector<Op*>& ops) {
       }
     }
   }
-  // One pass: every op whose earlier ops of the same peer and direction are done makes one attempt; sends also
-  // once those wrote their messages and only wait for their verdicts (a window of kShotSlots messages from the
-  // oldest unfinished one: a refusal's entry stays until its sender read it), so that a group's sends to one peer
-  // stream through the slots instead of taking a round trip each. Receives take their messages in order.
-  size_t left = ops.size();
-  // At most one lane per op: reserved for the group's size on its first call (warm-up), so that a later call whose
-  // ops find their peers not ready (a loaded host) allocates nothing either.
-  if (shotLanes_.capacity() < ops.size()) shotLanes_.reserve(ops.size());
-  // A send paired with a receive that has finished: done without a look at the peer's lines when the reply named
-  // this message; otherwise (no reply post, another message named, the receive failed) as any send from here on.
-  auto settleByReply = [&](Op* op) {
-    Op* pair = std::exchange(op->shotPair, nullptr);
-    if (pair->code != StatusCode::kOk || pair->shotPeerPost == 0 ||
-        pair->shotPeerPost != (static_cast<uint64_t>(op->shotSig) << 32 | op->bytes))
-      return false;
-    op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
-    --left;
-    return true;
-  };
-  auto step = [&] {
-    bool moved = false;
-    bool waitsForPair = false;
-    std::vector<ShotLaneState>& lanes = shotLanes_;  // keeps its capacity: nothing allocated once warm
-    lanes.clear();
-    for (Op* op : ops) {
-      if (op->finished()) continue;
-      auto it = std::find_if(lanes.begin(), lanes.end(),
-                             [&](const ShotLaneState& l) { return l.peer == op->peer && l.send == op->send; });
-      if (it == lanes.end()) it = lanes.insert(lanes.end(), ShotLaneState{op->peer, op->send});
-      if (it->blocked) continue;
-      // A later message than one still without its verdict has none either (the receiver takes them in order): its
-      // look waits for the next pass.
-      if (op->send && op->shotState != 0 && it->oldest != 0) continue;
-      if (op->send && op->shotState == 0 && it->oldest != 0 &&
-          op->shot->conn.p2pShot.seq + 1 - it->oldest >= static_cast<uint64_t>(transport::kShotSlots)) {
-        it->blocked = true;  // the window is full: the oldest message's verdict first
-        continue;
-      }
-      // A written send whose verdict the peer's reply may carry (an exchange): not until the group's receive from
-      // that peer took its message (the group cannot end before that receive does anyway), then as below.
-      if (op->send && op->shotState != 0 && op->shotPair) {
-        if (!op->shotPair->finished() && op->shotPair->code == StatusCode::kOk) {
-          if (it->oldest == 0) it->oldest = op->shotState;
-          waitsForPair = true;
-          continue;
-        }
-        if (settleByReply(op)) {
-          moved = true;
-          continue;
-        }
-      }
-      if (op->code == StatusCode::kOk && !shotProgress(*op)) {
-        if (op->send && op->shotState != 0) {  // written: waits for its verdict, the next sends may write theirs
-          if (it->oldest == 0) it->oldest = op->shotState;
-        } else {
-          it->blocked = true;
-        }
-        continue;
-      }
-      op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
-      --left;
-      moved = true;
-    }
-    // The sends passed over above whose receive finished after them in this pass: settled now, not a pass later.
-    if (waitsForPair)
-      for (Op* op : ops)
-        if (op->shotPair && !op->finished() && op->shotState != 0 && op->shotPair->finished() && settleByReply(op))
-          moved = true;
-    return moved;
-  };
-  if (!step() || left) {
-    driveShots(step, [&] {
-      for (Op* op : ops)  // failed ones (abort, gone, timeout) end the wait
-        if (!op->finished() && op->code != StatusCode::kOk) {
-          op->state.store(Op::kFailed, std::memory_order_release);
-          --left;
-        }
-      return left > 0;
-    }, ops.data(), ops.size());
-    for (Op* op : ops)
-      if (!op->finished())  // failed by the wait, or a send settled in its last look (stopAll)
-        op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
-  }
-  shotInline_.clear();
+}
+
+// runShotGroup: a send paired with a receive that has finished is done without a look at the peer's lines when the
+// reply named this message; otherwise (no reply post, another message named, the receive failed) as any send from
+// here on.
+bool Engine::settleShotByReply(Op* op, size_t* left) {
+  Op* pair = std::exchange(op->shotPair, nullptr);
+  if (pair->code != StatusCode::kOk || pair->shotPeerPost == 0 ||
+      pair->shotPeerPost != (static_cast<uint64_t>(op->shotSig) << 32 | op->bytes))
+    return false;
+  op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
+  --*left;
   return true;
+}
+
+// runShotGroup, one pass over the group's ops (see there); true when anything finished.
+bool Engine::shotGroupPass(const std::vector<Op*>& ops, size_t* left) {
+  bool moved = false;
+  bool waitsForPair = false;
+  std::vector<ShotLaneState>& lanes = shotLanes_;  // keeps its capacity: nothing allocated once warm
+  lanes.clear();
+  for (Op* op : ops) {
+    if (op->finished()) continue;
+    auto it = std::find_if(lanes.begin(), lanes.end(),
+                           [&](const ShotLaneState& l) { return l.peer == op->peer && l.send == op->send; });
+    if (it == lanes.end()) it = lanes.insert(lanes.end(), ShotLaneState{op->peer, op->send});
+    if (it->blocked) continue;
+    // A later message than one still without its verdict has none either (the receiver takes them in order): its
+    // look waits for the next pass.
+    if (op->send && op->shotState != 0 && it->oldest != 0) continue;
+    if (op->send && op->shotState == 0 && it->oldest != 0 &&
+        op->shot->conn.p2pShot.seq + 1 - it->oldest >= static_cast<uint64_t>(transport::kShotSlots)) {
+      it->blocked = true;  // the window is full: the oldest message's verdict first
+      continue;
+    }
+    // A written send whose verdict the peer's reply may carry (an exchange): not until the group's receive from
+    // that peer took its message (the group cannot end before that receive does anyway), then as below.
+    if (op->send && op->shotState != 0 && op->shotPair) {
+      if (!op->shotPair->finished() && op->shotPair->code == StatusCode::kOk) {
+        if (it->oldest == 0) it->oldest = op->shotState;
+        waitsForPair = true;
+        continue;
+      }
+      if (settleShotByReply(op, left)) {
+        moved = true;
+        continue;
+      }
+    }
+    if (op->code == StatusCode::kOk && !shotProgress(*op)) {
+      if (op->send && op->shotState != 0) {  // written: waits for its verdict, the next sends may write theirs
+        if (it->oldest == 0) it->oldest = op->shotState;
+      } else {
+        it->blocked = true;
+      }
+      continue;
+    }
+    op->state.store(op->code == StatusCode::kOk ? Op::kDone : Op::kFailed, std::memory_order_release);
+    --*left;
+    moved = true;
+  }
+  // The sends passed over above whose receive finished after them in this pass: settled now, not a pass later.
+  if (waitsForPair)
+    for (Op* op : ops)
+      if (op->shotPair && !op->finished() && op->shotState != 0 && op->shotPair->finished() &&
+          settleShotByReply(op, left))
+        moved = true;
+  return moved;
 }
 
 void Engine::complete(Op& op) {

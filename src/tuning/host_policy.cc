@@ -1,8 +1,12 @@
 #include "topocoll/tuning/host_policy.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+#include "topocoll/status.h"
 
 namespace topocoll::tuning {
 
@@ -37,8 +41,54 @@ const char* hostDecisionAlgoName(int algo) {
   }
 }
 
+const std::vector<HostThresholdField>& hostThresholdFields() {
+  static const std::vector<HostThresholdField> fields = {
+      {"broadcastStarMin", &HostThresholds::broadcastStarMin, "broadcast_perf", 4, 1},
+      {"reduceScatterStarMin", &HostThresholds::reduceScatterStarMin, "reduce_scatter_perf", 4, 4},
+      {"allReduceStarMin", &HostThresholds::allReduceStarMin, "all_reduce_perf", 4, 4},
+      {"allGatherStarMin", &HostThresholds::allGatherStarMin, "all_gather_perf", 4, 4},
+      {"allGatherPairMin", &HostThresholds::allGatherPairMin, "all_gather_perf", 2, 2},
+      {"allReducePairMin", &HostThresholds::allReducePairMin, "all_reduce_perf", 2, 1},
+      {"reduceScatterPairMin", &HostThresholds::reduceScatterPairMin, "reduce_scatter_perf", 2, 2},
+      {"broadcastPairMin", &HostThresholds::broadcastPairMin, "broadcast_perf", 2, 1},
+      {"mappedInputsMin", &HostThresholds::mappedInputsMin, "all_reduce_perf", 4, 1},
+      {"mappedOutputsMin", &HostThresholds::mappedOutputsMin, "all_reduce_perf", 4, 1},
+      {"mappedCopiesMin", &HostThresholds::mappedCopiesMin, "all_gather_perf", 4, 1},
+  };
+  return fields;
+}
+
+HostThresholds withOverrides(HostThresholds t, const std::string& spec) {
+  size_t at = 0;
+  while (at < spec.size()) {
+    size_t end = spec.find(',', at);
+    if (end == std::string::npos) end = spec.size();
+    const std::string entry = spec.substr(at, end - at);
+    at = end + 1;
+    if (entry.empty()) continue;
+    const size_t eq = entry.find('=');
+    const std::string name = entry.substr(0, eq), value = eq == std::string::npos ? "" : entry.substr(eq + 1);
+    const HostThresholdField* field = nullptr;
+    for (const auto& f : hostThresholdFields())
+      if (name == f.name) field = &f;
+    if (!field) {
+      std::string known;
+      for (const auto& f : hostThresholdFields()) known += std::string(known.empty() ? "" : ", ") + f.name;
+      fail(StatusCode::kInvalidArgument, "TOPOCOLL_HOST_THRESHOLDS: unknown entry '{}' (known: {})", name, known);
+    }
+    char* stop = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(value.c_str(), &stop, 10);
+    if (value.empty() || *stop || errno || value[0] == '-')
+      fail(StatusCode::kInvalidArgument, "TOPOCOLL_HOST_THRESHOLDS: {}={}: expected a byte count", name, value);
+    t.*(field->member) = v;
+  }
+  return t;
+}
+
 HostPolicy HostPolicy::make(const Config& cfg, HostLink link, int nRanks, bool oneHost, int nRings) {
   HostPolicy p;
+  p.thresholds = withOverrides(HostThresholds{}, cfg.hostThresholds);
   p.model = cfg.hostTuning.empty() ? HostModel::defaults() : HostModel::load(cfg.hostTuning);
   p.limits = hostLimits(cfg, nRings, oneHost, kHostDirectMaxRanks);
   p.link = link;

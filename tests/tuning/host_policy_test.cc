@@ -10,6 +10,7 @@
 #include <string>
 
 #include "topocoll/env.h"
+#include "topocoll/status.h"
 
 namespace topocoll::tuning {
 namespace {
@@ -108,6 +109,35 @@ TEST(HostPolicy, DirectSplitOnlyWhenItsKnobsAskForIt) {
                        call(kAllReduce, 64 << 10, 4))
                 .algo,
             kHostDirectSplit);
+}
+
+// TOPOCOLL_HOST_THRESHOLDS replaces entries of the table by name (what bench/host_thresholds.py measures), and
+// the decision follows: a star from 1 KiB when the knob says so, never when it says 2^62.
+TEST(HostPolicy, TheThresholdsKnobReplacesEntriesByName) {
+  const HostPolicy p = policy(4, {{"TOPOCOLL_HOST_THRESHOLDS", "broadcastStarMin=1024,mappedCopiesMin=0"}});
+  EXPECT_EQ(p.thresholds.broadcastStarMin, 1024u);
+  EXPECT_EQ(p.thresholds.mappedCopiesMin, 0u);
+  EXPECT_EQ(p.thresholds.allGatherStarMin, HostThresholds{}.allGatherStarMin);  // the others stay
+  HostDecision d;
+  d.algo = kHostDirect;
+  hostShape(p.thresholds, 4, call(kBroadcast, 1024, 4), 2, &d);
+  EXPECT_TRUE(d.star);
+  const HostPolicy never = policy(4, {{"TOPOCOLL_HOST_THRESHOLDS", "broadcastStarMin=4611686018427387904"}});
+  hostShape(never.thresholds, 4, call(kBroadcast, 1 << 30, 4), 2, &d);
+  EXPECT_FALSE(d.star);
+  // Every entry has a name, a perf test and a rank count the calibration can use.
+  for (const auto& f : hostThresholdFields()) {
+    EXPECT_NE(withOverrides({}, fmt::format("{}=7", f.name)).*(f.member), HostThresholds{}.*(f.member)) << f.name;
+    EXPECT_GE(f.ranks, 2) << f.name;
+  }
+  for (const char* bad : {"broadcastStar=1", "broadcastStarMin=-1", "broadcastStarMin=1k", "broadcastStarMin"}) {
+    try {
+      policy(4, {{"TOPOCOLL_HOST_THRESHOLDS", bad}});
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("TOPOCOLL_HOST_THRESHOLDS"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(HostPolicy, DescribeNamesTheChoiceAndItsReason) {

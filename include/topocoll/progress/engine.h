@@ -210,6 +210,9 @@ class Engine {
   int goneRank() const;                // the lowest rank whose process is gone, -1 if none
   void waitFinished(const std::vector<Op*>& ops);  // drives (or sleeps) until every op of `ops` finished
   bool shotProgress(Op& op);           // driver only: one attempt at a mailbox op; true once it finished
+  void openShotGroup(const std::vector<Op*>& ops);                // runShotGroup's parts (engine.cc)
+  bool shotGroupPass(const std::vector<Op*>& ops, size_t* left);
+  bool settleShotByReply(Op* op, size_t* left);
   bool progressShots();                // driver only: the queued mailbox ops
   void shotGaveUp(Op& op, StatusCode code, const std::string& why);  // driver only: fails a mailbox op not done
   std::string shotTimeout(int peer) const;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "topocoll/config.h"
 #include "topocoll/tuning/host_model.h"
@@ -64,6 +65,22 @@ struct HostThresholds {
   uint64_t mappedOutputsMin = 1 << 20;
   uint64_t mappedCopiesMin = 4 << 20;
 };
+
+/// One entry of HostThresholds by name: what TOPOCOLL_HOST_THRESHOLDS overrides and bench/host_thresholds.py
+/// calibrates, with where it is measured: the topocoll-perf test, the rank count, and how the perf tool's size
+/// relates to the value (`sizePerValue` ranks: the value is a rank's share of the perf tool's size).
+struct HostThresholdField {
+  const char* name;
+  uint64_t HostThresholds::*member;
+  const char* perfTest;
+  int ranks;
+  int sizePerValue;
+};
+const std::vector<HostThresholdField>& hostThresholdFields();
+/// `t` with the entries of `spec` ("name=bytes,name=bytes", TOPOCOLL_HOST_THRESHOLDS) replaced. Throws
+/// Error(kInvalidArgument) naming the knob and the entry: an unknown name (the known ones listed), a value that is
+/// not a byte count.
+HostThresholds withOverrides(HostThresholds t, const std::string& spec);
 
 /// What init fixes for every call of a communicator: the job, the knobs, the two tables.
 struct HostPolicy {
