@@ -141,7 +141,7 @@ class Socket {
   /// with the errno when it failed.
   IoStatus connectProgress();
 
-  /// Accepts one pending connection of a listener: an invalid Socket when none is pending. Throws SocketError
+  /// Accepts one pending connection of a listener (TCP_NODELAY set): an invalid Socket when none is pending. Throws SocketError
   /// ("accept failed: ...") on errors other than a connection aborted before it was accepted.
   Socket acceptNow();
   /// Waits for a connection before the deadline; a timeout names the listening address.
