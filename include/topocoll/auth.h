@@ -72,6 +72,8 @@ class Handshake {
   bool done() const { return state_ == State::kDone; }
   /// The acceptor refused this connector's proof.
   bool refusedByPeer() const { return refused_; }
+  /// The connection broke during the exchange (the peer left, or an I/O error), rather than a proof failing.
+  bool connectionBroke() const { return broke_; }
   /// Why the exchange failed, for the WARN or the error ("the peer does not hold the job's secret", ...).
   const std::string& why() const { return why_; }
 
@@ -80,6 +82,7 @@ class Handshake {
   enum class State : uint8_t { kSendHello, kReceiveProof, kSendVerdict, kReceiveHello, kSendProof, kReceiveVerdict,
                                kDone, kFailed };
   IoStatus failWith(std::string why, IoStatus::Code code = IoStatus::kFailed);
+  IoStatus broke(const IoStatus& st);
   void expect(State next, size_t bytes);
   void prepareSend(State next, size_t bytes);
   IoStatus received();
@@ -88,6 +91,7 @@ class Handshake {
   AuthKey key_;
   State state_;
   bool refused_ = false;
+  bool broke_ = false;
   bool failAfterSend_ = false;  // an acceptor that refused tells the connector, then fails
   uint8_t nonceA_[kNonceBytes] = {}, nonceC_[kNonceBytes] = {};
   uint8_t out_[kProofBytes] = {}, in_[kProofBytes] = {};

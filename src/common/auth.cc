@@ -18,6 +18,7 @@ namespace {
 constexpr char kMagic[8] = {'t', 'c', 'o', 'l', 'l', 'A', 'U', '1'};
 constexpr char kConnectorLabel[] = "topocoll-auth-v1 connector";
 constexpr char kAcceptorLabel[] = "topocoll-auth-v1 acceptor";
+constexpr char kBroke[] = "the connection broke: ";
 
 void randomBytes(uint8_t* out, size_t n) {
   if (RAND_bytes(out, static_cast<int>(n)) != 1)
@@ -92,6 +93,11 @@ IoStatus Handshake::failWith(std::string why, IoStatus::Code code) {
   return {code};
 }
 
+IoStatus Handshake::broke(const IoStatus& st) {
+  broke_ = true;
+  return failWith(kBroke + st.why(), st.code);
+}
+
 // A whole message of the peer is in in_.
 IoStatus Handshake::received() {
   switch (state_) {
@@ -153,7 +159,7 @@ IoStatus Handshake::step(Socket& s) {
         IoStatus st = s.sendSome(out_, outSize_, &outDone_);
         if (st.wouldBlock()) return st;
         if (failAfterSend_) return failWith(why_);  // told the connector, whatever became of the send
-        if (st.broken()) return failWith("the connection broke: " + st.why(), st.code);
+        if (st.broken()) return broke(st);
         if (state_ == State::kSendHello) expect(State::kReceiveProof, kProofBytes);
         else if (state_ == State::kSendProof) expect(State::kReceiveVerdict, kVerdictBytes);
         else state_ = State::kDone;
@@ -164,7 +170,7 @@ IoStatus Handshake::step(Socket& s) {
       case State::kReceiveVerdict: {
         IoStatus st = s.recvSome(in_, inSize_, &inDone_);
         if (st.wouldBlock()) return st;
-        if (st.broken()) return failWith("the connection broke: " + st.why(), st.code);
+        if (st.broken()) return broke(st);
         IoStatus r = received();
         if (r.broken()) return r;
         break;
@@ -215,11 +221,11 @@ void authenticate(Socket& s, const AuthKey& key, SocketClock::time_point deadlin
     if (st.done()) return;
     if (st.broken()) {
       const std::string peer = s.peerName();
-      if (h.refusedByPeer() || h.why().rfind("the connection broke", 0) != 0)
+      if (!h.connectionBroke())
         throw AuthError(h.refusedByPeer(), fmt::format("authentication failed while {}: the peer at {}: {}", what,
                                                        peer, h.why()));
       fail(StatusCode::kRemoteError, "connection lost while {} (authenticating the peer at {}): {}", what, peer,
-           h.why().substr(std::strlen("the connection broke: ")));
+           h.why().substr(std::strlen(kBroke)));
     }
     s.waitFor(POLLIN, deadline, intr, what);
   }

@@ -363,7 +363,6 @@ class SocketNet : public Net {
         break;
       }
       if (!s.valid()) break;
-      s.setNoDelay();
       l.incoming.push_back({std::move(s), Handshake(l.key, Handshake::Role::kAcceptor), Hello{}, 0});
     }
     for (size_t i = 0; i < l.incoming.size();) {
