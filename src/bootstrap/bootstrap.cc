@@ -10,6 +10,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <deque>
@@ -145,6 +146,7 @@ struct TcpBootstrap::Impl {
   std::mutex failMu;                              // guards what follows (abort() and send() may come from any thread)
   std::string phase = "registration with the root";
   std::optional<Error> failed;  // the job's failure once known: every later call throws it
+  std::string elsewhere;        // another rank's (or the root's) word of the failure, as it said it
   bool told = false;            // this rank told the others about a failure
 
   Clock::time_point deadline() const { return Clock::now() + opts.timeout; }
@@ -160,6 +162,12 @@ struct TcpBootstrap::Impl {
     }
     throwIfFailed();
     std::abort();  // unreachable
+  }
+
+  // The job failed elsewhere: kept as said (failedElsewhere()) unless this rank failed first.
+  void heardOf(const std::string& text) {
+    std::lock_guard<std::mutex> lock(failMu);
+    if (!failed && elsewhere.empty()) elsewhere = text;
   }
 
   Interrupt interrupt() {
@@ -258,6 +266,7 @@ struct TcpBootstrap::Impl {
     if (h.tag == kTagAbort) {
       auto b = c.parser.takeBody();
       c.sock = Socket();
+      heardOf(std::string(b.begin(), b.end()));
       failWith(StatusCode::kRemoteError, fmt::format("rank {}: {}", rank, std::string(b.begin(), b.end())));
     }
     if (h.tag == kTagRing) {
@@ -300,6 +309,7 @@ struct TcpBootstrap::Impl {
       root = Socket();
       auto code = static_cast<StatusCode>(b[0]);
       if (code != StatusCode::kTimeout && code != StatusCode::kInvalidUsage) code = StatusCode::kRemoteError;
+      heardOf(std::string(b.begin() + 1, b.end()));
       failWith(code, fmt::format("rank {}: {}", rank, std::string(b.begin() + 1, b.end())));
     } else if (h.tag == kTagRefused) {
       root = Socket();
@@ -511,6 +521,62 @@ void TcpBootstrap::abort(const std::string& reason) {
   I.tellOthers(text, -1);
   std::lock_guard<std::mutex> lock(I.failMu);
   if (!I.failed) I.failed.emplace(StatusCode::kAborted, text);
+}
+
+bool TcpBootstrap::failedElsewhere(std::string* why, std::chrono::milliseconds wait) {
+  Impl& I = *impl_;
+  const auto until = Clock::now() + wait;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(I.failMu);
+      if (!I.elsewhere.empty()) {
+        *why = I.elsewhere;
+        return true;
+      }
+      if (I.failed) return false;  // this rank's own failure, or one it named itself
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    std::unique_lock<std::mutex> lock(I.mu, std::try_to_lock);
+    if (lock.owns_lock()) {  // else a receiving call serves the sockets
+      try {
+        std::vector<pollfd> none;
+        I.service(none, static_cast<int>(std::clamp<long long>(left.count(), 0, 10)));
+      } catch (const Error&) {  // the failure, recorded
+      }
+    } else if (left.count() > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<long long>(left.count(), 10)));
+    }
+    if (Clock::now() >= until) {
+      std::lock_guard<std::mutex> fl(I.failMu);
+      if (I.elsewhere.empty()) return false;
+      *why = I.elsewhere;
+      return true;
+    }
+  }
+}
+
+bool TcpBootstrap::tryRecvAny(int tag, int* from, void* data, size_t size) {
+  Impl& I = *impl_;
+  std::unique_lock<std::mutex> lock(I.mu, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  try {
+    std::vector<pollfd> none;
+    I.service(none, 0);
+  } catch (const Error&) {  // the job failed: failedElsewhere() says so
+  }
+  for (auto it = I.unexpected.begin(); it != I.unexpected.end();) {
+    if (it->tag != tag) {
+      ++it;
+    } else if (it->data.size() != size) {
+      it = I.unexpected.erase(it);
+    } else {
+      *from = it->rank;
+      if (size) std::memcpy(data, it->data.data(), size);
+      I.unexpected.erase(it);
+      return true;
+    }
+  }
+  return false;
 }
 
 void TcpBootstrap::allGather(void* data, size_t size) {

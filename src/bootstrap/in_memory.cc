@@ -23,6 +23,7 @@ class InMemoryGroup {
   uint64_t generation = 0;
   std::map<std::tuple<int, int, int>, std::deque<std::vector<uint8_t>>> mail;  // (src, dst, tag)
   std::string failure;  // set by abort(): every wait fails with it
+  int failedRank = -1;  // whose abort() set it
 
   template <typename Pred>
   void wait(std::unique_lock<std::mutex>& lock, Pred pred, const std::string& what) {
@@ -95,8 +96,34 @@ class InMemoryBootstrap : public Bootstrap {
 
   void abort(const std::string& reason) override {
     std::lock_guard<std::mutex> lock(g_->mu);
-    if (g_->failure.empty()) g_->failure = fmt::format("rank {} failed during {}: {}", rank_, phase_, reason);
+    if (g_->failure.empty()) {
+      g_->failure = fmt::format("rank {} failed during {}: {}", rank_, phase_, reason);
+      g_->failedRank = rank_;
+    }
     g_->cv.notify_all();
+  }
+
+  bool tryRecvAny(int tag, int* from, void* data, size_t size) override {
+    std::lock_guard<std::mutex> lock(g_->mu);
+    for (auto& [key, q] : g_->mail) {
+      auto [src, dst, t] = key;
+      if (dst != rank_ || t != tag) continue;
+      while (!q.empty() && q.front().size() != size) q.pop_front();
+      if (q.empty()) continue;
+      *from = src;
+      if (size) std::memcpy(data, q.front().data(), size);
+      q.pop_front();
+      return true;
+    }
+    return false;
+  }
+
+  bool failedElsewhere(std::string* why, std::chrono::milliseconds wait) override {
+    std::unique_lock<std::mutex> lock(g_->mu);
+    g_->cv.wait_for(lock, wait, [&] { return !g_->failure.empty(); });
+    if (g_->failure.empty() || g_->failedRank == rank_) return false;
+    *why = g_->failure;
+    return true;
   }
 
  private:

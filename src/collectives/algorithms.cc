@@ -38,6 +38,29 @@ const char* algoName(Algo a) {
 
 const char* protoName(Proto p) { return p == Proto::kLL ? "LL" : "Simple"; }
 
+uint64_t callSignature(const Args& a) {
+  const bool reduces = a.coll == Coll::kAllReduce || a.coll == Coll::kReduce || a.coll == Coll::kReduceScatter;
+  const bool rooted = a.coll == Coll::kBroadcast || a.coll == Coll::kReduce;
+  uint64_t w = static_cast<uint64_t>(a.coll) + 1;
+  w |= (static_cast<uint64_t>(a.type) & 31) << 3;
+  if (reduces) w |= ((static_cast<uint64_t>(a.op) + 1) & 15) << 8;
+  if (rooted) w |= (static_cast<uint64_t>(a.root) % 65535 + 1) << 12;
+  w |= (a.seq & 15) << 28;
+  return w | static_cast<uint64_t>(static_cast<uint32_t>(a.count)) << 32;
+}
+
+std::string describeCall(uint64_t w) {
+  const auto coll = static_cast<int>(w & 7) - 1;
+  const auto type = static_cast<DataType>((w >> 3) & 31);
+  const uint64_t op = (w >> 8) & 15, root = (w >> 12) & 0xffff;
+  std::string s = fmt::format("{}(count {}, {}", coll >= 0 && coll <= static_cast<int>(Coll::kReduceScatter)
+                                                     ? collName(static_cast<Coll>(coll)) : "?",
+                              w >> 32, isValid(type) ? to_string(type) : "?");
+  if (op) s += fmt::format(", {}", isValid(static_cast<RedOp>(op - 1)) ? to_string(static_cast<RedOp>(op - 1)) : "?");
+  if (root) s += fmt::format(", root {}", root - 1);
+  return s + fmt::format(") as call {} (mod 16)", (w >> 28) & 15);
+}
+
 size_t collBytes(const Args& a, int nRanks) {
   size_t b = a.count * sizeOf(a.type);
   return a.coll == Coll::kAllGather || a.coll == Coll::kReduceScatter ? b * static_cast<size_t>(nRanks) : b;
@@ -89,7 +112,7 @@ class Runner {
         chunk_(std::max<size_t>(1, c.chunkBytes / es_)) {}
 
   void run() {
-    l_.beginCollective(collBytes(a_, n_) >= kStreamCopyMin);
+    l_.beginCollective(collBytes(a_, n_) >= kStreamCopyMin, {callSignature(a_), describeCall});
     switch (a_.coll) {
       case Coll::kAllReduce:
         if (c_.algo == Algo::kDirect) return star() ? allReduceStar() : allReduceDirect();

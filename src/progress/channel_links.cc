@@ -69,8 +69,9 @@ void ChannelLinks::recycle() {
   posted_ = 0;
 }
 
-void ChannelLinks::beginCollective(bool streamOutputs) {
+void ChannelLinks::beginCollective(bool streamOutputs, const CallSignature& call) {
   streamOutputs_ = streamOutputs;
+  call_ = call;
   mapped_.clear();
 }
 
@@ -186,6 +187,8 @@ std::shared_ptr<Op> ChannelLinks::makeOp(bool send, int channel, int peer, void*
   transport::MessageDesc d;
   d.bytes = d.partBytes = d.count = bytes;
   d.dtype = DataType::kUint8;
+  d.call = call_.word;
+  d.describeCall = call_.describe;
   if (!send) {
     op->partDescs.push_back(d);
     op->partConns.push_back(conn);

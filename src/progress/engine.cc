@@ -657,6 +657,12 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, cons
     }
     if (++polls >= 256 || backoff.sleeping()) {  // at every slice once the wait sleeps: the deadline on time
       if (since == Clock::time_point{}) since = Clock::now();
+      std::string jw;
+      StatusCode jc{};
+      if (pollJob(Clock::now() - since, &jc, &jw)) {
+        t.fail(jc, jw);
+        break;
+      }
       if (Clock::now() - since > opts_.timeout)
         t.fail(StatusCode::kTimeout,
                fmt::format("rank {} did not move for {:g} s on channel {} (TOPOCOLL_TIMEOUT): it is stuck, gone, or "
@@ -859,6 +865,12 @@ void Engine::driveShots(const Step& step, const Pending& pending, Op* const* opL
           gone = true;
         }
       if (gone) continue;
+      std::string jw;
+      StatusCode jc{};
+      if (pollJob(Clock::now() - since, &jc, &jw)) {
+        stopAll(jc, jw, -1);
+        return;
+      }
       if (Clock::now() - since > opts_.timeout) {
         int peer = -1;
         for (Op* op : ops())
@@ -1127,9 +1139,46 @@ bool Engine::progressOnce() {
   return did;
 }
 
+bool Engine::pollJob(Clock::duration stalled, StatusCode* code, std::string* why) {
+  if (jobFailed_.load(std::memory_order_acquire)) return jobFailure(code, why);
+  if (!opts_.onStall) return false;
+  const auto now = Clock::now();
+  if (now - jobPolled_ < kJobPollEvery) return false;
+  jobPolled_ = now;
+  StatusCode c = StatusCode::kRemoteError;
+  std::string w;
+  if (!opts_.onStall(stalled, &c, &w)) return false;
+  setJobFailure(c, w);
+  return jobFailure(code, why);
+}
+
+void Engine::setJobFailure(StatusCode code, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(jobMu_);
+    if (jobFailed_.load()) return;
+    jobCode_ = code;
+    jobWhy_ = why;
+  }
+  jobFailed_.store(true, std::memory_order_release);
+}
+
+bool Engine::jobFailure(StatusCode* code, std::string* why) const {
+  if (!jobFailed_.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> lock(jobMu_);
+  *code = jobCode_;
+  *why = jobWhy_;
+  return true;
+}
+
 void Engine::checkStalls() {
   auto now = Clock::now();
   bool aborted = opts_.abortFlag && opts_.abortFlag->load();
+  std::string jobWhy;
+  StatusCode jobCode = StatusCode::kOk;
+  Clock::duration stalled{};
+  for (Queue* q : active_)
+    if (!q->parts.empty()) stalled = std::max(stalled, now - q->since);
+  const bool jobDown = !aborted && pollJob(stalled, &jobCode, &jobWhy);
   for (Queue* q : active_) {
     if (q->parts.empty()) continue;
     // A caller drives this connector inline (its own deadlines): nothing of its queue may move meanwhile, as in
@@ -1145,6 +1194,9 @@ void Engine::checkStalls() {
     } else if (opts_.peerGone && (*opts_.peerGone)[peer].load()) {
       code = StatusCode::kRemoteError;
       why = transport::peerGoneWhy(peer, (*opts_.peerGone)[peer].load());
+    } else if (jobDown) {
+      code = jobCode;
+      why = jobWhy;
     } else if (int gone = -1; q->parts.front().first->draining.load(std::memory_order_acquire) &&
                               (gone = goneRank()) >= 0) {
       // A failed collective's leftovers with a live peer: that peer failed the call too (or will, when it reaches
@@ -1181,6 +1233,9 @@ void Engine::checkStalls() {
       } else if (opts_.peerGone && (*opts_.peerGone)[peer].load()) {
         code = StatusCode::kRemoteError;
         why = transport::peerGoneWhy(peer, (*opts_.peerGone)[peer].load());
+      } else if (jobDown) {
+        code = jobCode;
+        why = jobWhy;
       } else if (now - q.front()->waitingSince > opts_.timeout) {
         if (shotProgress(*q.front())) {  // it just moved after all
           Op* op = q.front();

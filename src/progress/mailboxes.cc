@@ -165,7 +165,18 @@ void Mailboxes::exchange(Exchange& x) {
         for (int q = 0; q < n; ++q)
           if ((due >> q & 1) && (*ctx.peerGone)[q].load())
             fail(StatusCode::kRemoteError, "{}", transport::peerGoneWhy(q, (*ctx.peerGone)[q].load()));
-        if (std::chrono::steady_clock::now() - since > ctx.timeout) {
+        const auto now = std::chrono::steady_clock::now();
+        if (onStall_ && now - polled_ >= std::chrono::milliseconds(5)) {
+          polled_ = now;
+          StatusCode code = StatusCode::kRemoteError;
+          std::string why;
+          if (onStall_(now - since, &code, &why)) {
+            for (int p = 0; p < n; ++p)  // the mailboxes' sequence numbers are out of step from here on
+              if (due >> p & 1) (x.toSend >> p & 1 ? send_ : recv_)[p]->markBroken(why);
+            fail(code, "{}", why);
+          }
+        }
+        if (now - since > ctx.timeout) {
           const int q = std::countr_zero(due);
           std::string why = fmt::format(
               "rank {} did not move for {:g} s (TOPOCOLL_TIMEOUT): it is stuck, gone, or never called this collective "

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <thread>
+#include <tuple>
 
 #include "coll_task.h"
 #include "topocoll/collectives/device_coll.h"
@@ -121,9 +122,12 @@ std::shared_ptr<CollTask> CommImpl::makeCollTask(const Args& a) {
 }
 
 void CommImpl::execute(CollTask& t) {
-  const Args& a = t.args;
+  Args& a = t.args;
+  a.seq = collSeq_++;  // in execution order, the same on every rank
+  bool onEngine = false;  // the error came from the ranks' transfers (others may wait for this rank)
   try {
     if (abort_.load()) fail(StatusCode::kAborted, "the communicator was aborted");
+    if (std::string why; jobFailure(&why)) fail(StatusCode::kRemoteError, "{}", why);
     if (conns_->config().checkCalls) {
       struct Sig {
         int32_t coll, type, op, root;
@@ -149,19 +153,111 @@ void CommImpl::execute(CollTask& t) {
           fail(StatusCode::kInvalidUsage, "rank {} called {} while rank {} called {}", rank_, describe(all[rank_]), r,
                describe(all[r]));
     }
+    curSeq_.store(a.seq, std::memory_order_relaxed);
+    curCall_.store(collectives::callSignature(a), std::memory_order_release);  // for onStall
     if (!(oneShotFits(a) && collectives::runOneShot(*links_, a))) {
       if (hosts_.size() > 1 && a.count > 0) links_->connectAll();  // see Connections::linkConnector
+      onEngine = true;
       collectives::run(*links_, a, choose(a));
     }
+    curCall_.store(0, std::memory_order_release);
     t.finish(StatusCode::kOk, "");
   } catch (const Error& e) {
+    const std::string call = fmt::format("rank {}: {} of {} x {}", rank_, collectives::collName(a.coll), a.count,
+                                         to_string(a.type));
+    StatusCode code = e.code();
+    std::string why = e.what();
+    // Told before the drain: this rank's leftovers may wait for peers that only the word of the failure stops.
+    if (onEngine && code != StatusCode::kAborted && code != StatusCode::kInvalidArgument)
+      std::tie(code, why) = relayFailure(code, why, call);
     links_->drain();
-    t.finish(e.code(), fmt::format("rank {}: {} of {} x {}: {}", rank_, collectives::collName(a.coll), a.count,
-                                   to_string(a.type), e.what()));
+    curCall_.store(0, std::memory_order_release);
+    t.finish(code, fmt::format("{}: {}", call, why));
   } catch (const std::exception& e) {
     links_->drain();
     t.finish(StatusCode::kInternal, fmt::format("rank {}: {}: {}", rank_, collectives::collName(a.coll), e.what()));
   }
+}
+
+// The ranks of a collective wait for each other: a rank whose transfers failed tells the job (the bootstrap's abort,
+// which every rank's stalled operations see, Engine::Options::jobFailed), so that every rank fails at once and names
+// the first failure, not the neighbour that left because of it. A broken connection is often that neighbour leaving:
+// its word comes first when it is on the way (kRelayGrace). From then on every call of the communicator fails with
+// the job's failure.
+std::pair<StatusCode, std::string> CommImpl::relayFailure(StatusCode code, const std::string& why,
+                                                          const std::string& call) {
+  std::string first;
+  const auto grace = code == StatusCode::kRemoteError ? kRelayGrace : std::chrono::milliseconds(0);
+  if (bs_->failedElsewhere(&first, grace)) {
+    first = "the job failed: " + first;
+    code = StatusCode::kRemoteError;
+  } else {
+    bs_->abort(fmt::format("{}: {}", call, why));
+    first = why;
+    engine_->setJobFailure(code, fmt::format("this rank's call failed: {}", why));  // its leftovers stop at once too
+  }
+  std::lock_guard<std::mutex> lock(jobMu_);
+  if (jobWhy_.empty()) jobWhy_ = first;
+  return {code, first};
+}
+
+namespace {
+constexpr int kTagCallCheck = 0x7ffffff0;  // bootstrap tag of CommImpl::CallNote
+}  // namespace
+
+bool CommImpl::onStall(std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why) {
+  std::string w;
+  if (bs_->failedElsewhere(&w)) {
+    *code = StatusCode::kRemoteError;
+    *why = "the job failed: " + w;
+    return true;
+  }
+  const uint64_t call = curCall_.load(std::memory_order_acquire), seq = curSeq_.load(std::memory_order_relaxed);
+  if (!call) return false;
+  std::unique_lock<std::mutex> lock(stallMu_, std::try_to_lock);  // the engine's driver and a mailbox exchange
+  if (!lock.owns_lock()) return false;
+  auto differs = [&](int from, const CallNote& n) {
+    if (n.seq != seq || n.call == call) return false;
+    *code = StatusCode::kInvalidUsage;
+    *why = fmt::format("the ranks' calls differ: this rank called {} while rank {} called {}",
+                       collectives::describeCall(call), from, collectives::describeCall(n.call));
+    return true;
+  };
+  try {
+    if (stalled >= kCallCheckAfter && announced_ != seq + 1) {
+      announced_ = seq + 1;
+      const CallNote mine{seq, call};
+      TC_INFO(log::kColl, "rank {}: {} stalled for {:.1f} s: telling the peers, who compare it with theirs", rank_,
+              collectives::describeCall(call), std::chrono::duration<double>(stalled).count());
+      for (int p = 0; p < nRanks_; ++p)
+        if (p != rank_) bs_->send(p, kTagCallCheck, &mine, sizeof mine);
+    }
+    std::erase_if(laterNotes_, [&](const auto& n) { return n.second.seq < seq; });
+    for (const auto& [from, n] : laterNotes_)
+      if (differs(from, n)) return true;
+    CallNote n;
+    int from = -1;
+    while (bs_->tryRecvAny(kTagCallCheck, &from, &n, sizeof n)) {
+      if (n.seq > seq) laterNotes_.emplace_back(from, n);
+      if (differs(from, n)) return true;
+    }
+  } catch (const Error& e) {  // a peer is gone (the bootstrap told the others)
+    *code = e.code();
+    *why = e.what();
+    return true;
+  }
+  return false;
+}
+
+bool CommImpl::jobFailure(std::string* why) {
+  {
+    std::lock_guard<std::mutex> lock(jobMu_);
+    if (!jobWhy_.empty()) {
+      *why = fmt::format("an earlier call failed, and with it the job: {}", jobWhy_);
+      return true;
+    }
+  }
+  return false;
 }
 
 progress::ChannelLinks& CommImpl::links() {
@@ -177,9 +273,22 @@ void CommImpl::runNow(CollTask& t) {
 
 bool CommImpl::runOneShotNow(const Args& a) {
   detail::CollQueue::Hold hold(*collQueue_);
+  struct Current {  // what onStall compares with the peers' calls while this one waits
+    CommImpl& c;
+    Current(CommImpl& comm, Args x) : c(comm) {
+      x.seq = c.collSeq_++;
+      c.curSeq_.store(x.seq, std::memory_order_relaxed);
+      c.curCall_.store(collectives::callSignature(x), std::memory_order_release);
+    }
+    ~Current() { c.curCall_.store(0, std::memory_order_release); }
+  };
   try {
     if (abort_.load()) fail(StatusCode::kAborted, "the communicator was aborted");
-    return collectives::runOneShot(links(), a);
+    if (std::string why; jobFailure(&why)) fail(StatusCode::kRemoteError, "{}", why);
+    Current current(*this, a);
+    if (collectives::runOneShot(links(), a)) return true;
+    --collSeq_;  // execute() counts it
+    return false;
   } catch (const Error& e) {
     fail(e.code(), "rank {}: {} of {} x {}: {}", rank_, collectives::collName(a.coll), a.count, to_string(a.type),
          e.what());

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -143,7 +146,31 @@ class CommImpl {
   /// Issues `op` now (blocking: and waits), or adds it to this thread's group.
   Request issue(std::shared_ptr<detail::Op> op, bool blocking);
 
+  /// After a collective's transfers failed: tells the job, or takes the failure another rank told first (what the
+  /// call then reports: code and message). `call` names the call.
+  std::pair<StatusCode, std::string> relayFailure(StatusCode code, const std::string& why, const std::string& call);
+  /// The job failed at an earlier call (relayFailure): every call fails with it.
+  bool jobFailure(std::string* why);
+  /// How long a rank whose connection broke waits for word of a failure elsewhere before it names its peer.
+  static constexpr std::chrono::milliseconds kRelayGrace{500};
+  /// The engine's stalls (progress::Engine::Options::onStall): the job's failure told by another rank; and once a
+  /// collective stalled for kCallCheckAfter, its call told to every peer and the peers' stalled calls compared with
+  /// it (ranks whose calls differ in their pattern, a Broadcast's root, AllReduce against Reduce, may never exchange
+  /// a message that would show it).
+  bool onStall(std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why);
+  static constexpr std::chrono::milliseconds kCallCheckAfter{1000};
+  struct CallNote {
+    uint64_t seq = 0, call = 0;
+  };
+  std::atomic<uint64_t> curCall_{0}, curSeq_{0};  // the collective on the engine now (call 0: none)
+  std::mutex stallMu_;                             // onStall's state below
+  uint64_t announced_ = 0;                         // seq + 1 of the last call told to the peers (onStall only)
+  std::vector<std::pair<int, CallNote>> laterNotes_;  // peers' notes of calls after the current one (onStall only)
+
   std::atomic<bool> abort_{false};
+  std::mutex jobMu_;
+  std::string jobWhy_;  // the job's failure (relayFailure), under jobMu_
+  uint64_t collSeq_ = 0;  // collectives executed (Args::seq; under the collective queue's hold)
   std::unique_ptr<bootstrap::Bootstrap> bs_;
   bootstrap::RootHandle root_;
   int rank_ = 0, nRanks_ = 0, node_ = 0, localRank_ = 0, localRanks_ = 0, intraProcRanks_ = 0;

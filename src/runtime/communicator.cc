@@ -208,6 +208,7 @@ void CommImpl::initialise(const InitOptions& opts) {
   t = Clock::now();
   bs_->setPhase("transport setup");
   setupTransports(opts, node);
+  bs_->setPhase("the communicator's calls");
   timings_.transports = msSince(t);
   timings_.total = msSince(tStart);
 }

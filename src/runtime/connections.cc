@@ -91,6 +91,10 @@ void CommImpl::setupTransports(const InitOptions& opts, const search::NodeGraphs
   eo.peerGone = ctx.peerGone;
   eo.doorbell = ctx.doorbell;
   eo.nRanks = nRanks_;
+  // A failure another rank relayed (CommImpl::relayFailure), or calls that differ, end this rank's stalled operations.
+  eo.onStall = [this](std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why) {
+    return onStall(stalled, code, why);
+  };
   // More ranks than cores on this host: never spin (the peers need the cores), yield a while before sleeping (a
   // peer's answer that comes within that time costs no futex wake-up on either side; Open MPI's vader waits with
   // sched_yield only).
@@ -103,7 +107,7 @@ void CommImpl::setupTransports(const InitOptions& opts, const search::NodeGraphs
   int localProcs = std::max(1, localRanks_ / std::max(1, intraProcRanks_));
   transport::limitSpinners(std::max(1, std::min(transport::allowedCpus(), cpus / localProcs)));
   engine_ = std::make_unique<progress::Engine>(eo);
-  mailboxes_ = std::make_unique<progress::Mailboxes>(*conns_, eo.spinUs, eo.yieldUs);
+  mailboxes_ = std::make_unique<progress::Mailboxes>(*conns_, eo.spinUs, eo.yieldUs, eo.onStall);
   collQueue_ = std::make_unique<detail::CollQueue>(
       rank_, cfg.membarrier != 0,
       [this](detail::CollTask& t) {

@@ -40,7 +40,7 @@ struct SetupResp {
 
 // The receiver's acknowledgement of one op, with its verdict.
 struct AckMsg {
-  uint64_t ack = 0, statusStep = 0, bytes = 0, count = 0;
+  uint64_t ack = 0, statusStep = 0, bytes = 0, count = 0, call = 0;
   uint32_t dtype = 0, code = 0;
 };
 
@@ -263,6 +263,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
           st.count = ackMsg_.count;
           st.dtype = ackMsg_.dtype;
           st.code = ackMsg_.code;
+          st.call = ackMsg_.call;
           st.step.store(ackMsg_.statusStep, std::memory_order_release);
         }
         sm->ack.value.store(ackMsg_.ack, std::memory_order_release);
@@ -306,7 +307,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
         const Rendezvous& r = sm->rdv;
         uint64_t posted = r.step.load(std::memory_order_acquire);
         h->landed = posted == h->partFirst + 1 && r.addr && r.opBytes == h->opBytes && r.partBytes == h->partBytes &&
-                    r.dtype == h->dtype && r.nParts == h->nParts && h->offset + h->chunkBytes <= r.partBytes;
+                    r.dtype == h->dtype && r.nParts == h->nParts && r.call == h->call && h->offset + h->chunkBytes <= r.partBytes;
         char* dst;
         if (h->landed) {
           dst = reinterpret_cast<char*>(r.addr) + h->offset;
@@ -358,6 +359,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
             ackMsg_.count = first->count;
             ackMsg_.dtype = first->dtype;
             ackMsg_.code = first->code;
+            ackMsg_.call = first->call;
           }
           ackReq_ = net_->isend(*ack_, &ackMsg_, sizeof(ackMsg_), 0, nullptr);
           did |= ackReq_ != nullptr;

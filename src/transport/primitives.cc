@@ -31,7 +31,7 @@ bool (*test_hooks::netHoldAck)(uint64_t, uint64_t) = nullptr;
 
 namespace {
 
-constexpr size_t kHeaderWords = 4;      // LL: opBytes lo, opBytes hi, partBytes, dtype | nParts | mode
+constexpr size_t kHeaderWords = 6;  // LL: opBytes lo, opBytes hi, partBytes, dtype | nParts | mode, call lo, call hi
 constexpr size_t kCopyPiece = 4 << 20;  // single copies advance in pieces: abort and other transfers get turns
 constexpr size_t kLLBlockWords = 512;   // LL receivers wait for 4 KiB of lines at a time
 constexpr size_t kNetInline = 8 << 10;  // NET chunks up to this size go in the slot, with their header
@@ -117,6 +117,15 @@ const char* Transfer::modeName() const {
     case kModeWriteDone: return "single copy (write)";
   }
   return "-";
+}
+
+std::string Transfer::callMismatch(uint64_t theirs) const {
+  auto words = [&](uint64_t call) {
+    if (!call) return std::string("a point-to-point operation");
+    return msg_.describeCall ? msg_.describeCall(call) : fmt::format("call {:#x}", call);
+  };
+  return fmt::format("the ranks' calls differ: this rank called {} while rank {} called {}", words(msg_.call), c_.peer,
+                     words(theirs));
 }
 
 std::string Transfer::what() const {
@@ -310,7 +319,10 @@ bool Transfer::sendProgress() {
                            std::strerror(static_cast<int>(copyErr_))),
                false);
     } else if (refused) {
-      if (st.code == kMismatch) {
+      if (st.code == kMismatch && st.call != msg_.call) {
+        mismatch_ = true;
+        failWith(StatusCode::kInvalidUsage, callMismatch(st.call), false);
+      } else if (st.code == kMismatch) {
         mismatch_ = true;
         failWith(StatusCode::kInvalidUsage,
                  fmt::format("size or type mismatch: this send has {} x {} ({} bytes), rank {} posted a receive of {} "
@@ -351,6 +363,13 @@ bool Transfer::refusedEarlier() {
   const StatusLine& st = *found;
   ci_.statusSeen = s;
   auto dtype = static_cast<DataType>(st.dtype);
+  if (st.code == kMismatch && st.call && msg_.call && st.call != msg_.call) {
+    failWith(StatusCode::kInvalidUsage,
+             fmt::format("{}: rank {} refused an earlier message over this connection: {}", what(), c_.peer,
+                         callMismatch(st.call)),
+             false);
+    return true;
+  }
   failWith(StatusCode::kInvalidUsage,
            fmt::format("{}: rank {} refused an earlier message over this connection: size or type mismatch (it "
                        "expected {} x {}, {} bytes)",
@@ -374,9 +393,10 @@ bool Transfer::receiverTakesIt() const {
   const uint64_t bytes = p.bytes.load(std::memory_order_relaxed);
   const uint64_t partBytes = p.partBytes.load(std::memory_order_relaxed);
   const uint64_t shape = p.shape.load(std::memory_order_relaxed);
+  const uint64_t call = p.call.load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   if (p.step.load(std::memory_order_relaxed) != s) return false;
-  return bytes == msg_.bytes && partBytes == msg_.partBytes && shape == postShape(msg_, false);
+  return bytes == msg_.bytes && partBytes == msg_.partBytes && shape == postShape(msg_, false) && call == msg_.call;
 }
 
 void Transfer::postReceive() {
@@ -388,6 +408,7 @@ void Transfer::postReceive() {
   p.bytes.store(msg_.bytes, std::memory_order_relaxed);
   p.partBytes.store(msg_.partBytes, std::memory_order_relaxed);
   p.shape.store(postShape(msg_, drain_), std::memory_order_relaxed);
+  p.call.store(msg_.call, std::memory_order_relaxed);
   p.step.store(firstStep_ + 1, std::memory_order_release);
 }
 
@@ -421,8 +442,10 @@ bool Transfer::sendLL() {
         uint32_t v = done_ == 0   ? static_cast<uint32_t>(msg_.bytes)
                      : done_ == 1 ? static_cast<uint32_t>(msg_.bytes >> 32)
                      : done_ == 2 ? static_cast<uint32_t>(msg_.partBytes)
-                                  : static_cast<uint32_t>(msg_.dtype) | static_cast<uint32_t>(msg_.nParts) << 8 |
-                                        uint32_t{kModeLL} << 24;
+                     : done_ == 3 ? static_cast<uint32_t>(msg_.dtype) | static_cast<uint32_t>(msg_.nParts) << 8 |
+                                        uint32_t{kModeLL} << 24
+                     : done_ == 4 ? static_cast<uint32_t>(msg_.call)
+                                  : static_cast<uint32_t>(msg_.call >> 32);
         block[k] = flag | v;
       }
       // Whole data words (a loop the compiler vectorises), then the last partial one.
@@ -481,8 +504,9 @@ bool Transfer::sendSimple() {
     h->offset = done_;
     h->partFirst = firstStep_;
     h->landed = 0;
-    h->dtype = static_cast<uint32_t>(msg_.dtype);
-    h->nParts = static_cast<uint16_t>(msg_.nParts);
+    h->dtype = static_cast<uint8_t>(msg_.dtype);
+    h->nParts = static_cast<uint8_t>(msg_.nParts);
+    h->call = msg_.call;
     h->mode = mode_;
     done_ += n;
     h->last = done_ == msg_.partBytes;
@@ -515,8 +539,9 @@ bool Transfer::sendSingle() {
     h->opBytes = msg_.bytes;
     h->partBytes = msg_.partBytes;
     h->addr = mode_ == kModeRead ? reinterpret_cast<uint64_t>(buf_) : 0;
-    h->dtype = static_cast<uint32_t>(msg_.dtype);
-    h->nParts = static_cast<uint16_t>(msg_.nParts);
+    h->dtype = static_cast<uint8_t>(msg_.dtype);
+    h->nParts = static_cast<uint8_t>(msg_.nParts);
+    h->call = msg_.call;
     h->mode = mode_;
     h->last = mode_ == kModeRead;
     stepsDone_ = 1;
@@ -564,7 +589,7 @@ bool Transfer::sendSingle() {
   h->chunkBytes = done_;
   h->mode = kModeWriteDone;
   h->last = 1;
-  h->error = copyErr_;
+  h->error = static_cast<uint16_t>(copyErr_);
   lastStep_ = firstStep_ + 2;
   handOver(ci_, reinterpret_cast<const void*>(addr_));  // what we copied into the receiver's buffer
   publish(ci_.tail, lastStep_);
@@ -606,6 +631,7 @@ bool Transfer::recvStart() {
     r.partBytes = msg_.partBytes;
     r.dtype = static_cast<uint32_t>(msg_.dtype);
     r.nParts = static_cast<uint32_t>(msg_.nParts);
+    r.call = msg_.call;
     r.step.store(firstStep_ + 1, std::memory_order_release);
     ci_.wake->ring();
     posted_ = true;
@@ -628,9 +654,10 @@ bool Transfer::recvStart() {
       peerHdr_ = SlotHeader{};
       peerHdr_.opBytes = static_cast<uint32_t>(h[0]) | static_cast<uint64_t>(static_cast<uint32_t>(h[1])) << 32;
       peerHdr_.partBytes = static_cast<uint32_t>(h[2]);
-      peerHdr_.dtype = h[3] & 0xff;
-      peerHdr_.nParts = static_cast<uint16_t>((h[3] >> 8) & 0xffff);
+      peerHdr_.dtype = static_cast<uint8_t>(h[3] & 0xff);
+      peerHdr_.nParts = static_cast<uint8_t>((h[3] >> 8) & 0xff);
       peerHdr_.mode = static_cast<uint8_t>((h[3] >> 24) & 0xff);
+      peerHdr_.call = static_cast<uint32_t>(h[4]) | static_cast<uint64_t>(static_cast<uint32_t>(h[5])) << 32;
       mode_ = kModeLL;
       llWords_ = divUp(peerHdr_.partBytes, 4);
       lastStep_ = firstStep_ + std::max<size_t>(1, divUp(kHeaderWords + llWords_, ci_.slotBytes[kProtoLL] / 8));
@@ -649,8 +676,9 @@ bool Transfer::recvStart() {
       return true;
     }
   }
-  if (!drain_ && (peerHdr_.opBytes != msg_.bytes || peerHdr_.dtype != static_cast<uint32_t>(msg_.dtype) ||
-                  peerHdr_.nParts != msg_.nParts || peerHdr_.partBytes != msg_.partBytes)) {
+  if (!drain_ && (peerHdr_.opBytes != msg_.bytes || peerHdr_.dtype != static_cast<uint8_t>(msg_.dtype) ||
+                  peerHdr_.nParts != static_cast<uint8_t>(msg_.nParts) || peerHdr_.partBytes != msg_.partBytes ||
+                  peerHdr_.call != msg_.call)) {
     mismatch_ = drain_ = true;
   }
   if (opts_.device && mode_ != kModeSimple && mode_ != kModeDevice && !drain_) {
@@ -667,6 +695,7 @@ void Transfer::finish() {
     st.bytes = msg_.bytes;
     st.count = msg_.count;
     st.dtype = static_cast<uint32_t>(msg_.dtype);
+    st.call = msg_.call;
     st.code = mismatch_ ? kMismatch : (kCopyFailed | copyErr_ << 8);
     st.step.store(firstStep_ + 1, std::memory_order_release);
   }
@@ -684,6 +713,8 @@ void Transfer::finish() {
                          "buffers on both sides, or host buffers on both",
                          what(), c_.peer, modeName()),
              false);
+  } else if (mismatch_ && peerHdr_.call != msg_.call) {
+    failWith(StatusCode::kInvalidUsage, callMismatch(peerHdr_.call), false);
   } else if (mismatch_) {
     size_t elem = sizeOf(static_cast<DataType>(peerHdr_.dtype & 0xff));
     failWith(StatusCode::kInvalidUsage,

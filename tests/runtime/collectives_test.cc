@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <thread>
@@ -700,6 +701,82 @@ TEST(Collectives, MismatchedCallsNameBothRanks) {
             std::string::npos)
       << errors[0];
   EXPECT_NE(errors[1].find("while rank 0 called AllReduce"), std::string::npos) << errors[1];
+}
+
+// Ranks that disagree on a call fail without TOPOCOLL_CHECK_CALLS: every message of a collective carries the call's
+// signature in its header (collectives::callSignature), the ranks that meet the differing rank's data fail naming
+// both calls, and they tell the job, so that every rank fails at once (no TOPOCOLL_TIMEOUT) with that message. A
+// rank whose whole part of the call never touched the differing rank's data (a Broadcast's ranks before it in the
+// chain) may complete that call; its next call fails. The matrix: what differs x transport x size x ranks. Calls whose
+// patterns differ (a Broadcast's root, AllReduce against Reduce) may exchange no message at all: a rank stalled for
+// a second tells its peers its call, and they compare.
+TEST(CallMismatch, EveryRankFailsNamingBothCalls) {
+  struct Case {
+    const char* what;
+    std::function<void(Communicator&, bool odd, size_t count, float* in, float* out)> call;
+  };
+  const std::vector<Case> cases = {
+      {"op",
+       [](Communicator& c, bool odd, size_t n, float* in, float* out) {
+         c.allReduce(in, out, n, DataType::kFloat32, odd ? RedOp::kMax : RedOp::kSum);
+       }},
+      {"type",
+       [](Communicator& c, bool odd, size_t n, float* in, float* out) {
+         c.allReduce(in, out, n, odd ? DataType::kInt32 : DataType::kFloat32, RedOp::kSum);
+       }},
+      {"count",
+       [](Communicator& c, bool odd, size_t n, float* in, float* out) {
+         c.allReduce(in, out, odd ? n - 64 : n, DataType::kFloat32, RedOp::kSum);
+       }},
+      {"root",
+       [](Communicator& c, bool odd, size_t n, float* in, float* out) {
+         c.broadcast(in, out, n, DataType::kFloat32, odd ? 1 : 0);
+       }},
+      {"collective",
+       [](Communicator& c, bool odd, size_t n, float* in, float* out) {
+         if (odd) c.reduce(in, out, n, DataType::kFloat32, RedOp::kSum, 0);
+         else c.allReduce(in, out, n, DataType::kFloat32, RedOp::kSum);
+       }},
+  };
+  for (auto tr : {testing::Transport::kP2p, testing::Transport::kShm, testing::Transport::kNet})
+    for (int n : {2, 4})
+      for (size_t count : {size_t{1000}, size_t{1} << 20})  // LL (4 KB), Simple and single copies (4 MiB)
+        for (const Case& k : cases) {
+          std::vector<int> failedCall(n, 0);
+          auto errors = runRanks(
+              n,
+              [&](int r, runtime::InitOptions& o) {
+                testing::force(tr, r, o.cfg);
+                o.cfg.timeoutSec = 30;
+              },
+              [&](Communicator& c, int r) {
+                std::vector<float> in(count * n, 1.0f), out(count * n);
+                const bool odd = r == n - 1;
+                // A first call alike: the connections a Direct algorithm makes on its first call (lazily, through
+                // the bootstrap) are there (a rank that waits in that exchange sees no call of a peer's).
+                c.allReduce(in.data(), out.data(), count, DataType::kFloat32, RedOp::kSum);
+                for (int call = 1; call <= 2 && !failedCall[r]; ++call) {
+                  try {
+                    if (call == 1) k.call(c, odd, count, in.data(), out.data());
+                    else c.allReduce(in.data(), out.data(), count, DataType::kFloat32, RedOp::kSum);
+                  } catch (const Error&) {
+                    failedCall[r] = call;
+                    throw;
+                  }
+                }
+              });
+          const std::string where = fmt::format("{} differs, {} ranks, {}, count {}", k.what, n, testing::name(tr), count);
+          for (int r = 0; r < n; ++r) {
+            EXPECT_NE(failedCall[r], 0) << where << ": rank " << r << " never failed";
+            EXPECT_NE(errors[r].find("the ranks' calls differ"), std::string::npos) << where << ": rank " << r << ": "
+                                                                                     << errors[r];
+            EXPECT_EQ(errors[r].find("TOPOCOLL_TIMEOUT"), std::string::npos) << where << ": rank " << r << ": "
+                                                                             << errors[r];
+            if (k.what != std::string("root") && k.what != std::string("collective")) {
+              EXPECT_EQ(failedCall[r], 1) << where << ": rank " << r << ": " << errors[r];
+            }
+          }
+        }
 }
 
 TEST(Collectives, DifferentCountsFailWithoutChecks) {

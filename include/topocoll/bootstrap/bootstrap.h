@@ -41,6 +41,20 @@ class Bootstrap {
   /// This rank gives up: every other rank is told (best effort) that it failed during the current phase because
   /// of `reason`, and this bootstrap's later calls fail. Does nothing when the job already failed elsewhere.
   virtual void abort(const std::string& reason) {}
+  /// Whether another rank's abort() (or the root's word of a failure) reached this rank: `why` gets its message, the
+  /// job's first failure as this rank learnt it. Serves what arrived meanwhile, for up to `wait` while nothing did;
+  /// never blocks behind another thread's receiving call (which serves the same messages). False after this rank's
+  /// own abort(): it was the first to fail, as far as it knows.
+  virtual bool failedElsewhere(std::string* why, std::chrono::milliseconds wait = {}) {
+    (void)why, (void)wait;
+    return false;
+  }
+  /// A message of `tag` and `size` bytes from any rank, if one arrived (its sender in `from`); never waits, never
+  /// blocks behind another thread's receiving call. Messages of that tag with another size are dropped.
+  virtual bool tryRecvAny(int tag, int* from, void* data, size_t size) {
+    (void)tag, (void)from, (void)data, (void)size;
+    return false;
+  }
 };
 
 struct Options {
@@ -100,6 +114,8 @@ class TcpBootstrap : public Bootstrap {
   void recv(int peer, int tag, void* data, size_t size) override;
   void setPhase(const std::string& phase) override;
   void abort(const std::string& reason) override;
+  bool failedElsewhere(std::string* why, std::chrono::milliseconds wait = {}) override;
+  bool tryRecvAny(int tag, int* from, void* data, size_t size) override;
 
   struct Impl;
 

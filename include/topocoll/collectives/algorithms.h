@@ -47,6 +47,7 @@ struct Args {
   RedOp op = RedOp::kSum;
   int root = 0;
   void* stream = nullptr;  // device buffers: the caller's cudaStream_t (runtime's device path; nullptr: legacy stream)
+  uint64_t seq = 0;        // the communicator's number of this collective call (every rank counts the same calls)
 };
 
 /// What to run: decided by the caller (the runtime asks tuning::hostDecide), executed as given.
@@ -73,6 +74,14 @@ void run(Links& links, const Args& a, const Choice& c);
 /// links' mailboxes (progress/mailboxes.h), then a local finish. false (nothing done, on every rank alike) when the
 /// links have none or the ranks found some connection without one: run() then. Throws like run().
 bool runOneShot(Links& links, const Args& a);
+
+/// What a rank called, in 64 bits, for its peers to compare (progress::CallSignature; every message of the
+/// collective carries it in its header): bits 0-2 the collective + 1, 3-7 the type, 8-11 the op + 1 (reductions),
+/// 12-27 the root + 1 (Broadcast, Reduce; modulo 65535), 28-31 the call's number (Args::seq modulo 16), 32-63 the
+/// count (modulo 2^32). Two calls that differ in any of these differ in the word.
+uint64_t callSignature(const Args& a);
+/// The word in words: "AllReduce(count 4096, float32, sum)", "Broadcast(count 8, int8, root 3)".
+std::string describeCall(uint64_t word);
 
 /// Bytes NCCL's tuning counts for a collective (the message size in its "N Bytes -> Algo" line): AllGather and
 /// ReduceScatter count all ranks' data.

@@ -4,7 +4,7 @@
 // allocates nothing.
 //
 //   progress::ChannelLinks links(conns, engine);
-//   links.beginCollective(false);
+//   links.beginCollective(false, collectives::callSignature(args, n));
 //   collectives::run(links, args, choice);   // the algorithm sends, receives and waits through links
 //   // on failure: links.drain() before the buffers go back to the caller
 #pragma once
@@ -39,7 +39,7 @@ class ChannelLinks final : public Links {
   void waitAll() override;
   void connectAll() override;
   char* scratch(size_t bytes) override;
-  void beginCollective(bool streamOutputs) override;
+  void beginCollective(bool streamOutputs, const CallSignature& call) override;
   bool describeBuffer(const void* p, size_t bytes, PeerBuffer* out) override;
   const char* mapPeerBuffer(int peer, const PeerBuffer& b, size_t bytes) override;
   Mailboxes* mailboxes() override { return mailboxes_; }
@@ -68,6 +68,7 @@ class ChannelLinks final : public Links {
   char* scratch_ = nullptr;
   size_t scratchBytes_ = 0;
   bool streamOutputs_ = false;
+  CallSignature call_;  // the running collective's (beginCollective)
   std::vector<std::shared_ptr<const transport::PeerMapping>> mapped_;  // the peers' buffers this collective reads
 };
 

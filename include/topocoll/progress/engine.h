@@ -126,7 +126,12 @@ class Engine {
     int spinUs = 20;  // how long waits spin before sleeping (0 on an oversubscribed host)
     int yieldUs = 0;  // how long waits then yield before sleeping (at least 4 yields)
     int nRanks = 1;
+    /// Asked while operations stall (`stalled`: for how long nothing moved), at most every kJobPollEvery: whether
+    /// they must fail (the job failed elsewhere; the ranks' calls differ), with the code and the message. Once it
+    /// says so, every stalled operation fails with them, at once, from then on.
+    std::function<bool(std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why)> onStall;
   };
+  static constexpr std::chrono::milliseconds kJobPollEvery{5};
   explicit Engine(const Options& opts);
   /// Fails what is still pending (aborted) and stops the worker thread.
   ~Engine();
@@ -173,6 +178,10 @@ class Engine {
   bool test(Op& op);
   /// Fails every pending op with kAborted and wakes every waiter (the communicator's abort).
   void abortAll();
+  /// The job's failure elsewhere, once a stall found it (Options::jobFailed): its message. Any thread.
+  bool jobFailure(StatusCode* code, std::string* why) const;
+  /// The job failed (this rank told it): from now on every stalled operation fails at once with `code`, `why`.
+  void setJobFailure(StatusCode code, const std::string& why);
   /// Ops not finished yet.
   bool idle() const { return pending_.load(std::memory_order_acquire) == 0; }
   /// Moves what is posted once, without waiting (unless another thread drives right now): a caller that posted
@@ -208,6 +217,8 @@ class Engine {
   std::string describe(bool send, size_t count, DataType dtype, int peer, const std::string& why) const;
   void checkStalls();                  // driver only: timeouts, peers gone, abort
   int goneRank() const;                // the lowest rank whose process is gone, -1 if none
+  // Driver only: Options::onStall, rate-limited, its failure kept.
+  bool pollJob(std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why);
   void waitFinished(const std::vector<Op*>& ops);  // drives (or sleeps) until every op of `ops` finished
   bool shotProgress(Op& op);           // driver only: one attempt at a mailbox op; true once it finished
   void openShotGroup(const std::vector<Op*>& ops);                // runShotGroup's parts (engine.cc)
@@ -237,6 +248,11 @@ class Engine {
   std::deque<Op*> selfSends_, selfRecvs_;
   std::vector<std::deque<Op*>> recvChain_;  // [peer]: receives not yet validated, in order
   std::chrono::steady_clock::time_point lastCheck_{};
+  std::chrono::steady_clock::time_point jobPolled_{};  // driver only
+  std::atomic<bool> jobFailed_{false};
+  mutable std::mutex jobMu_;
+  std::string jobWhy_;  // under jobMu_, set once before jobFailed_
+  StatusCode jobCode_ = StatusCode::kOk;
   uint64_t nextSeq_ = 0;
 
   int idlePasses_ = 0;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace topocoll::progress {
 
@@ -21,6 +22,13 @@ class Mailboxes;
 
 struct PeerBuffer {
   uint64_t words[8] = {};
+};
+
+/// A collective call as the ranks compare it (collectives::callSignature): `word` encodes the collective, the type,
+/// the op, the root, the count and the call's number; `describe` words it for the messages. Opaque to this layer.
+struct CallSignature {
+  uint64_t word = 0;
+  std::string (*describe)(uint64_t word) = nullptr;
 };
 
 /// What an algorithm needs from the communicator.
@@ -57,8 +65,10 @@ class Links {
   /// A collective starts (what the previous one mapped may be let go). `streamOutputs`: whether single copies into
   /// this rank's output (receives outside the scratch) and pushes into a peer's may bypass the caches (the output is
   /// kStreamCopyMin or more); where a copy goes through a mapping of the peer's buffer (transport/peer_memory.h) it
-  /// then uses copyStreaming.
-  virtual void beginCollective(bool streamOutputs) { (void)streamOutputs; }
+  /// then uses copyStreaming. `call`: what the rank called, for the peers to compare (every message of the
+  /// collective carries it in its header, transport::MessageDesc::call; a receiver whose call differs fails both
+  /// sides, naming the two calls).
+  virtual void beginCollective(bool streamOutputs, const CallSignature& call) { (void)streamOutputs, (void)call; }
   /// Reductions straight out of the peers' inputs (docs/collectives.md, "Mapped inputs"): describes this rank's
   /// buffer [p, p + bytes) for the peers (false: they cannot map it), and gives the local address of a peer's
   /// described buffer of `bytes` (nullptr: it cannot be mapped here, or not across this pair's connection, or the

@@ -12,10 +12,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "topocoll/status.h"
 
 
 namespace topocoll::transport {
@@ -37,7 +41,10 @@ class Mailboxes {
   static constexpr uint32_t kCallShift = 16;
 
   /// `spinUs` / `yieldUs`: how waits spin and yield before sleeping (the engine's).
-  Mailboxes(Connections& conns, int spinUs, int yieldUs) : conns_(conns), spinUs_(spinUs), yieldUs_(yieldUs) {}
+  /// `onStall`: asked while an exchange waits, as the engine's (Engine::Options::onStall).
+  using OnStall = std::function<bool(std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why)>;
+  Mailboxes(Connections& conns, int spinUs, int yieldUs, OnStall onStall = {})
+      : conns_(conns), spinUs_(spinUs), yieldUs_(yieldUs), onStall_(std::move(onStall)) {}
 
   /// Whether every rank's connections have mailboxes. The first call connects every peer and agrees over the
   /// bootstrap (collective: every rank calls it at the same call); false from then on when some rank lacks them
@@ -69,6 +76,8 @@ class Mailboxes {
 
   Connections& conns_;
   int spinUs_, yieldUs_;
+  OnStall onStall_;
+  std::chrono::steady_clock::time_point polled_{};
   bool ready_ = false;
   std::atomic<bool> off_{false};
   uint32_t calls_ = 0;

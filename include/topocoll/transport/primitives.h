@@ -43,14 +43,14 @@ struct SlotHeader {
   uint64_t addr = 0;        // single copy: the sender's buffer (read); NET: where the sender's proxy sends from
   uint64_t offset = 0;      // NET: where this chunk's data goes in the part
   uint64_t partFirst = 0;   // NET: the part's first step (the receiver's proxy matches its buffer with it)
-  uint32_t dtype = 0;
-  uint32_t error = 0;       // write mode, done step: the copy failed (errno)
-  uint16_t nParts = 0;
+  uint64_t call = 0;        // the collective call the message belongs to (MessageDesc::call; 0: none)
+  uint16_t error = 0;       // write mode, done step: the copy failed (errno)
+  uint8_t nParts = 0;
+  uint8_t dtype = 0;
   uint8_t mode = 0;         // Transfer::Mode
   uint8_t last = 0;         // the part's last step
   uint8_t landed = 0;       // NET: the receiver's proxy put the data in the receiver's buffer, not after this header
   uint8_t inlined = 0;      // NET: small chunk: the data follows this header in the slot and in the same message
-  uint8_t pad[2] = {};
 };
 static_assert(sizeof(SlotHeader) == 64, "one cache line");
 
@@ -64,7 +64,8 @@ struct alignas(64) StatusLine {
   uint32_t dtype = 0;
   uint32_t code = 0;              // Transfer::Code
   uint64_t count = 0;
-  char pad[32];
+  uint64_t call = 0;              // the receiver's call (MessageDesc::call)
+  char pad[24];
 };
 static_assert(sizeof(StatusLine) == 64, "one cache line");
 constexpr uint64_t kStatusRing = 16;
@@ -80,7 +81,8 @@ struct alignas(64) RecvPost {
   std::atomic<uint64_t> bytes{0};      // the whole message it expects
   std::atomic<uint64_t> partBytes{0};  // this part
   std::atomic<uint64_t> shape{0};      // dtype | nParts << 8 | drain << 40
-  char pad[32];
+  std::atomic<uint64_t> call{0};       // MessageDesc::call
+  char pad[24];
 };
 static_assert(sizeof(RecvPost) == 64, "one cache line");
 
@@ -91,6 +93,12 @@ struct MessageDesc {
   DataType dtype = DataType::kUint8;
   int nParts = 1, part = 0;
   size_t partOffset = 0, partBytes = 0;
+  /// The collective call the message is a step of, as the collectives encode it (collectives::callSignature; 0: a
+  /// point-to-point message). The receiver compares the sender's with its own like the size and the type: ranks that
+  /// disagree on the call (collective, type, op, count, root, its number) fail instead of mixing their data.
+  uint64_t call = 0;
+  /// Words a call for the messages ("AllReduce(count 4096, float32, sum)"); null: none (the number is printed).
+  std::string (*describeCall)(uint64_t call) = nullptr;
 };
 
 struct TransferOptions {
@@ -197,6 +205,8 @@ class Transfer {
   void failWith(StatusCode code, std::string why, bool breaks);
   void publish(std::atomic<uint64_t>* counter, uint64_t v);
   std::string what() const;
+  /// The message of a call mismatch with the peer, whose call was `theirs` (MessageDesc::call).
+  std::string callMismatch(uint64_t theirs) const;
 
   Connector& c_;
   ConnInfo& ci_;

@@ -151,7 +151,7 @@ struct alignas(64) Rendezvous {
   uint64_t opBytes = 0, partBytes = 0;
   uint32_t dtype = 0, nParts = 0;
   std::atomic<uint64_t> copying{0};  // single copy: step+1 of the op the active side is copying a piece for
-  char pad[8];
+  uint64_t call = 0;                 // NET: the receive's MessageDesc::call (the proxy lands only matching chunks)
   RegionRef region;  // single copy: the shareable buffer `addr` lies in, written before `step`
 };
 
