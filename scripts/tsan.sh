@@ -20,7 +20,9 @@ HEAVY=$(sed -n '/^set(TOPOCOLL_COLLECTIVES_HEAVY/,/)$/p' tests/CMakeLists.txt | 
 # not run a child that starts threads after such a fork. They check refusals and error messages, not threads: the
 # gcc and ASan runs have them. Bootstrap.AStrangerWithoutTheSecretCannotJoin forks its stranger (another user)
 # inside a binary whose earlier tests ran threads: the same.
-declare -A FILTER=([runtime_collectives_test]="-$HEAVY:*4ranks*" [runtime_c_api_test]="-CApiLeaks.*"
+# CallMismatch's matrices (76 communicators of 2-8 ranks moving up to 4 MiB each): 16 s in the gcc run; the stall
+# hooks they drive (Engine::Options::onStall, the mailboxes') run under TSan in every timeout and fault case above.
+declare -A FILTER=([runtime_collectives_test]="-$HEAVY:*4ranks*:CallMismatch.*" [runtime_c_api_test]="-CApiLeaks.*"
                    [bootstrap_test]="-Bootstrap.AStrangerWithoutTheSecretCannotJoin"
                    [transport_test]="-ProxySecurity.*" [runtime_communicator_test]="-CommunicatorProcesses.*")
 

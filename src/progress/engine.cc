@@ -659,7 +659,7 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, cons
       if (since == Clock::time_point{}) since = Clock::now();
       std::string jw;
       StatusCode jc{};
-      if (pollJob(Clock::now() - since, &jc, &jw)) {
+      if (pollJob(Clock::now() - since, c.peer, &jc, &jw)) {
         t.fail(jc, jw);
         break;
       }
@@ -867,7 +867,10 @@ void Engine::driveShots(const Step& step, const Pending& pending, Op* const* opL
       if (gone) continue;
       std::string jw;
       StatusCode jc{};
-      if (pollJob(Clock::now() - since, &jc, &jw)) {
+      int waitsOn = -1;
+      for (Op* op : ops())
+        if (!op->finished() && waitsOn < 0) waitsOn = op->peer;
+      if (pollJob(Clock::now() - since, waitsOn, &jc, &jw)) {
         stopAll(jc, jw, -1);
         return;
       }
@@ -1139,7 +1142,7 @@ bool Engine::progressOnce() {
   return did;
 }
 
-bool Engine::pollJob(Clock::duration stalled, StatusCode* code, std::string* why) {
+bool Engine::pollJob(Clock::duration stalled, int peer, StatusCode* code, std::string* why) {
   if (jobFailed_.load(std::memory_order_acquire)) return jobFailure(code, why);
   if (!opts_.onStall) return false;
   const auto now = Clock::now();
@@ -1147,7 +1150,7 @@ bool Engine::pollJob(Clock::duration stalled, StatusCode* code, std::string* why
   jobPolled_ = now;
   StatusCode c = StatusCode::kRemoteError;
   std::string w;
-  if (!opts_.onStall(stalled, &c, &w)) return false;
+  if (!opts_.onStall(stalled, peer, &c, &w)) return false;
   setJobFailure(c, w);
   return jobFailure(code, why);
 }
@@ -1176,9 +1179,13 @@ void Engine::checkStalls() {
   std::string jobWhy;
   StatusCode jobCode = StatusCode::kOk;
   Clock::duration stalled{};
+  int stalledOn = -1;
   for (Queue* q : active_)
-    if (!q->parts.empty()) stalled = std::max(stalled, now - q->since);
-  const bool jobDown = !aborted && pollJob(stalled, &jobCode, &jobWhy);
+    if (!q->parts.empty() && now - q->since >= stalled) {
+      stalled = now - q->since;
+      stalledOn = q->conn->peer;
+    }
+  const bool jobDown = !aborted && pollJob(stalled, stalledOn, &jobCode, &jobWhy);
   for (Queue* q : active_) {
     if (q->parts.empty()) continue;
     // A caller drives this connector inline (its own deadlines): nothing of its queue may move meanwhile, as in

@@ -170,7 +170,7 @@ void Mailboxes::exchange(Exchange& x) {
           polled_ = now;
           StatusCode code = StatusCode::kRemoteError;
           std::string why;
-          if (onStall_(now - since, &code, &why)) {
+          if (onStall_(now - since, std::countr_zero(due), &code, &why)) {
             for (int p = 0; p < n; ++p)  // the mailboxes' sequence numbers are out of step from here on
               if (due >> p & 1) (x.toSend >> p & 1 ? send_ : recv_)[p]->markBroken(why);
             fail(code, "{}", why);

@@ -192,12 +192,18 @@ std::pair<StatusCode, std::string> CommImpl::relayFailure(StatusCode code, const
     first = "the job failed: " + first;
     code = StatusCode::kRemoteError;
   } else {
-    bs_->abort(fmt::format("{}: {}", call, why));
-    first = why;
+    if (code == StatusCode::kTimeout) {
+      if (std::string stuck = stuckRank(); !stuck.empty()) first = stuck + ": " + why;
+      else first = why;
+    } else {
+      first = why;
+    }
+    bs_->abort(fmt::format("{}: {}", call, first));
     engine_->setJobFailure(code, fmt::format("this rank's call failed: {}", why));  // its leftovers stop at once too
   }
   std::lock_guard<std::mutex> lock(jobMu_);
   if (jobWhy_.empty()) jobWhy_ = first;
+  jobFailed_.store(true, std::memory_order_release);
   return {code, first};
 }
 
@@ -205,7 +211,7 @@ namespace {
 constexpr int kTagCallCheck = 0x7ffffff0;  // bootstrap tag of CommImpl::CallNote
 }  // namespace
 
-bool CommImpl::onStall(std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why) {
+bool CommImpl::onStall(std::chrono::steady_clock::duration stalled, int peer, StatusCode* code, std::string* why) {
   std::string w;
   if (bs_->failedElsewhere(&w)) {
     *code = StatusCode::kRemoteError;
@@ -216,6 +222,16 @@ bool CommImpl::onStall(std::chrono::steady_clock::duration stalled, StatusCode* 
   if (!call) return false;
   std::unique_lock<std::mutex> lock(stallMu_, std::try_to_lock);  // the engine's driver and a mailbox exchange
   if (!lock.owns_lock()) return false;
+  if (notesSeq_ != seq) {
+    notesSeq_ = seq;
+    waitsOn_ = -1;
+  }
+  if (peer >= 0) waitsOn_ = peer;
+  auto keep = [&](int from, const CallNote& n) {  // each peer's latest note
+    if (from < 0 || from >= nRanks_) return;
+    auto it = notes_.find(from);
+    if (it == notes_.end() || it->second.seq <= n.seq) notes_[from] = n;
+  };
   auto differs = [&](int from, const CallNote& n) {
     if (n.seq != seq || n.call == call) return false;
     *code = StatusCode::kInvalidUsage;
@@ -226,19 +242,22 @@ bool CommImpl::onStall(std::chrono::steady_clock::duration stalled, StatusCode* 
   try {
     if (stalled >= kCallCheckAfter && announced_ != seq + 1) {
       announced_ = seq + 1;
-      const CallNote mine{seq, call};
+      const CallNote mine{seq, call, waitsOn_};
       TC_INFO(log::kColl, "rank {}: {} stalled for {:.1f} s: telling the peers, who compare it with theirs", rank_,
               collectives::describeCall(call), std::chrono::duration<double>(stalled).count());
       for (int p = 0; p < nRanks_; ++p)
         if (p != rank_) bs_->send(p, kTagCallCheck, &mine, sizeof mine);
     }
     std::erase_if(laterNotes_, [&](const auto& n) { return n.second.seq < seq; });
-    for (const auto& [from, n] : laterNotes_)
+    for (const auto& [from, n] : laterNotes_) {
+      if (n.seq == seq) keep(from, n);
       if (differs(from, n)) return true;
+    }
     CallNote n;
     int from = -1;
     while (bs_->tryRecvAny(kTagCallCheck, &from, &n, sizeof n)) {
       if (n.seq > seq) laterNotes_.emplace_back(from, n);
+      else keep(from, n);
       if (differs(from, n)) return true;
     }
   } catch (const Error& e) {  // a peer is gone (the bootstrap told the others)
@@ -249,7 +268,33 @@ bool CommImpl::onStall(std::chrono::steady_clock::duration stalled, StatusCode* 
   return false;
 }
 
+std::string CommImpl::stuckRank() {
+  std::lock_guard<std::mutex> lock(stallMu_);
+  if (waitsOn_ < 0 || notesSeq_ != curSeq_.load(std::memory_order_relaxed)) return "";
+  const uint64_t seq = curSeq_.load(std::memory_order_relaxed);
+  std::string path = fmt::format("rank {} waits on rank {}", rank_, waitsOn_);
+  std::vector<bool> seen(nRanks_, false);
+  seen[rank_] = true;
+  int r = waitsOn_;
+  while (true) {
+    seen[r] = true;
+    // A peer's latest note: of this call, or of an earlier one it is still stuck in (a peer that moved on to this
+    // call and stalled in it as long as this rank would have said so).
+    auto it = notes_.find(r);
+    if (it == notes_.end() || it->second.seq > seq) break;  // r said nothing: stopped, or stuck outside
+    const int next = static_cast<int>(it->second.waitsOn);
+    if (next < 0 || next >= nRanks_ || seen[next]) return "";  // no end to follow
+    path += fmt::format(", which waits on rank {}{}", next, it->second.seq < seq ? " in an earlier call" : "");
+    r = next;
+  }
+  if (r == waitsOn_) return "";
+  return fmt::format("rank {} is the one stuck ({}, which said nothing while the others waited: it is stopped, "
+                     "or stuck outside this communicator)",
+                     r, path);
+}
+
 bool CommImpl::jobFailure(std::string* why) {
+  if (!jobFailed_.load(std::memory_order_acquire)) return false;  // one load per call while the job is well
   {
     std::lock_guard<std::mutex> lock(jobMu_);
     if (!jobWhy_.empty()) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -157,19 +158,27 @@ class CommImpl {
   /// collective stalled for kCallCheckAfter, its call told to every peer and the peers' stalled calls compared with
   /// it (ranks whose calls differ in their pattern, a Broadcast's root, AllReduce against Reduce, may never exchange
   /// a message that would show it).
-  bool onStall(std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why);
+  bool onStall(std::chrono::steady_clock::duration stalled, int peer, StatusCode* code, std::string* why);
+  /// After a timeout waiting on `peer`: the rank really stuck, from the peers' notes (who waits on whom), as words
+  /// for the message ("" when it is `peer` itself, or nobody said).
+  std::string stuckRank();
   static constexpr std::chrono::milliseconds kCallCheckAfter{1000};
   struct CallNote {
     uint64_t seq = 0, call = 0;
+    int64_t waitsOn = -1;  // the rank its stalled operation waits on
   };
   std::atomic<uint64_t> curCall_{0}, curSeq_{0};  // the collective on the engine now (call 0: none)
   std::mutex stallMu_;                             // onStall's state below
   uint64_t announced_ = 0;                         // seq + 1 of the last call told to the peers (onStall only)
   std::vector<std::pair<int, CallNote>> laterNotes_;  // peers' notes of calls after the current one (onStall only)
+  std::map<int, CallNote> notes_;                     // peers' notes of the current call (onStall only)
+  uint64_t notesSeq_ = 0;                             // the call notes_ is about
+  int waitsOn_ = -1;                                  // the rank this one's stall waited on last
 
   std::atomic<bool> abort_{false};
   std::mutex jobMu_;
   std::string jobWhy_;  // the job's failure (relayFailure), under jobMu_
+  std::atomic<bool> jobFailed_{false};  // jobWhy_ is set
   uint64_t collSeq_ = 0;  // collectives executed (Args::seq; under the collective queue's hold)
   std::unique_ptr<bootstrap::Bootstrap> bs_;
   bootstrap::RootHandle root_;

@@ -92,8 +92,8 @@ void CommImpl::setupTransports(const InitOptions& opts, const search::NodeGraphs
   eo.doorbell = ctx.doorbell;
   eo.nRanks = nRanks_;
   // A failure another rank relayed (CommImpl::relayFailure), or calls that differ, end this rank's stalled operations.
-  eo.onStall = [this](std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why) {
-    return onStall(stalled, code, why);
+  eo.onStall = [this](std::chrono::steady_clock::duration stalled, int peer, StatusCode* code, std::string* why) {
+    return onStall(stalled, peer, code, why);
   };
   // More ranks than cores on this host: never spin (the peers need the cores), yield a while before sleeping (a
   // peer's answer that comes within that time costs no futex wake-up on either side; Open MPI's vader waits with

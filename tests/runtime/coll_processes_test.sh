@@ -183,34 +183,43 @@ killed 4 1 0 - all-gather-star all_gather_perf
 killed 2 2 1 - all-gather-pair all_gather_perf
 killed 2 1 0 sanitize all-gather-pair all_gather_perf
 
-# netBlame: 8 ranks, each its own "host" (NET between all of them), rank 5 killed with -9 mid-AllReduce. Only ranks 4
+# netBlame KILL: 8 ranks, each its own "host" (NET between all of them), rank 5 killed with -9 mid-AllReduce. Only ranks 4
 # and 6 talk to rank 5; the others wait for live neighbours, which leave because of the failure. Every survivor must
 # name rank 5 (the first failure, relayed through the bootstrap: CommImpl::relayFailure) and no live rank as the
 # peer it lost, within 10 s.
+# netBlame KILL|STOP: the same with rank 5 frozen (SIGSTOP, TOPOCOLL_TIMEOUT 8 s): the rank that times out first
+# follows who waits on whom (the notes stalled ranks send each other) to the rank that said nothing, and every
+# survivor names it: "rank 5 is the one stuck (rank 4 waits on rank 6, which waits on rank 5 ...)".
 netBlame() {
-  local parent victim rc took start r line peers wrong=""
-  TOPOCOLL_TIMEOUT=60 "$B" all_reduce_perf -np 8 --hosts 8 -l 4M -T 60 > "$tmp/blame" 2>&1 &
+  local sig=$1 parent victim rc took start r line peers wrong="" limit=10 timeout=60
+  [ "$sig" = STOP ] && limit=25 timeout=8
+  TOPOCOLL_TIMEOUT=$timeout "$B" all_reduce_perf -np 8 --hosts 8 -l 4M -T 60 > "$tmp/blame" 2>&1 &
   parent=$!
   running "$tmp/blame" $parent 8
   sleep 1
   victim=$(pgrep -P $parent | sed -n 6p)
   start=$(date +%s)
-  [ -n "$victim" ] && kill -9 "$victim"
+  [ -n "$victim" ] && kill -s "$sig" "$victim"
   wait $parent
   rc=$?
   took=$(($(date +%s) - start))
   for r in 0 1 2 3 4 6 7; do
     line=$(grep "all_reduce_perf: rank $r: " "$tmp/blame" | head -1)
+    if [ "$sig" = STOP ]; then
+      echo "$line" | grep -q "rank 5 is the one stuck" || wrong+="rank $r: ${line:0:300}; "
+      continue
+    fi
     peers=$(echo "$line" | grep -oE "(to|from) rank [0-9]+|rank [0-9]+'s process|with rank [0-9]+" | grep -oE "[0-9]+" | sort -u)
     if [ -z "$line" ] || [ "$peers" != 5 ]; then wrong+="rank $r [$(echo $peers)]: ${line:0:300}; "; fi
   done
-  if [ $rc -ne 0 ] && [ $took -le 10 ] && [ -z "$wrong" ]; then
-    ok "kill -9 of rank 5 of 8 over NET: every survivor names rank 5 within ${took}s"
+  if [ $rc -ne 0 ] && [ $took -le $limit ] && [ -z "$wrong" ]; then
+    ok "SIG$sig to rank 5 of 8 over NET: every survivor names rank 5 within ${took}s"
   else
-    bad "NET blame" "rc $rc after ${took}s: ${wrong:-$(tail -3 "$tmp/blame")}"
+    bad "NET blame (SIG$sig)" "rc $rc after ${took}s: ${wrong:-$(tail -3 "$tmp/blame")}"
   fi
 }
-scenario net-blame-rank5-of-8 8 heavy netBlame
+scenario net-blame-killed-rank5-of-8 8 heavy netBlame KILL
+scenario net-blame-frozen-rank5-of-8 8 heavy netBlame STOP
 
 # running OUTPUT PARENT N: waits (up to 10 s) until launcher PARENT has N ranks and they print results into OUTPUT.
 running() {

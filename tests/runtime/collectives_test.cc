@@ -779,6 +779,34 @@ TEST(CallMismatch, EveryRankFailsNamingBothCalls) {
         }
 }
 
+// The same through each algorithm forced (NCCL_ALGO ring, tree) and protocol (NCCL_PROTO LL, Simple), at 3 and 8
+// ranks: the op differs on the last rank.
+TEST(CallMismatch, EachAlgorithmAndProtocolAtThreeAndEightRanks) {
+  for (const char* algo : {"ring", "tree"})
+    for (const char* proto : {"LL", "Simple"})
+      for (auto tr : {testing::Transport::kP2p, testing::Transport::kNet})
+        for (int n : {3, 8}) {
+          const size_t count = 1 << 16;
+          auto errors = runRanks(
+              n,
+              [&](int r, runtime::InitOptions& o) {
+                testing::force(tr, r, o.cfg);
+                o.cfg.algo = algo;
+                o.cfg.proto = proto;
+                o.cfg.timeoutSec = 30;
+              },
+              [&](Communicator& c, int r) {
+                std::vector<float> in(count, 1.0f), out(count);
+                c.allReduce(in.data(), out.data(), count, DataType::kFloat32, RedOp::kSum);
+                c.allReduce(in.data(), out.data(), count, DataType::kFloat32, r == n - 1 ? RedOp::kMax : RedOp::kSum);
+              });
+          for (int r = 0; r < n; ++r)
+            EXPECT_NE(errors[r].find("the ranks' calls differ"), std::string::npos)
+                << algo << "/" << proto << " " << testing::name(tr) << " " << n << " ranks, rank " << r << ": "
+                << errors[r];
+        }
+}
+
 TEST(Collectives, DifferentCountsFailWithoutChecks) {
   auto errors = runRanks(
       2,

@@ -126,10 +126,13 @@ class Engine {
     int spinUs = 20;  // how long waits spin before sleeping (0 on an oversubscribed host)
     int yieldUs = 0;  // how long waits then yield before sleeping (at least 4 yields)
     int nRanks = 1;
-    /// Asked while operations stall (`stalled`: for how long nothing moved), at most every kJobPollEvery: whether
-    /// they must fail (the job failed elsewhere; the ranks' calls differ), with the code and the message. Once it
-    /// says so, every stalled operation fails with them, at once, from then on.
-    std::function<bool(std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why)> onStall;
+    /// Asked while operations stall (`stalled`: for how long nothing moved; `peer`: the rank the longest-stalled one
+    /// waits on, -1 unknown), at most every kJobPollEvery: whether they must fail (the job failed elsewhere; the
+    /// ranks' calls differ), with the code and the message. Once it says so, every stalled operation fails with
+    /// them, at once, from then on.
+    using OnStall =
+        std::function<bool(std::chrono::steady_clock::duration stalled, int peer, StatusCode* code, std::string* why)>;
+    OnStall onStall;
   };
   static constexpr std::chrono::milliseconds kJobPollEvery{5};
   explicit Engine(const Options& opts);
@@ -218,7 +221,7 @@ class Engine {
   void checkStalls();                  // driver only: timeouts, peers gone, abort
   int goneRank() const;                // the lowest rank whose process is gone, -1 if none
   // Driver only: Options::onStall, rate-limited, its failure kept.
-  bool pollJob(std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why);
+  bool pollJob(std::chrono::steady_clock::duration stalled, int peer, StatusCode* code, std::string* why);
   void waitFinished(const std::vector<Op*>& ops);  // drives (or sleeps) until every op of `ops` finished
   bool shotProgress(Op& op);           // driver only: one attempt at a mailbox op; true once it finished
   void openShotGroup(const std::vector<Op*>& ops);                // runShotGroup's parts (engine.cc)

@@ -42,7 +42,8 @@ class Mailboxes {
 
   /// `spinUs` / `yieldUs`: how waits spin and yield before sleeping (the engine's).
   /// `onStall`: asked while an exchange waits, as the engine's (Engine::Options::onStall).
-  using OnStall = std::function<bool(std::chrono::steady_clock::duration stalled, StatusCode* code, std::string* why)>;
+  using OnStall =
+      std::function<bool(std::chrono::steady_clock::duration stalled, int peer, StatusCode* code, std::string* why)>;
   Mailboxes(Connections& conns, int spinUs, int yieldUs, OnStall onStall = {})
       : conns_(conns), spinUs_(spinUs), yieldUs_(yieldUs), onStall_(std::move(onStall)) {}
 
