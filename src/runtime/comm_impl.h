@@ -1,6 +1,7 @@
 // The communicator's state and the code of its parts (runtime-private; the public face is runtime::Communicator in
 // include/topocoll/runtime/communicator.h, which forwards every call here): init (NCCL's initTransportsRank:
-// communicator.cc, connections.cc), point-to-point and groups (p2p.cc), the collectives' issue order and choice
+// communicator.cc, connections.cc), point-to-point (the PointToPoint part, p2p.h), groups (groups.cc), the collectives'
+// issue order and choice
 // (collectives.cc: the one-shot path runs collectives::runOneShot, device buffers collectives::DeviceColl).
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "coll_queue.h"
+#include "p2p.h"
 #include "topocoll/plan.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/tuning/host_policy.h"
@@ -61,10 +63,10 @@ class CommImpl {
   const InitTimings& timings() const { return timings_; }
   bootstrap::Bootstrap& bootstrap() { return *bs_; }
 
-  Request isend(const void* buf, size_t count, DataType type, int peer);
-  Request irecv(void* buf, size_t count, DataType type, int peer);
-  void send(const void* buf, size_t count, DataType type, int peer);
-  void recv(void* buf, size_t count, DataType type, int peer);
+  Request isend(const void* buf, size_t count, DataType type, int peer) { return p2p_->isend(buf, count, type, peer); }
+  Request irecv(void* buf, size_t count, DataType type, int peer) { return p2p_->irecv(buf, count, type, peer); }
+  void send(const void* buf, size_t count, DataType type, int peer) { p2p_->send(buf, count, type, peer); }
+  void recv(void* buf, size_t count, DataType type, int peer) { p2p_->recv(buf, count, type, peer); }
 
   Request iallReduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op);
   Request ibroadcast(const void* sendbuff, void* recvbuff, size_t count, DataType type, int root);
@@ -87,22 +89,10 @@ class CommImpl {
   void abort();
   bool aborted() const { return abort_.load(); }
 
-  // Groups (p2p.cc).
-  void postGroup(std::vector<std::shared_ptr<detail::Op>>& ops, bool wakeWorker);
+  // Groups (groups.cc): the connections a group needs, and its sends and receives (the point-to-point part).
   void ensureConnected(const std::vector<int>& peers);
   void ensureConnected(int peer);
-  void waitOp(detail::Op& op);
-  void waitOps(const std::vector<detail::Op*>& ops);
-  bool runGroupInline(const std::vector<detail::Op*>& ops);
-  /// The group's fast path for small messages (p2p.cc): a send or receive that its connection's mailbox takes is
-  /// recorded as a GroupShot (no op, no pool) when the group holds nothing else; runGroupShots runs a group made of
-  /// such records alone, in this thread (false: it cannot now, and the caller turns them into ops: groupShotOp).
-  bool recordGroupShot(bool send, void* buf, size_t count, DataType type, int peer, detail::GroupShot* out);
-  bool runGroupShots(const detail::GroupShot* shots, size_t n);
-  std::shared_ptr<detail::Op> groupShotOp(const detail::GroupShot& s);
-  /// The finished operations among `n` of a group's entries (all of this communicator) back to its pool (each kept
-  /// only if nobody else holds it), under one lock.
-  void recycleOps(std::pair<CommImpl*, std::shared_ptr<detail::Op>>* ops, size_t n);
+  detail::PointToPoint& p2p() { return *p2p_; }
   void checkCollArgs(const collectives::Args& a) const;
   std::shared_ptr<detail::CollTask> makeCollTask(const collectives::Args& a);
   /// Runs `t` on the collective thread, after those before it.
@@ -126,26 +116,6 @@ class CommImpl {
   void dumpPlan(const InitOptions& opts) const;
   void setupTransports(const InitOptions& opts, const search::NodeGraphs& node);
   void logInit() const;
-  /// `index`: the op's place among the sends to (receives from) `peer` when already taken (any uint32_t, 0 included:
-  /// the count wraps), or kNextIndex: takes the next.
-  static constexpr int64_t kNextIndex = -1;
-  std::shared_ptr<detail::Op> makeOp(bool send, void* buf, size_t count, DataType type, int peer,
-                                     int64_t index = kNextIndex);
-  bool tryInline(bool send, void* buf, size_t count, DataType type, int peer);
-  /// The mailbox path of a blocking small send or recv outside groups (p2p.cc): false when it does not apply.
-  bool tryShot(bool send, void* buf, size_t count, DataType type, int peer);
-  /// The connector whose point-to-point mailbox a send (receive) of these arguments takes, its size in `*bytes`; null
-  /// when it does not apply (bad arguments, not connected yet, too large, a device buffer, no mailbox): the op path
-  /// then says what is wrong, or connects.
-  transport::Connector* shotLane(bool send, const void* buf, size_t count, DataType type, int peer, size_t* bytes);
-  /// The connector whose point-to-point mailbox a message of `bytes` to (from) a connected `peer` takes: null when
-  /// it is larger than TOPOCOLL_P2P_MAILBOX_MAX or the connection has none (NET). Any buffer, device ones staged.
-  transport::Connector* mailboxOf(bool send, int peer, size_t bytes);
-  /// Once `op`'s peer is connected: a small op whose connection has a point-to-point mailbox takes it (both sides
-  /// decide from the size alone).
-  void chooseShot(detail::Op& op);
-  /// Issues `op` now (blocking: and waits), or adds it to this thread's group.
-  Request issue(std::shared_ptr<detail::Op> op, bool blocking);
 
   /// After a collective's transfers failed: tells the job, or takes the failure another rank told first (what the
   /// call then reports: code and message). `call` names the call.
@@ -194,30 +164,13 @@ class CommImpl {
   /// GPU ranks: this node's system with paths (the plan's); null for host-memory ranks.
   const topology::System* system() const { return plan_.hostMemory ? nullptr : &plan_.system; }
 
-  // Transports and point-to-point state.
-  /// GPU ranks: the stream of device copies (sends and receives of device buffers), made at the first one; destroyed
-  /// after the engine and the connections (declared before them).
-  std::shared_ptr<void> devStream_;
-  std::once_flag devStreamOnce_;
-  void* deviceStream();
-  /// Whether `buf` is CUDA device memory of this GPU rank (host-memory ranks: never, without asking CUDA).
-  bool deviceBuffer(const void* buf) const;
+  // Transports.
+  /// The point-to-point part (p2p.h), made with the engine. Its pooled ops go before the engine; the part itself
+  /// (with the stream of device copies, which operations in flight may use) after the engine and the connections
+  /// (declared before them).
+  std::unique_ptr<detail::PointToPoint> p2p_;
   std::unique_ptr<progress::Connections> conns_;
   std::unique_ptr<detail::Engine> engine_;
-  // The point-to-point ops of finished groups, for the next ones. Taken and given back twice per op by the thread
-  // that issues (others only when several threads share the communicator): an exchange, not a futex mutex.
-  struct PoolLock {
-    std::atomic<bool> held{false};
-    void lock() {
-      while (held.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
-    }
-    void unlock() { held.store(false, std::memory_order_release); }
-  };
-  PoolLock opPoolMu_;
-  std::unique_ptr<detail::OpPool> opPool_;
-  // [recv, send][peer]: sends to / receives from the peer so far, both paths (the mailbox messages' index). The
-  // sending and the receiving thread may differ: each counter has one writer at a time.
-  std::unique_ptr<std::atomic<uint32_t>[]> p2pIndex_[2];
 
   // Collectives: one runs at a time, in issue order (collQueue_); asynchronous ones on its thread.
   Request collective(const collectives::Args& a, bool blocking);

@@ -105,9 +105,11 @@ CommImpl::~CommImpl() {
   devColl_.reset();  // closes the peers' device allocations it opened
   devHost_.reset();
   links_.reset();
+  if (p2p_) p2p_->dropPool();
   engine_.reset();
   mailboxes_.reset();
   conns_.reset();
+  p2p_.reset();  // the stream of device copies last
   bs_.reset();
 }
 

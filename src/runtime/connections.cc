@@ -115,7 +115,16 @@ void CommImpl::setupTransports(const InitOptions& opts, const search::NodeGraphs
         execute(t);
       },
       [this] { abort(); });
-  for (auto& idx : p2pIndex_) idx = std::make_unique<std::atomic<uint32_t>[]>(nRanks_);
+  detail::PointToPoint::Context pc;
+  pc.rank = rank_;
+  pc.nRanks = nRanks_;
+  pc.nHosts = static_cast<int>(hosts_.size());
+  pc.cudaDev = peers_[rank_].cudaDev;
+  pc.conns = conns_.get();
+  pc.engine = engine_.get();
+  pc.aborted = &abort_;
+  pc.owner = this;
+  p2p_ = std::make_unique<detail::PointToPoint>(pc);
 
   // Rings then trees, connection index 0 (ncclTransportRingConnect, ncclTransportTreeConnect).
   conns_->connectRingsAndTrees();

@@ -23,7 +23,7 @@ using detail::Op;
 namespace {
 
 // NCCL's group state is per thread and spans communicators. `shots`: the leading small sends and receives of one
-// communicator, recorded without ops (CommImpl::recordGroupShot); anything else joining the group turns them
+// communicator, recorded without ops (PointToPoint::recordGroupShot); anything else joining the group turns them
 // into ops first (spillShots), so that the order of each peer's messages is kept.
 struct GroupState {
   int depth = 0;
@@ -45,7 +45,7 @@ void spillShots() {
   if (tGroup.shots.empty()) return;
   std::vector<std::pair<CommImpl*, std::shared_ptr<Op>>> made;
   made.reserve(tGroup.shots.size());
-  for (const auto& s : tGroup.shots) made.emplace_back(s.comm, s.comm->groupShotOp(s));
+  for (const auto& s : tGroup.shots) made.emplace_back(s.comm, s.comm->p2p().groupShotOp(s));
   for (auto& m : made) tGroup.ops.push_back(std::move(m));
   tGroup.shots.clear();
 }
@@ -127,7 +127,7 @@ void runGroup() {
       struct Clear {  // however it ends, the records are this group's only
         ~Clear() { tGroup.shots.clear(); }
       } clear;
-      if (tGroup.shots[0].comm->runGroupShots(tGroup.shots.data(), tGroup.shots.size())) return;
+      if (tGroup.shots[0].comm->p2p().runGroupShots(tGroup.shots.data(), tGroup.shots.size())) return;
       try {
         spillShots();  // the engine's mailboxes are busy (queued ops, another thread): the op path
       } catch (...) {
@@ -154,7 +154,7 @@ void runGroup() {
       for (size_t i = 0; i < ops.size();) {  // one lock per run of one communicator's ops
         size_t j = i + 1;
         while (j < ops.size() && ops[j].first == ops[i].first) ++j;
-        ops[i].first->recycleOps(ops.data() + i, j - i);
+        ops[i].first->p2p().recycleOps(ops.data() + i, j - i);
         i = j;
       }
       ops.clear();
@@ -236,12 +236,12 @@ void groupEndP2p(std::vector<std::pair<CommImpl*, std::shared_ptr<Op>>>& ops) {
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
-  for (auto& [c, op] : ops) c->chooseShot(*op);
+  for (auto& [c, op] : ops) c->p2p().chooseShot(*op);
   if (comms.size() == 1) {
     all.clear();
     for (auto& [c, op] : ops) all.push_back(op.get());
-    if (comms[0]->runGroupInline(all)) {
-      comms[0]->waitOps(all);  // all finished: throws what failed
+    if (comms[0]->p2p().runGroupInline(all)) {
+      comms[0]->p2p().waitOps(all);  // all finished: throws what failed
       return;
     }
   }
@@ -249,7 +249,7 @@ void groupEndP2p(std::vector<std::pair<CommImpl*, std::shared_ptr<Op>>>& ops) {
     std::vector<std::shared_ptr<Op>> mine;
     for (auto& [cc, op] : ops)
       if (cc == c) mine.push_back(op);
-    c->postGroup(mine, comms.size() > 1);
+    c->p2p().post(mine, comms.size() > 1);
   }
   StatusCode code = StatusCode::kOk;
   std::string why;
@@ -258,7 +258,7 @@ void groupEndP2p(std::vector<std::pair<CommImpl*, std::shared_ptr<Op>>>& ops) {
     for (auto& [cc, op] : ops)
       if (cc == c) mine.push_back(op.get());
     try {
-      c->waitOps(mine);
+      c->p2p().waitOps(mine);
     } catch (const Error& e) {
       if (code == StatusCode::kOk) code = e.code();
       why += (why.empty() ? "" : "; ") + std::string(e.what());

@@ -17,7 +17,7 @@ struct Connector;
 
 namespace topocoll::runtime::detail {
 
-/// A group's small send or receive recorded without an op (CommImpl::recordGroupShot): what the op would hold.
+/// A group's small send or receive recorded without an op (PointToPoint::recordGroupShot): what the op would hold.
 struct GroupShot {
   CommImpl* comm = nullptr;
   transport::Connector* conn = nullptr;  // whose point-to-point mailbox it uses

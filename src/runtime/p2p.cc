@@ -1,5 +1,5 @@
-// Point-to-point operations (NCCL 2.30.7 src/collectives.cc ncclSend/ncclRecv, the p2p split of src/enqueue.cc
-// addP2pToPlan): our own code. The groups they join are groups.cc's.
+// The communicator's point-to-point part (p2p.h; NCCL 2.30.7 src/collectives.cc ncclSend/ncclRecv, the p2p split of
+// src/enqueue.cc addP2pToPlan): our own code. The groups they join are groups.cc's.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "topocoll/progress/engine.h"
 #include "comm_impl.h"
 #include "groups.h"
+#include "p2p.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/transport/oneshot.h"
@@ -67,10 +68,22 @@ bool Request::test() {
   return op_->engine->test(*op_);
 }
 
-std::shared_ptr<Op> CommImpl::makeOp(bool send, void* buf, size_t count, DataType type, int peer,
+detail::PointToPoint::PointToPoint(const Context& ctx)
+    : ctx_(ctx), rank_(ctx.rank), nRanks_(ctx.nRanks), conns_(*ctx.conns), engine_(*ctx.engine) {
+  for (auto& idx : index_) idx = std::make_unique<std::atomic<uint32_t>[]>(nRanks_);
+}
+
+detail::PointToPoint::~PointToPoint() = default;
+
+void detail::PointToPoint::dropPool() {
+  std::lock_guard<PoolLock> lock(poolMu_);
+  pool_.reset();
+}
+
+std::shared_ptr<Op> detail::PointToPoint::makeOp(bool send, void* buf, size_t count, DataType type, int peer,
                                          int64_t index) {
   const char* what = send ? "send" : "recv";
-  if (abort_.load()) fail(StatusCode::kAborted, "rank {}: {} on an aborted communicator", rank_, what);
+  if (aborted()) fail(StatusCode::kAborted, "rank {}: {} on an aborted communicator", rank_, what);
   if (peer < 0 || peer >= nRanks_)
     fail(StatusCode::kInvalidArgument, "rank {}: {} {} rank {}: no such rank (the communicator has {})", rank_, what,
          send ? "to" : "from", peer, nRanks_);
@@ -84,9 +97,9 @@ std::shared_ptr<Op> CommImpl::makeOp(bool send, void* buf, size_t count, DataTyp
     fail(StatusCode::kInvalidArgument, "rank {}: {} of {} x {}: null buffer", rank_, what, count, to_string(type));
   std::shared_ptr<Op> op;
   {
-    std::lock_guard<PoolLock> lock(opPoolMu_);
-    if (!opPool_) opPool_ = std::make_unique<detail::OpPool>();
-    op = opPool_->take();
+    std::lock_guard<PoolLock> lock(poolMu_);
+    if (!pool_) pool_ = std::make_unique<detail::OpPool>();
+    op = pool_->take();
   }
   op->send = send;
   op->peer = peer;
@@ -100,21 +113,21 @@ std::shared_ptr<Op> CommImpl::makeOp(bool send, void* buf, size_t count, DataTyp
     op->parts.clear();
     return op;
   }
-  const uint32_t place = index == kNextIndex ? p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1
+  const uint32_t place = index == kNextIndex ? index_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1
                                              : static_cast<uint32_t>(index);
   op->shotSig = progress::shotSignature(place, type);
-  const Config& cfg = conns_->config();
-  if (conns_->connected(peer)) {
+  const Config& cfg = conns_.config();
+  if (conns_.connected(peer)) {
     chooseShot(*op);
     if (op->shot) return op;  // the mailbox path: no parts
   }
   op->opts.llThreshold = static_cast<size_t>(cfg.p2pLlThreshold);
-  op->opts.chunkBytes = conns_->p2pChunk();
+  op->opts.chunkBytes = conns_.p2pChunk();
   op->opts.netChunkBytes = static_cast<size_t>(cfg.netChunkSize);
   op->opts.singleCopyMin = cfg.p2pSingleCopy;
   op->opts.streamStores = op->bytes >= kStreamCopyMin;  // a large message does not stay in the cache anyway
-  const std::vector<transport::Connector*>& conns = conns_->p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
-  int nParts = transport::p2pParts(op->bytes, conns_->p2pChunk(), static_cast<int>(hosts_.size()), conns_->p2pMinChannels(),
+  const std::vector<transport::Connector*>& conns = conns_.p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
+  int nParts = transport::p2pParts(op->bytes, conns_.p2pChunk(), ctx_.nHosts, conns_.p2pMinChannels(),
                                    static_cast<int>(conns.size()));
   for (int i = 0; i < nParts; ++i) {
     transport::MessageDesc d;
@@ -140,46 +153,46 @@ std::shared_ptr<Op> CommImpl::makeOp(bool send, void* buf, size_t count, DataTyp
   return op;
 }
 
-void CommImpl::recycleOps(std::pair<CommImpl*, std::shared_ptr<Op>>* ops, size_t n) {
-  std::lock_guard<PoolLock> lock(opPoolMu_);
+void detail::PointToPoint::recycleOps(std::pair<CommImpl*, std::shared_ptr<Op>>* ops, size_t n) {
+  std::lock_guard<PoolLock> lock(poolMu_);
   for (size_t i = 0; i < n; ++i) {
     std::shared_ptr<Op>& op = ops[i].second;
     if (!op || !op->finished()) continue;
-    if (opPool_) opPool_->give(std::move(op));
+    if (pool_) pool_->give(std::move(op));
     op.reset();
   }
 }
 
-Request CommImpl::issue(std::shared_ptr<Op> op, bool blocking) {
+Request detail::PointToPoint::issue(std::shared_ptr<Op> op, bool blocking) {
   if (detail::inGroup()) {
-    detail::addOpToGroup(this, op);
+    detail::addOpToGroup(ctx_.owner, op);
     return Request(op);
   }
-  ensureConnected(op->peer);
-  if (abort_.load()) fail(StatusCode::kAborted, "rank {}: the communicator was aborted", rank_);
+  conns_.ensureConnected(op->peer);
+  if (aborted()) fail(StatusCode::kAborted, "rank {}: the communicator was aborted", rank_);
   chooseShot(*op);
-  engine_->post(op, !blocking);  // a blocking caller drives its own operation
-  if (blocking) engine_->wait(*op);
+  engine_.post(op, !blocking);  // a blocking caller drives its own operation
+  if (blocking) engine_.wait(*op);
   return Request(std::move(op));
 }
 
-Request CommImpl::isend(const void* buf, size_t count, DataType type, int peer) {
+Request detail::PointToPoint::isend(const void* buf, size_t count, DataType type, int peer) {
   return issue(makeOp(true, const_cast<void*>(buf), count, type, peer), false);
 }
 
-Request CommImpl::irecv(void* buf, size_t count, DataType type, int peer) {
+Request detail::PointToPoint::irecv(void* buf, size_t count, DataType type, int peer) {
   return issue(makeOp(false, buf, count, type, peer), false);
 }
 
 // The latency path of a blocking send or recv outside a group: one part, nothing else queued.
-bool CommImpl::tryInline(bool send, void* buf, size_t count, DataType type, int peer) {
-  if (detail::inGroup() || peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || abort_.load() ||
-      count > (size_t{1} << 40) || (!buf && count > 0) || !conns_->connected(peer) ||
+bool detail::PointToPoint::tryInline(bool send, void* buf, size_t count, DataType type, int peer) {
+  if (detail::inGroup() || peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || aborted() ||
+      count > (size_t{1} << 40) || (!buf && count > 0) || !conns_.connected(peer) ||
       (count > 0 && deviceBuffer(buf)))
     return false;  // the general path says what is wrong, or connects (or copies device memory)
   size_t bytes = count * sizeOf(type);
-  const auto& conns = conns_->p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
-  const int nParts = transport::p2pParts(bytes, conns_->p2pChunk(), static_cast<int>(hosts_.size()), conns_->p2pMinChannels(),
+  const auto& conns = conns_.p2pConnectors(peer, send ? Side::kSend : Side::kRecv);
+  const int nParts = transport::p2pParts(bytes, conns_.p2pChunk(), ctx_.nHosts, conns_.p2pMinChannels(),
                                          static_cast<int>(conns.size()));
   // Several parts: inline only over NET (the caller moves the sockets itself; docs/transport.md, NET).
   if (nParts != 1)
@@ -190,18 +203,18 @@ bool CommImpl::tryInline(bool send, void* buf, size_t count, DataType type, int 
   d.count = count;
   d.dtype = type;
   transport::TransferOptions o;
-  o.llThreshold = static_cast<size_t>(conns_->config().p2pLlThreshold);
-  o.chunkBytes = conns_->p2pChunk();
-  o.netChunkBytes = static_cast<size_t>(conns_->config().netChunkSize);
-  o.singleCopyMin = conns_->config().p2pSingleCopy;
+  o.llThreshold = static_cast<size_t>(conns_.config().p2pLlThreshold);
+  o.chunkBytes = conns_.p2pChunk();
+  o.netChunkBytes = static_cast<size_t>(conns_.config().netChunkSize);
+  o.singleCopyMin = conns_.config().p2pSingleCopy;
   o.streamStores = d.bytes >= kStreamCopyMin;
-  uint32_t index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;  // counted whatever happens
-  bool ran = nParts == 1 ? engine_->runInline(conns, send, buf, d, o) : engine_->runInlineParts(conns, send, buf, d, o, nParts);
+  uint32_t index = index_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;  // counted whatever happens
+  bool ran = nParts == 1 ? engine_.runInline(conns, send, buf, d, o) : engine_.runInlineParts(conns, send, buf, d, o, nParts);
   if (!ran) issue(makeOp(send, buf, count, type, peer, index), true);
   return true;
 }
 
-void CommImpl::chooseShot(Op& op) {
+void detail::PointToPoint::chooseShot(Op& op) {
   transport::Connector* c = op.peer == rank_ ? nullptr : mailboxOf(op.send, op.peer, op.bytes);
   if (!c) return;
   op.shot = c;
@@ -212,15 +225,15 @@ void CommImpl::chooseShot(Op& op) {
   }
 }
 
-bool CommImpl::deviceBuffer(const void* buf) const {
-  if (peers_[rank_].cudaDev < 0 || !buf) return false;
+bool detail::PointToPoint::deviceBuffer(const void* buf) const {
+  if (ctx_.cudaDev < 0 || !buf) return false;
   return cuda::locate(buf).kind == cuda::MemoryKind::kDevice;
 }
 
-void* CommImpl::deviceStream() {
+void* detail::PointToPoint::deviceStream() {
   std::call_once(devStreamOnce_, [this] {
 #ifdef TOPOCOLL_HAVE_CUDA
-    TC_CUDA(cudaSetDevice(peers_[rank_].cudaDev));
+    TC_CUDA(cudaSetDevice(ctx_.cudaDev));
     // A blocking stream: what the caller queued on the legacy default stream (a cudaMemcpy from pageable memory
     // still in flight when it returned) is done before our copies read or write its buffers.
     cudaStream_t s = nullptr;
@@ -231,20 +244,20 @@ void* CommImpl::deviceStream() {
   return devStream_.get();
 }
 
-transport::Connector* CommImpl::shotLane(bool send, const void* buf, size_t count, DataType type, int peer,
+transport::Connector* detail::PointToPoint::shotLane(bool send, const void* buf, size_t count, DataType type, int peer,
                                              size_t* bytes) {
-  if (peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || abort_.load(std::memory_order_relaxed) ||
-      count > transport::kShotMaxBytes || (!buf && count > 0) || !conns_->connected(peer))
+  if (peer == rank_ || peer < 0 || peer >= nRanks_ || !isValid(type) || aborted() ||
+      count > transport::kShotMaxBytes || (!buf && count > 0) || !conns_.connected(peer))
     return nullptr;
   *bytes = count * sizeOf(type);
   if (count > 0 && deviceBuffer(buf)) return nullptr;
   return mailboxOf(send, peer, *bytes);
 }
 
-transport::Connector* CommImpl::mailboxOf(bool send, int peer, size_t bytes) {
-  const int max = conns_->config().p2pMailboxMax;  // 0: never (not even empty messages)
+transport::Connector* detail::PointToPoint::mailboxOf(bool send, int peer, size_t bytes) {
+  const int max = conns_.config().p2pMailboxMax;  // 0: never (not even empty messages)
   if (max <= 0 || bytes > static_cast<size_t>(max)) return nullptr;
-  transport::Connector* c = conns_->p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
+  transport::Connector* c = conns_.p2pConnectors(peer, send ? Side::kSend : Side::kRecv)[0];
   return c->conn.p2pShot.area ? c : nullptr;
 }
 
@@ -276,24 +289,24 @@ void loadShotOp(Op& op, bool send, void* buf, size_t count, size_t bytes, DataTy
 // The latency path of a small blocking send or recv outside groups: the message goes through the connection's
 // point-to-point mailbox in this thread (a send returns once the receiver posted or took it), on this thread's
 // reused op, never queued.
-bool CommImpl::tryShot(bool send, void* buf, size_t count, DataType type, int peer) {
+bool detail::PointToPoint::tryShot(bool send, void* buf, size_t count, DataType type, int peer) {
   size_t bytes = 0;
   transport::Connector* c = detail::inGroup() ? nullptr : shotLane(send, buf, count, type, peer, &bytes);
   if (!c) return false;
-  uint32_t index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;
+  uint32_t index = index_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;
   thread_local Op tOp;
   loadShotOp(tOp, send, buf, count, bytes, type, peer, c, index);
-  if (!engine_->runShotInline(tOp)) issue(makeOp(send, buf, count, type, peer, index), true);
+  if (!engine_.runShotInline(tOp)) issue(makeOp(send, buf, count, type, peer, index), true);
   return true;
 }
 
-bool CommImpl::recordGroupShot(bool send, void* buf, size_t count, DataType type, int peer,
+bool detail::PointToPoint::recordGroupShot(bool send, void* buf, size_t count, DataType type, int peer,
                                    detail::GroupShot* out) {
-  if (!detail::groupTakesShot(this)) return false;
+  if (!detail::groupTakesShot(ctx_.owner)) return false;
   size_t bytes = 0;
   transport::Connector* c = shotLane(send, buf, count, type, peer, &bytes);
   if (!c) return false;
-  out->comm = this;
+  out->comm = ctx_.owner;
   out->conn = c;
   out->buf = buf;
   out->count = count;
@@ -301,12 +314,12 @@ bool CommImpl::recordGroupShot(bool send, void* buf, size_t count, DataType type
   out->type = type;
   out->peer = peer;
   out->send = send;
-  out->index = p2pIndex_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;
+  out->index = index_[send][peer].fetch_add(1, std::memory_order_relaxed) + 1;
   return true;
 }
 
-bool CommImpl::runGroupShots(const detail::GroupShot* shots, size_t n) {
-  if (abort_.load(std::memory_order_relaxed)) return false;  // the op path fails them
+bool detail::PointToPoint::runGroupShots(const detail::GroupShot* shots, size_t n) {
+  if (aborted()) return false;  // the op path fails them
   // This thread's ops, reset for each group (the group runs to its end here: nothing keeps them).
   thread_local std::deque<Op> tOps;
   thread_local std::vector<Op*> tPtrs;
@@ -317,20 +330,20 @@ bool CommImpl::runGroupShots(const detail::GroupShot* shots, size_t n) {
     loadShotOp(tOps[i], s.send, s.buf, s.count, s.bytes, s.type, s.peer, s.conn, s.index);
     tPtrs.push_back(&tOps[i]);
   }
-  if (!engine_->runShotGroup(tPtrs)) return false;
-  engine_->throwFailures(tPtrs);  // all finished
+  if (!engine_.runShotGroup(tPtrs)) return false;
+  engine_.throwFailures(tPtrs);  // all finished
   return true;
 }
 
-std::shared_ptr<Op> CommImpl::groupShotOp(const detail::GroupShot& s) {
+std::shared_ptr<Op> detail::PointToPoint::groupShotOp(const detail::GroupShot& s) {
   return makeOp(s.send, s.buf, s.count, s.type, s.peer, s.index);
 }
 
-void CommImpl::send(const void* buf, size_t count, DataType type, int peer) {
+void detail::PointToPoint::send(const void* buf, size_t count, DataType type, int peer) {
   if (detail::inGroup()) {  // no Request to make: the op goes straight into the group (no reference count touched)
     detail::GroupShot s;
     if (recordGroupShot(true, const_cast<void*>(buf), count, type, peer, &s)) return detail::addShotToGroup(s);
-    detail::addOpToGroup(this, makeOp(true, const_cast<void*>(buf), count, type, peer));
+    detail::addOpToGroup(ctx_.owner, makeOp(true, const_cast<void*>(buf), count, type, peer));
     return;
   }
   if (tryShot(true, const_cast<void*>(buf), count, type, peer)) return;
@@ -338,11 +351,11 @@ void CommImpl::send(const void* buf, size_t count, DataType type, int peer) {
   issue(makeOp(true, const_cast<void*>(buf), count, type, peer), true);
 }
 
-void CommImpl::recv(void* buf, size_t count, DataType type, int peer) {
+void detail::PointToPoint::recv(void* buf, size_t count, DataType type, int peer) {
   if (detail::inGroup()) {
     detail::GroupShot s;
     if (recordGroupShot(false, buf, count, type, peer, &s)) return detail::addShotToGroup(s);
-    detail::addOpToGroup(this, makeOp(false, buf, count, type, peer));
+    detail::addOpToGroup(ctx_.owner, makeOp(false, buf, count, type, peer));
     return;
   }
   if (tryShot(false, buf, count, type, peer)) return;
@@ -350,25 +363,23 @@ void CommImpl::recv(void* buf, size_t count, DataType type, int peer) {
   issue(makeOp(false, buf, count, type, peer), true);
 }
 
-void CommImpl::postGroup(std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker) {
-  if (abort_.load()) fail(StatusCode::kAborted, "rank {}: the communicator was aborted", rank_);
-  engine_->post(ops, wakeWorker);
+void detail::PointToPoint::post(std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker) {
+  if (aborted()) fail(StatusCode::kAborted, "rank {}: the communicator was aborted", rank_);
+  engine_.post(ops, wakeWorker);
 }
 
-void CommImpl::waitOp(Op& op) { engine_->wait(op); }
-
-bool CommImpl::runGroupInline(const std::vector<Op*>& ops) {
+bool detail::PointToPoint::runGroupInline(const std::vector<Op*>& ops) {
   int shots = 0;
   for (Op* op : ops) {
-    if (op->peer != rank_ && !conns_->connected(op->peer)) return false;
+    if (op->peer != rank_ && !conns_.connected(op->peer)) return false;
     shots += op->shot != nullptr;
   }
-  if (abort_.load()) return false;
-  if (shots == static_cast<int>(ops.size())) return engine_->runShotGroup(ops);  // small messages only
-  return shots == 0 && (engine_->runInlineGroup(ops) || engine_->runInlineGroupParts(ops));
+  if (aborted()) return false;
+  if (shots == static_cast<int>(ops.size())) return engine_.runShotGroup(ops);  // small messages only
+  return shots == 0 && (engine_.runInlineGroup(ops) || engine_.runInlineGroupParts(ops));
 }
 
-void CommImpl::waitOps(const std::vector<Op*>& ops) { engine_->waitAll(ops); }
+void detail::PointToPoint::waitOps(const std::vector<Op*>& ops) { engine_.waitAll(ops); }
 
 void* memAlloc(size_t bytes) { return transport::allocShareable(bytes); }
 
