@@ -147,6 +147,13 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
   // CallerDrive.
   void take() override { owned_.fetch_add(1, std::memory_order_seq_cst); }
 
+  void abandon(const std::string& why) override {
+    std::lock_guard<std::mutex> lock(mu_);  // a move under way (the proxy's or a caller's) ends first
+    if (dead_) return;
+    dead_ = true;
+    conn_->markBroken(why);
+  }
+
   bool drive() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!data_ || dead_) return false;

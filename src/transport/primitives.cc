@@ -159,6 +159,10 @@ void Transfer::fail(StatusCode code, const std::string& why) {
   // A receiver still waiting for its first step, or a gated part, leaves the connector in step; anything later
   // does not (the peer may have published or consumed part of it).
   bool started = !(state_ == State::kGated || (state_ == State::kStart));
+  // NET: the proxy sends straight from the user's buffer and lands chunks straight in it, possibly in the middle of
+  // a chunk now: it lets go of the connection before the user gets the buffer back.
+  if ((ci_.flags & kConnNet) && ci_.drive && (started || posted_) && !finished())
+    ci_.drive->abandon(fmt::format("{}: {}", what(), why));
   if (dir_ == Dir::kRecv && state_ == State::kStart) withdrawPost();
   failWith(code, why, started);
 }

@@ -124,6 +124,10 @@ class CallerDrive {
   virtual void waitFds(std::vector<pollfd>& fds) = 0;
   /// A last move (acknowledgements out), then the connection is the proxy's again (woken if it has work there).
   virtual void release() = 0;
+  /// A transfer over the connection failed while the proxy may be moving its bytes from or into the user's buffer:
+  /// waits out a move under way, then nobody moves the connection any more (broken with `why`). After it returns,
+  /// nothing of the connection touches the user's buffers.
+  virtual void abandon(const std::string& why) = 0;
 };
 
 /// Shared counters of one connection side, each on its own cache line.
