@@ -39,12 +39,10 @@ const char* algoName(Algo a) {
 const char* protoName(Proto p) { return p == Proto::kLL ? "LL" : "Simple"; }
 
 uint64_t callSignature(const Args& a) {
-  const bool reduces = a.coll == Coll::kAllReduce || a.coll == Coll::kReduce || a.coll == Coll::kReduceScatter;
-  const bool rooted = a.coll == Coll::kBroadcast || a.coll == Coll::kReduce;
   uint64_t w = static_cast<uint64_t>(a.coll) + 1;
   w |= (static_cast<uint64_t>(a.type) & 31) << 3;
-  if (reduces) w |= ((static_cast<uint64_t>(a.op) + 1) & 15) << 8;
-  if (rooted) w |= (static_cast<uint64_t>(a.root) % 65535 + 1) << 12;
+  if (reduces(a.coll)) w |= ((static_cast<uint64_t>(a.op) + 1) & 15) << 8;
+  if (rooted(a.coll)) w |= (static_cast<uint64_t>(a.root) % 65535 + 1) << 12;
   w |= (a.seq & 15) << 28;
   return w | static_cast<uint64_t>(static_cast<uint32_t>(a.count)) << 32;
 }

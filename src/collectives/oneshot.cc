@@ -16,8 +16,6 @@ using progress::Mailboxes;
 
 namespace {
 
-bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
-bool rooted(Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }
 
 // What a rank called, in 32 bits: the receiver compares it with its own (with the size, in the header). Bits 16-31
 // number the communicator's one-shot calls (Mailboxes::kCallShift).

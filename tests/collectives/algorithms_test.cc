@@ -149,8 +149,6 @@ std::vector<Algo> algosFor(Coll coll, int n) {
   return v;
 }
 
-bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
-
 // Every type and op at an odd count, in place and out of place; sizes from 0 to past the star thresholds on two
 // types; every root kind; from 1 MiB (the mapped paths' threshold) on one type.
 std::vector<Case> casesFor(Coll coll, int n, bool large) {

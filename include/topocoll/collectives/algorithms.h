@@ -25,6 +25,9 @@ using progress::Proto;
 
 enum class Coll : int { kAllReduce = 0, kBroadcast, kReduce, kAllGather, kReduceScatter };
 const char* collName(Coll c);  // NCCL's names: "AllReduce", "Broadcast", ...
+/// Whether the collective takes a reduction op / a root (the others ignore what the caller passed).
+constexpr bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
+constexpr bool rooted(Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }
 
 /// Ring and Tree are NCCL's (ids 1 and 0 in its logs); Direct: every rank sends its data to every other rank and
 /// reduces everything itself in rank order (one round of messages: the small-size algorithm of one host), or with
