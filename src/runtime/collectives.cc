@@ -287,7 +287,6 @@ std::string CommImpl::stuckRank() {
     path += fmt::format(", which waits on rank {}{}", next, it->second.seq < seq ? " in an earlier call" : "");
     r = next;
   }
-  if (r == waitsOn_) return "";
   return fmt::format("rank {} is the one stuck ({}, which said nothing while the others waited: it is stopped, "
                      "or stuck outside this communicator)",
                      r, path);
