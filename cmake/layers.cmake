@@ -16,6 +16,9 @@ function(topocoll_layer name)
   endforeach()
   add_library(topocoll_${name} STATIC ${L_SOURCES})
   target_include_directories(topocoll_${name} PUBLIC "${stage}" PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}")
+  # Only what carries TOPOCOLL_API (include/topocoll/export.h) leaves libtopocoll.so (cmake/package.cmake).
+  set_target_properties(topocoll_${name} PROPERTIES CXX_VISIBILITY_PRESET hidden C_VISIBILITY_PRESET hidden
+                                                    CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
   foreach(d IN LISTS L_DEPS)
     target_link_libraries(topocoll_${name} PRIVATE topocoll_${d})
   endforeach()

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "topocoll/log.h"
 #include "topocoll/status.h"
+#include "topocoll/version.h"
 
 using namespace topocoll;
 
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
       "Exit status: 0 ok, 1 bad input or failure (the message names the file:line, attribute, knob or rank), 2 invalid\n"
       "usage (unknown command or flag, conflicting flags, an NCCL_ALGO naming no algorithm, no algorithm enabled),\n"
       "3 internal error. Warnings go to standard error (NCCL_DEBUG=VERSION silences them).");
-  app.set_version_flag("--version", "topocoll 0.1.0 (NCCL 2.30.7 rules)");
+  app.set_version_flag("--version", "topocoll " TOPOCOLL_VERSION_FULL " (NCCL " TOPOCOLL_NCCL_REFERENCE " rules)");
 
   std::vector<cli::Command> cmds = cli::addTopoCommands(app);
   for (auto& c : cli::addPlanCommands(app)) cmds.push_back(std::move(c));

@@ -7,6 +7,8 @@
 //   for (const topocoll::Knob& k : topocoll::knobs()) fmt::print("{} = {}\n", k.name, k.get(cfg));
 #pragma once
 
+#include "topocoll/export.h"
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -26,7 +28,7 @@ struct NetDeviceSpec {
 };
 
 /// Parsed configuration. Field initialisers are the defaults.
-struct Config {
+struct TOPOCOLL_API Config {
   // Topology
   std::string topoFile;          // NCCL_TOPO_FILE
   std::string topoDumpFile;      // NCCL_TOPO_DUMP_FILE
@@ -143,12 +145,15 @@ struct Knob {
 };
 
 /// Every knob, grouped by layer, in a stable order.
-const std::vector<Knob>& knobs();
+TOPOCOLL_API const std::vector<Knob>& knobs();
 /// The knob named `name` (or one of its aliases), nullptr when there is none.
-const Knob* findKnob(std::string_view name);
+TOPOCOLL_API const Knob* findKnob(std::string_view name);
 /// One message per NCCL_* / TOPOCOLL_* variable of `env` that is not a knob but is within two edits of one:
 /// "NCCL_CROS_NIC=1 is not a knob topocoll knows; did you mean NCCL_CROSS_NIC?".
 std::vector<std::string> knobTypos(const Env& env);
+/// Whether `name` is an environment variable NCCL 2.30.7 (or PyTorch's ProcessGroupNCCL) reads: never reported as a
+/// misspelt knob of ours, whether or not topocoll reads it.
+bool isNcclKnobName(std::string_view name);
 
 /// Parses a path level the way NCCL does (LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS, or an old-style
 /// integer 0..5). Throws naming `knob` when the value is not one of those.

@@ -3,6 +3,8 @@
 // (reductions) and the tools (nccl-tests' type and op names).
 #pragma once
 
+#include "topocoll/export.h"
+
 #include <cstddef>
 #include <optional>
 #include <string_view>
@@ -54,11 +56,11 @@ constexpr bool isFloatingPoint(DataType t) {
 }
 
 /// nccl-tests' names: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2.
-const char* to_string(DataType t);
+TOPOCOLL_API const char* to_string(DataType t);
 /// sum prod max min avg.
-const char* to_string(RedOp op);
+TOPOCOLL_API const char* to_string(RedOp op);
 /// Accepts nccl-tests' names and the usual aliases (float32, fp32, float16, fp16, bf16, float64, char, int, ...).
-std::optional<DataType> dataTypeFromString(std::string_view name);
-std::optional<RedOp> redOpFromString(std::string_view name);
+TOPOCOLL_API std::optional<DataType> dataTypeFromString(std::string_view name);
+TOPOCOLL_API std::optional<RedOp> redOpFromString(std::string_view name);
 
 }  // namespace topocoll

@@ -1,6 +1,8 @@
 // A snapshot of the environment, so that pure functions never read getenv() behind the caller's back.
 #pragma once
 
+#include "topocoll/export.h"
+
 #include <map>
 #include <optional>
 #include <string>
@@ -8,7 +10,7 @@
 namespace topocoll {
 
 /// Immutable key/value view of environment variables. Tests build one by hand; the CLI takes the process's.
-class Env {
+class TOPOCOLL_API Env {
  public:
   Env() = default;
   explicit Env(std::map<std::string, std::string> vars) : vars_(std::move(vars)) {}

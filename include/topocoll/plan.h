@@ -10,6 +10,8 @@
 // with the graph-info allgather between them) and executes what it says; select() serves its hot path.
 #pragma once
 
+#include "topocoll/export.h"
+
 #include <array>
 #include <string>
 #include <vector>
@@ -64,7 +66,7 @@ struct Plan {
 /// Builds the plan. Throws Error with a message naming the input at fault. `graphs` (node 0's, indexed like
 /// Plan::graphs), when given, replace the searches of the graphs that have channels, as NCCL_GRAPH_FILE does: the
 /// rest (connect, tuning, selection) is what NCCL then computes.
-Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg,
+TOPOCOLL_API Plan makePlan(const topology::XmlDoc& topo, const JobSpec& job, const Config& cfg,
               const std::array<search::Graph, search::kNumGraphs>* graphs = nullptr);
 
 /// The node stage of a plan (NCCL's initTransportsRank up to the graph-info allgather): what one rank computes alone.
@@ -97,7 +99,7 @@ void joinNodes(Plan& plan, const search::RankRecords& records);
 /// `graph_dump_xml`, `connect`, `tuning`, `selection`) plus topocoll's own (documented in docs/plan-json.md).
 /// `timings` false leaves out the fields that measure time (graphs' searchMs, searchTimeMs, wallMs), so that two plans
 /// of the same inputs compare byte for byte (`topocoll plan --json --no-timings`, TOPOCOLL_PLAN_FILE).
-std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize = 4, bool pretty = false,
+TOPOCOLL_API std::string planToJson(const Plan& plan, const std::string& topoName, int typeSize = 4, bool pretty = false,
                        bool timings = true);
 
 /// The name a plan JSON gives a topology file: its path from `topologies/` on when it has one (the conformance
@@ -111,6 +113,6 @@ uint64_t testSize(int coll, uint64_t size, int typeSize, int nRanks);
 
 /// Selection table for the test sizes 8 B .. 8 GiB (powers of two, rounded by testSize; sizes of 0 elements left
 /// out), collectives in nccl-tests' order.
-std::vector<tuning::Selection> selectionTable(const Plan& plan, int typeSize, int onlyColl = -1);
+TOPOCOLL_API std::vector<tuning::Selection> selectionTable(const Plan& plan, int typeSize, int onlyColl = -1);
 
 }  // namespace topocoll

@@ -1,6 +1,8 @@
 // Error reporting at the API edges of topocoll.
 #pragma once
 
+#include "topocoll/export.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -12,11 +14,11 @@ namespace topocoll {
 enum class StatusCode { kOk, kInvalidArgument, kInvalidUsage, kNotFound, kSystemError, kRemoteError, kTimeout,
                         kAborted, kInternal };
 
-const char* to_string(StatusCode code);
+TOPOCOLL_API const char* to_string(StatusCode code);
 
 /// The exception every public topocoll call throws on failure. The message names the input at fault
 /// (file:line, attribute, knob, rank or node) so a user can act on it without a debugger.
-class Error : public std::runtime_error {
+class TOPOCOLL_API Error : public std::runtime_error {
  public:
   Error(StatusCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   StatusCode code() const { return code_; }

@@ -40,6 +40,13 @@ extern "C" {
 #define TCCL_ENUM_INT
 #endif
 
+/* What libtopocoll.so exports: the functions below (everything else in it is hidden). */
+#if defined(__GNUC__) || defined(__clang__)
+#define TCCL_API __attribute__((visibility("default")))
+#else
+#define TCCL_API
+#endif
+
 #define TCCL_UNIQUE_ID_BYTES 128
 typedef struct {
   char internal[TCCL_UNIQUE_ID_BYTES];
@@ -81,66 +88,66 @@ typedef enum TCCL_ENUM_INT {
 typedef enum TCCL_ENUM_INT { tcclSum = 0, tcclProd = 1, tcclMax = 2, tcclMin = 3, tcclAvg = 4, tcclNumOps = 5 } tcclRedOp_t;
 
 /* TCCL_VERSION_CODE of the library. */
-tcclResult_t tcclGetVersion(int* version);
+TCCL_API tcclResult_t tcclGetVersion(int* version);
 /* Starts the rendezvous root in this process (kept alive until every rank has joined) and returns its id. */
-tcclResult_t tcclGetUniqueId(tcclUniqueId* uniqueId);
+TCCL_API tcclResult_t tcclGetUniqueId(tcclUniqueId* uniqueId);
 /* Joins communicator `commId` as `rank` of `nranks`. Collective. */
-tcclResult_t tcclCommInitRank(tcclComm_t* comm, int nranks, tcclUniqueId commId, int rank);
+TCCL_API tcclResult_t tcclCommInitRank(tcclComm_t* comm, int nranks, tcclUniqueId commId, int rank);
 /* `ndev` ranks in this process, one communicator each (devlist: GPU of each rank, or NULL for host ranks). */
-tcclResult_t tcclCommInitAll(tcclComm_t* comms, int ndev, const int* devlist);
+TCCL_API tcclResult_t tcclCommInitAll(tcclComm_t* comms, int ndev, const int* devlist);
 /* Waits for the communicator's operations, then frees it. */
-tcclResult_t tcclCommFinalize(tcclComm_t comm);
-tcclResult_t tcclCommDestroy(tcclComm_t comm);
+TCCL_API tcclResult_t tcclCommFinalize(tcclComm_t comm);
+TCCL_API tcclResult_t tcclCommDestroy(tcclComm_t comm);
 /* Stops every pending operation (they fail with tcclInvalidUsage / the abort message) and frees the communicator. */
-tcclResult_t tcclCommAbort(tcclComm_t comm);
-tcclResult_t tcclCommCount(const tcclComm_t comm, int* count);
-tcclResult_t tcclCommUserRank(const tcclComm_t comm, int* rank);
+TCCL_API tcclResult_t tcclCommAbort(tcclComm_t comm);
+TCCL_API tcclResult_t tcclCommCount(const tcclComm_t comm, int* count);
+TCCL_API tcclResult_t tcclCommUserRank(const tcclComm_t comm, int* rank);
 /* The GPU of this rank, -1 for a host-memory rank. */
-tcclResult_t tcclCommCuDevice(const tcclComm_t comm, int* device);
+TCCL_API tcclResult_t tcclCommCuDevice(const tcclComm_t comm, int* device);
 /* NCCL's ncclMemAlloc / ncclMemFree for host-memory ranks: `size` zeroed bytes of shareable host memory (whole
  * 2 MiB pages), which ranks of other processes on the host map and copy into or out of with loads and stores instead
  * of process_vm_readv/writev (large messages up to 1.8x faster; docs/transport.md, "Shareable buffers"). Any buffer works
  * with every call; these are the fast ones. size 0 gives NULL. tcclMemFree(NULL) does nothing; a pointer
  * tcclMemAlloc did not return is tcclInvalidUsage. */
-tcclResult_t tcclMemAlloc(void** ptr, size_t size);
-tcclResult_t tcclMemFree(void* ptr);
+TCCL_API tcclResult_t tcclMemAlloc(void** ptr, size_t size);
+TCCL_API tcclResult_t tcclMemFree(void* ptr);
 /* The first error a background thread met (tcclSuccess if none). */
-tcclResult_t tcclCommGetAsyncError(tcclComm_t comm, tcclResult_t* asyncError);
-const char* tcclGetErrorString(tcclResult_t result);
+TCCL_API tcclResult_t tcclCommGetAsyncError(tcclComm_t comm, tcclResult_t* asyncError);
+TCCL_API const char* tcclGetErrorString(tcclResult_t result);
 /* The message of the last failure on `comm` (or of this thread's last failed call when comm is NULL). */
-const char* tcclGetLastError(tcclComm_t comm);
+TCCL_API const char* tcclGetLastError(tcclComm_t comm);
 
 /* Collectives (counts in elements). In place when sendbuff == recvbuff (AllGather: sendbuff == recvbuff +
  * rank * sendcount; ReduceScatter: sendbuff + rank * recvcount == recvbuff). */
-tcclResult_t tcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclRedOp_t op,
+TCCL_API tcclResult_t tcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclRedOp_t op,
                            tcclComm_t comm, tcclStream_t stream);
-tcclResult_t tcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
+TCCL_API tcclResult_t tcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
                            tcclComm_t comm, tcclStream_t stream);
-tcclResult_t tcclReduce(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclRedOp_t op,
+TCCL_API tcclResult_t tcclReduce(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclRedOp_t op,
                         int root, tcclComm_t comm, tcclStream_t stream);
-tcclResult_t tcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tcclDataType_t datatype,
+TCCL_API tcclResult_t tcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tcclDataType_t datatype,
                            tcclComm_t comm, tcclStream_t stream);
-tcclResult_t tcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tcclDataType_t datatype,
+TCCL_API tcclResult_t tcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tcclDataType_t datatype,
                                tcclRedOp_t op, tcclComm_t comm, tcclStream_t stream);
 /* Data for rank j is sendbuff + j*count; data from rank i lands at recvbuff + i*count. */
-tcclResult_t tcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclComm_t comm,
+TCCL_API tcclResult_t tcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclComm_t comm,
                           tcclStream_t stream);
-tcclResult_t tcclGather(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
+TCCL_API tcclResult_t tcclGather(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
                         tcclComm_t comm, tcclStream_t stream);
-tcclResult_t tcclScatter(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
+TCCL_API tcclResult_t tcclScatter(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
                          tcclComm_t comm, tcclStream_t stream);
 /* Returns when every rank has entered it (not in NCCL: its users allreduce one element). */
-tcclResult_t tcclBarrier(tcclComm_t comm, tcclStream_t stream);
+TCCL_API tcclResult_t tcclBarrier(tcclComm_t comm, tcclStream_t stream);
 
 /* Point to point; a send and its receive must agree on count and datatype (a mismatch fails on both sides). */
-tcclResult_t tcclSend(const void* sendbuff, size_t count, tcclDataType_t datatype, int peer, tcclComm_t comm,
+TCCL_API tcclResult_t tcclSend(const void* sendbuff, size_t count, tcclDataType_t datatype, int peer, tcclComm_t comm,
                       tcclStream_t stream);
-tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int peer, tcclComm_t comm,
+TCCL_API tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int peer, tcclComm_t comm,
                       tcclStream_t stream);
 
 /* Operations between GroupStart and GroupEnd are issued together: any order of sends and receives completes. */
-tcclResult_t tcclGroupStart(void);
-tcclResult_t tcclGroupEnd(void);
+TCCL_API tcclResult_t tcclGroupStart(void);
+TCCL_API tcclResult_t tcclGroupEnd(void);
 
 /* Joins the job the launcher describes in the environment, without a unique id passed by the caller: rank and size
  * from Open MPI's mpirun (OMPI_COMM_WORLD_RANK/SIZE), Slurm's srun (SLURM_PROCID/NTASKS) or torchrun
@@ -151,7 +158,7 @@ tcclResult_t tcclGroupEnd(void);
  *   tcclComm_t comm;
  *   if (tcclCommInitFromEnv(&comm) != tcclSuccess) fprintf(stderr, "%s\n", tcclGetLastError(NULL));
  */
-tcclResult_t tcclCommInitFromEnv(tcclComm_t* comm);
+TCCL_API tcclResult_t tcclCommInitFromEnv(tcclComm_t* comm);
 
 #ifdef __cplusplus
 }

@@ -524,11 +524,19 @@ const Knob* findKnob(std::string_view name) {
   return nullptr;
 }
 
+bool isNcclKnobName(std::string_view name) {
+  static constexpr std::string_view kNames[] = {
+#include "nccl_knob_names.inc"
+  };
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+}
+
 std::vector<std::string> knobTypos(const Env& env) {
   std::vector<std::string> out;
   for (auto& [name, value] : env.vars()) {
     if (name.rfind("NCCL_", 0) != 0 && name.rfind("TOPOCOLL_", 0) != 0) continue;
-    if (findKnob(name)) continue;
+    // A knob of ours, or one of NCCL's (NCCL_IB_DISABLE, NCCL_RAS_ENABLE: set for NCCL, not misspelt).
+    if (findKnob(name) || isNcclKnobName(name)) continue;
     const Knob* best = nullptr;
     size_t bestD = 3;
     for (const Knob& k : knobs()) {

@@ -111,6 +111,23 @@ TEST(Config, MisspeltKnobsAreFlaggedOthersAreNot) {
   EXPECT_NE(typos[1].find("did you mean TOPOCOLL_TIMEOUT?"), std::string::npos);
 }
 
+// NCCL's own knobs are never "misspelt" ours, whatever ours they are near (NCCL_IB_DISABLE is two edits from
+// NCCL_NVB_DISABLE, NCCL_RAS_ENABLE from NCCL_PAT_ENABLE); every name NCCL 2.30.7 reads is in the list.
+TEST(Config, NcclsOwnKnobsAreNeverCalledTypos) {
+  std::map<std::string, std::string> vars;
+  for (const char* k : {"NCCL_IB_DISABLE", "NCCL_RAS_ENABLE", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_NVLS_ENABLE",
+                        "NCCL_CUMEM_ENABLE", "NCCL_DEBUG_TIMESTAMP_FORMAT", "NCCL_GIN_ENABLE", "NCCL_WIN_ENABLE",
+                        "NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT"}) {
+    EXPECT_TRUE(isNcclKnobName(k)) << k;
+    vars[k] = "1";
+  }
+  EXPECT_TRUE(knobTypos(env(vars)).empty());
+  EXPECT_FALSE(isNcclKnobName("NCCL_CROS_NIC"));
+  EXPECT_FALSE(isNcclKnobName("TOPOCOLL_TIMEOUT"));
+  // Still flagged: a misspelling of NCCL's knob that is near ours.
+  EXPECT_EQ(knobTypos(env({{"NCCL_NVB_DISABL", "1"}})).size(), 1u);
+}
+
 TEST(Config, KnobsNeverReadAreNotAdvertised) {
   // NCCL_P2P_PXN_LEVEL and NCCL_IGNORE_DISABLED_P2P steer NCCL's runtime send/recv routing and NVML P2P checks,
   // which the planner does not model; they are not listed rather than listed and ignored.

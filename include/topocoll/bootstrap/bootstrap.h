@@ -7,6 +7,8 @@
 //   bs->allGather(records.data(), sizeof(Record));             // every rank's slot filled
 #pragma once
 
+#include "topocoll/export.h"
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -77,7 +79,7 @@ AuthKey keyOf(const UniqueId& id);
 
 /// The root listener that ranks register with; keep it alive until every rank has connected. Movable, not copyable.
 class Root;
-struct RootHandle {
+struct TOPOCOLL_API RootHandle {
   std::unique_ptr<Root> root;
   RootHandle();
   RootHandle(RootHandle&&) noexcept;
@@ -97,7 +99,7 @@ struct RootHandle {
 /// `nRanks` > 0 is the job size the root expects (a rank started with another is named); 0 learns it from the
 /// first registration. `key` is the job's secret (null: a random one). Throws when the address is in use (by another
 /// job, typically).
-UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort = "", uint64_t magic = 0, int nRanks = 0,
+TOPOCOLL_API UniqueId createUniqueId(RootHandle* holder, const std::string& hostPort = "", uint64_t magic = 0, int nRanks = 0,
                         const AuthKey* key = nullptr);
 /// The id of a root that another process starts at `hostPort` with `magic` and `key` (launcher-driven jobs).
 UniqueId uniqueIdFor(const std::string& hostPort, uint64_t magic, const AuthKey& key);

@@ -9,6 +9,8 @@
 //   collectives::run(links, a, c);   // throws the first failed transfer's Error (naming the peer)
 #pragma once
 
+#include "topocoll/export.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,7 +26,7 @@ using progress::PeerBuffer;
 using progress::Proto;
 
 enum class Coll : int { kAllReduce = 0, kBroadcast, kReduce, kAllGather, kReduceScatter };
-const char* collName(Coll c);  // NCCL's names: "AllReduce", "Broadcast", ...
+TOPOCOLL_API const char* collName(Coll c);  // NCCL's names: "AllReduce", "Broadcast", ...
 /// Whether the collective takes a reduction op / a root (the others ignore what the caller passed).
 constexpr bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
 constexpr bool rooted(Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }
@@ -38,8 +40,8 @@ constexpr bool rooted(Coll c) { return c == Coll::kBroadcast || c == Coll::kRedu
 enum class Algo : int { kTree = 0, kRing = 1, kDirect = 2, kDirectSplit = 3 };
 /// The most ranks Direct, DirectSplit and the star shapes run (their per-peer arrays; tuning::kHostDirectMaxRanks).
 constexpr int kDirectMaxRanks = 8;
-const char* algoName(Algo a);
-const char* protoName(Proto p);
+TOPOCOLL_API const char* algoName(Algo a);
+TOPOCOLL_API const char* protoName(Proto p);
 
 struct Args {
   Coll coll = Coll::kAllReduce;

@@ -19,6 +19,8 @@
 //   a.wait();                                                           // completes in issue order
 #pragma once
 
+#include "topocoll/export.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -63,7 +65,7 @@ struct InitTimings {
 };
 static_assert(sizeof(InitTimings) == 7 * sizeof(double), "InitTimings is sent as bytes: no padding");
 
-struct InitOptions {
+struct TOPOCOLL_API InitOptions {
   Config cfg;                     // every knob (NCCL_HOSTID, NCCL_TOPO_FILE, TOPOCOLL_SIMULATE_GPUS, ...)
   bootstrap::Options bootstrap;   // derived from cfg (TOPOCOLL_TIMEOUT, NCCL_SOCKET_IFNAME/FAMILY); tests adjust it
   /// The options of `cfg`.
@@ -79,7 +81,7 @@ struct CollTask;
 }
 
 /// The handle of an asynchronous send, receive or collective.
-class Request {
+class TOPOCOLL_API Request {
  public:
   Request() = default;
   /// Blocks until the operation completed; throws Error on failure (a size or type mismatch, kInvalidUsage; the
@@ -107,7 +109,7 @@ struct ConnectionInfo {
 };
 
 /// The public face of a communicator: every call goes to its state and parts (runtime-private).
-class Communicator {
+class TOPOCOLL_API Communicator {
  public:
   /// Joins the job `id` as `rank` of `nRanks` over TCP.
   static std::unique_ptr<Communicator> init(const bootstrap::UniqueId& id, int nRanks, int rank,
@@ -208,17 +210,17 @@ class Communicator {
 /// process_vm_readv; TOPOCOLL_MAP_PEER_BUFFERS, docs/transport.md "Shareable buffers"). Any buffer works with every
 /// operation; these are the fast ones for large messages. Throws Error(kSystemError) when no memory can be had;
 /// memFree throws Error(kInvalidUsage) for a pointer memAlloc did not return (`bytes` is not needed any more).
-void* memAlloc(size_t bytes);
-void memFree(void* ptr, size_t bytes);
+TOPOCOLL_API void* memAlloc(size_t bytes);
+TOPOCOLL_API void memFree(void* ptr, size_t bytes);
 
 /// NCCL's ncclGroupStart / ncclGroupEnd: per thread, nestable, spanning communicators. Sends and receives called in
 /// between are issued together by the outermost groupEnd(), which makes the connections they need, issues them and
 /// returns when all of them completed (there is no stream to complete on with host memory); it throws the first
 /// failure after every operation has finished. All-to-all is a group of sends and receives.
-void groupStart();
-void groupEnd();
+TOPOCOLL_API void groupStart();
+TOPOCOLL_API void groupEnd();
 /// The group depth of this thread (0: not in a group).
-int groupDepth();
+TOPOCOLL_API int groupDepth();
 
 /// What initFromEnv found in the environment (exposed for tests).
 struct LaunchInfo {
@@ -230,7 +232,7 @@ struct LaunchInfo {
   uint64_t jobKey = 0;      // stable per job (root address and job ids): seeds the magic
 };
 /// `jobId` (TOPOCOLL_JOB_ID) is mixed into the job key with the launchers' own job ids.
-LaunchInfo launchInfoFromEnv(const Env& env, const std::string& jobId = "");
+TOPOCOLL_API LaunchInfo launchInfoFromEnv(const Env& env, const std::string& jobId = "");
 /// The secret of a job started from the environment (docs/security.md): from TOPOCOLL_JOB_SECRET or
 /// TOPOCOLL_JOB_SECRET_FILE (a file owned by this user that nobody else can read, else Error(kInvalidUsage) naming
 /// it and its mode). `*secret` is false when neither is set: the key is then derived from the root address and the

@@ -6,6 +6,8 @@
 // for byte; unknown elements and attributes are kept.
 #pragma once
 
+#include "topocoll/export.h"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,7 +53,7 @@ struct XmlNode {
 };
 
 /// A loaded document: a root element plus the file name used in error messages.
-struct XmlDoc {
+struct TOPOCOLL_API XmlDoc {
   std::unique_ptr<XmlNode> root;
   std::string source;  // file name, or "<string>"
 
@@ -66,8 +68,8 @@ constexpr uint64_t kMaxXmlFileBytes = 64ull << 20;
 /// Parses a topology or graph XML. Throws Error(kInvalidArgument) naming file and line on malformed input, and on
 /// a directory, a device or pipe, or a file over kMaxXmlFileBytes; Error(kNotFound/kSystemError) when the file
 /// is missing or unreadable.
-XmlDoc loadXmlFile(const std::string& path);
-XmlDoc parseXml(std::string_view text, const std::string& source = "<string>");
+TOPOCOLL_API XmlDoc loadXmlFile(const std::string& path);
+TOPOCOLL_API XmlDoc parseXml(std::string_view text, const std::string& source = "<string>");
 
 /// The document's root when it is a topology's <system>. Throws Error(kInvalidArgument) naming the file otherwise
 /// ("this is a graph file, use --graph-in" for a <graphs> root).
