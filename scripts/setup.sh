@@ -9,7 +9,7 @@ PKGS=(build-essential cmake ninja-build pkg-config
       libpugixml-dev libcli11-dev libssl-dev nlohmann-json3-dev libfmt-dev
       libgtest-dev libgmock-dev googletest libbenchmark-dev librapidcheck-dev
       clang libclang-rt-14-dev python3 graphviz openmpi-bin iproute2
-      python3-torch libtorch-dev python3-dev pybind11-dev python3-pytest python3-venv)
+      python3-torch libtorch-dev python3-dev pybind11-dev python3-pytest python3-venv python3-setuptools python3-wheel)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
