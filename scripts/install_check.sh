@@ -33,7 +33,6 @@ run2() {
   return $rc
 }
 
-if [ $PREFIX_CHECKS = 1 ]; then
 # pyJob DIR WHERE: writes DIR/job.py (a 2-rank all_reduce that checks topocoll came from under WHERE) and enters DIR.
 pyJob() {
   mkdir -p "$1" && cd "$1"
@@ -50,6 +49,7 @@ dist.destroy_process_group()
 EOF
 }
 
+if [ $PREFIX_CHECKS = 1 ]; then
 step "install into $PREFIX"
 cmake --install "$BUILD" --prefix "$PREFIX" > "$WORK/install.log" || { cat "$WORK/install.log"; die "cmake --install"; }
 for f in lib/libtopocoll.so.0 lib/libtopocoll_nccl.so lib/topocoll/nccl/libnccl.so.2 bin/topocoll bin/all_reduce_perf \

@@ -46,10 +46,20 @@ int main(int argc, char** argv) {
   CHECK(tcclGetVersion(&version));
   printf("topocoll %d, %d ranks\n", version, nranks);
   fflush(stdout);
-  tcclUniqueId id; /* the root lives in this process; the ranks get the id as an MPI program would broadcast it */
+  /* Ranks 1.. are forked first and get the id through a pipe, as an MPI program broadcasts it (forking after
+   * tcclGetUniqueId would copy the root's thread's locks in whatever state they are). */
+  int pipes[2];
+  if (pipe(pipes) != 0) return 1;
+  for (int r = 1; r < nranks; ++r)
+    if (fork() == 0) {
+      tcclUniqueId id;
+      if (read(pipes[0], &id, sizeof id) != (ssize_t)sizeof id) _exit(1);
+      _exit(runRank(id, nranks, r));
+    }
+  tcclUniqueId id; /* the root lives in this process, rank 0 */
   CHECK(tcclGetUniqueId(&id));
   for (int r = 1; r < nranks; ++r)
-    if (fork() == 0) _exit(runRank(id, nranks, r));
+    if (write(pipes[1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
   int failed = runRank(id, nranks, 0);
   for (int status, r = 1; r < nranks; ++r)
     if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;

@@ -40,10 +40,20 @@ int main(int argc, char** argv) {
   NCCLCHECK(ncclGetVersion(&version));
   printf("NCCL API version %d (topocoll)\n", version);
   fflush(stdout);
-  ncclUniqueId id;
+  /* Ranks 1.. are forked first and get the id through a pipe, as an MPI program broadcasts it (forking after
+   * ncclGetUniqueId would copy the root's thread's locks in whatever state they are). */
+  int pipes[2];
+  if (pipe(pipes) != 0) return 1;
+  for (int r = 1; r < nranks; ++r)
+    if (fork() == 0) {
+      ncclUniqueId id;
+      if (read(pipes[0], &id, sizeof id) != (ssize_t)sizeof id) _exit(1);
+      _exit(runRank(id, nranks, r));
+    }
+  ncclUniqueId id; /* the root lives in this process, rank 0 */
   NCCLCHECK(ncclGetUniqueId(&id));
   for (int r = 1; r < nranks; ++r)
-    if (fork() == 0) _exit(runRank(id, nranks, r));
+    if (write(pipes[1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
   int failed = runRank(id, nranks, 0);
   for (int status, r = 1; r < nranks; ++r)
     if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;

@@ -10,6 +10,7 @@
 #include "topocoll/plan.h"
 #include "topocoll/status.h"
 #include "topocoll/topology/xml.h"
+#include "topocoll/version.h"
 #include "topocoll/transport/peer_memory.h"
 
 namespace py = pybind11;
@@ -74,6 +75,7 @@ py::dict allocatorStats() {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "topocoll: topology-aware collectives (the planner, and a torch.distributed backend for CPU tensors)";
+  m.attr("__version__") = TOPOCOLL_VERSION_FULL;
   m.def("_create_process_group", &topocoll::torch_backend::ProcessGroupTopocoll::create, py::arg("store"),
         py::arg("rank"), py::arg("size"), py::arg("timeout"),
         "The constructor torch.distributed.Backend.register_backend calls.");

@@ -16,6 +16,7 @@ import json as _json
 from . import _C
 
 __all__ = ["plan", "tune"]
+__version__ = _C.__version__  # the library's: 0.1.0+g<git describe>
 
 
 def plan(topology, nodes=1, gpus_per_node=0, json=True, graph_in="", env=None, dtype="float32"):

@@ -6,6 +6,7 @@
 #include "topocoll/topocoll.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -23,6 +24,7 @@
 #include "topocoll/log.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
+#include "c_api_internal.h"
 
 using topocoll::DataType;
 using topocoll::Error;
@@ -41,7 +43,9 @@ struct tcclComm {
   uint64_t magic = kLiveComm;
   std::unique_ptr<topocoll::runtime::Communicator> comm;
   std::string lastError;
-  tcclResult_t asyncError = tcclSuccess;
+  // The first failure of the communicator's job (a peer's death, a timeout, a failure another rank told): any thread
+  // reads it (tcclCommGetAsyncError from a watchdog while a call waits), so it is atomic.
+  std::atomic<tcclResult_t> asyncError{tcclSuccess};
   bool aborted = false;
 };
 
@@ -69,6 +73,11 @@ tcclResult_t toResult(StatusCode c) {
 // A handle this library made (live or destroyed): its memory is ours to write.
 bool isHandle(const tcclComm* comm) { return comm && (comm->magic == kLiveComm || comm->magic == kDeadComm); }
 
+// A failure of the job, not of the call's arguments: what tcclCommGetAsyncError reports from then on.
+bool isAsync(tcclResult_t r) {
+  return r == tcclSystemError || r == tcclRemoteError || r == tcclTimeout || r == tcclInternalError;
+}
+
 // Runs `f`, turning every exception into a result code and a remembered message (NCCL's WARN + ncclGetLastError).
 template <typename F>
 tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
@@ -77,9 +86,14 @@ tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
     return tcclSuccess;
   } catch (const Error& e) {
     tlsLastError = fmt::format("{}: {}", what, e.what());
-    if (isHandle(comm)) comm->lastError = tlsLastError;
+    const tcclResult_t rc = toResult(e.code());
+    if (isHandle(comm)) {
+      comm->lastError = tlsLastError;
+      tcclResult_t none = tcclSuccess;
+      if (isAsync(rc) && e.code() != StatusCode::kAborted) comm->asyncError.compare_exchange_strong(none, rc);
+    }
     TC_WARN("{}", tlsLastError);
-    return toResult(e.code());
+    return rc;
   } catch (const std::exception& e) {
     tlsLastError = fmt::format("{}: internal error: {}", what, e.what());
     if (isHandle(comm)) comm->lastError = tlsLastError;
@@ -303,7 +317,16 @@ tcclResult_t tcclCommGetAsyncError(tcclComm_t comm, tcclResult_t* asyncError) {
   return guarded(comm, "tcclCommGetAsyncError", [&] {
     checkHandle(comm);
     if (!asyncError) topocoll::fail(StatusCode::kInvalidArgument, "asyncError is NULL");
-    *asyncError = comm->asyncError;
+    *asyncError = comm->asyncError.load();
+    // A failure of the job that no call of this thread has seen yet (another rank's, told while a call waited).
+    std::string why;
+    if (*asyncError == tcclSuccess && comm->comm) {
+      if (StatusCode code = comm->comm->asyncError(&why); code != StatusCode::kOk) {
+        tcclResult_t none = tcclSuccess;
+        comm->asyncError.compare_exchange_strong(none, toResult(code));
+        *asyncError = comm->asyncError.load();
+      }
+    }
   });
 }
 
@@ -531,3 +554,15 @@ tcclResult_t tcclCommInitFromEnv(tcclComm_t* comm) {
 }
 
 }  // extern "C"
+
+namespace topocoll::runtime::capi {
+tcclResult_t refuse(tcclComm_t comm, const char* what, StatusCode code, const std::string& why) {
+  return guarded(comm, what, [&] { fail(code, "{}", why); });
+}
+tcclResult_t hostMemory(tcclComm_t comm, bool* host) {
+  return guarded(comm, "hostMemory", [&] {
+    checkComm(comm);
+    *host = comm->comm->hostMemory();
+  });
+}
+}  // namespace topocoll::runtime::capi

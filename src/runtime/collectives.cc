@@ -202,7 +202,10 @@ std::pair<StatusCode, std::string> CommImpl::relayFailure(StatusCode code, const
     engine_->setJobFailure(code, fmt::format("this rank's call failed: {}", why));  // its leftovers stop at once too
   }
   std::lock_guard<std::mutex> lock(jobMu_);
-  if (jobWhy_.empty()) jobWhy_ = first;
+  if (jobWhy_.empty()) {
+    jobWhy_ = first;
+    jobCode_ = code;
+  }
   jobFailed_.store(true, std::memory_order_release);
   return {code, first};
 }
@@ -290,6 +293,11 @@ std::string CommImpl::stuckRank() {
   return fmt::format("rank {} is the one stuck ({}, which said nothing while the others waited: it is stopped, "
                      "or stuck outside this communicator)",
                      r, path);
+}
+
+StatusCode CommImpl::jobCode() {
+  std::lock_guard<std::mutex> lock(jobMu_);
+  return jobCode_;
 }
 
 bool CommImpl::jobFailure(std::string* why) {

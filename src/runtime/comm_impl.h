@@ -122,6 +122,8 @@ class CommImpl {
   std::pair<StatusCode, std::string> relayFailure(StatusCode code, const std::string& why, const std::string& call);
   /// The job failed at an earlier call (relayFailure): every call fails with it.
   bool jobFailure(std::string* why);
+  /// Its code (kRemoteError when another rank's failure ended the job); kOk while the job is well.
+  StatusCode jobCode();
   /// How long a rank whose connection broke waits for word of a failure elsewhere before it names its peer.
   static constexpr std::chrono::milliseconds kRelayGrace{500};
   /// The engine's stalls (progress::Engine::Options::onStall): the job's failure told by another rank; and once a
@@ -148,6 +150,7 @@ class CommImpl {
   std::atomic<bool> abort_{false};
   std::mutex jobMu_;
   std::string jobWhy_;  // the job's failure (relayFailure), under jobMu_
+  StatusCode jobCode_ = StatusCode::kOk;  // its code, under jobMu_
   std::atomic<bool> jobFailed_{false};  // jobWhy_ is set
   uint64_t collSeq_ = 0;  // collectives executed (Args::seq; under the collective queue's hold)
   std::unique_ptr<bootstrap::Bootstrap> bs_;

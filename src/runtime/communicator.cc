@@ -194,7 +194,7 @@ void CommImpl::initialise(const InitOptions& opts) {
   log::setThreadRank(rank_);
   static std::once_flag versionOnce;
   std::call_once(versionOnce, [] {
-    TC_LOG_(log::Level::kVersion, log::kInit, "topocoll version {} (NCCL 2.30.7 rules)", TOPOCOLL_VERSION_STRING);
+    TC_LOG_(log::Level::kVersion, log::kInit, "topocoll version {} (NCCL 2.30.7 rules)", TOPOCOLL_VERSION_FULL);
   });
   if (opts.cfg.testDieAfter == "bootstrap") std::_Exit(3);
   bool gpuMode = false;

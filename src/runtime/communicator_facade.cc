@@ -86,5 +86,11 @@ void Communicator::connectAll() { impl_->connectAll(); }
 std::vector<ConnectionInfo> Communicator::connections() const { return impl_->connections(); }
 void Communicator::abort() { impl_->abort(); }
 bool Communicator::aborted() const { return impl_->abort_.load(); }
+StatusCode Communicator::asyncError(std::string* why) const {
+  std::string w;
+  if (!impl_->jobFailure(&w)) return StatusCode::kOk;
+  if (why) *why = w;
+  return impl_->jobCode();
+}
 
 }  // namespace topocoll::runtime

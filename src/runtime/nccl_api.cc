@@ -3,6 +3,19 @@
 // communicator handles are the same objects, so every function forwards its arguments unchanged. Each symbol is also
 // exported with NCCL's profiling prefix (pncclX), as libnccl.so does.
 #include "topocoll/nccl_compat/nccl.h"
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "c_api_internal.h"
+#include "topocoll/config.h"
+#include "topocoll/env.h"
+#include "topocoll/log.h"
 #include "topocoll/topocoll.h"
 
 static_assert(sizeof(ncclUniqueId) == sizeof(tcclUniqueId));
@@ -16,6 +29,103 @@ ncclResult_t r(tcclResult_t rc) { return static_cast<ncclResult_t>(rc); }
 tcclDataType_t t(ncclDataType_t d) { return static_cast<tcclDataType_t>(d); }
 tcclRedOp_t o(ncclRedOp_t op) { return static_cast<tcclRedOp_t>(op); }
 tcclStream_t s(cudaStream_t st) { return reinterpret_cast<tcclStream_t>(st); }
+}  // namespace
+
+namespace {
+using topocoll::StatusCode;
+
+ncclResult_t refused(ncclComm_t comm, const char* what, StatusCode code, const std::string& why) {
+  return r(topocoll::runtime::capi::refuse(c(comm), what, code, why));
+}
+// What this build cannot do yet fails, naming why: never a silent success, never another library's code.
+ncclResult_t notHere(ncclComm_t comm, const char* what, const char* why) {
+  return refused(comm, what, StatusCode::kInvalidUsage, fmt::format("not supported by topocoll yet: {}", why));
+}
+
+// A config as ncclCommInitRankConfig reads it: NCCL_CONFIG_INITIALIZER's magic, a size this library knows (an older
+// NCCL's smaller struct: the fields past its size are unset), and each field's range. "" when valid, else the field
+// at fault and why.
+std::string checkConfig(const ncclConfig_t* cfg) {
+  if (!cfg) return "";
+  if (cfg->magic != NCCL_API_MAGIC)
+    return fmt::format("config->magic is {:#x}, not NCCL_API_MAGIC: initialise the config with NCCL_CONFIG_INITIALIZER",
+                       cfg->magic);
+  constexpr size_t kOldest = offsetof(ncclConfig_t, blocking) + sizeof(int);
+  if (cfg->size < kOldest || cfg->size > sizeof(ncclConfig_t))
+    return fmt::format("config->size is {}: an ncclConfig_t of NCCL 2.14 to 2.30 has {} to {} bytes", cfg->size,
+                       kOldest, sizeof(ncclConfig_t));
+  if (cfg->version < static_cast<unsigned>(NCCL_VERSION(2, 14, 0)))
+    return fmt::format("config->version is {}: not an NCCL version (NCCL_VERSION_CODE, 21400 or later)", cfg->version);
+  auto has = [&](size_t offset) { return offset + sizeof(int) <= cfg->size; };
+  struct Field {
+    const char* name;
+    size_t offset;
+    int lo, hi;  // the range of a set value
+  };
+  constexpr int kMax = std::numeric_limits<int>::max();
+  static constexpr Field kFields[] = {
+      {"blocking", offsetof(ncclConfig_t, blocking), 0, 1},
+      {"cgaClusterSize", offsetof(ncclConfig_t, cgaClusterSize), 0, 8},
+      {"minCTAs", offsetof(ncclConfig_t, minCTAs), 1, 64},
+      {"maxCTAs", offsetof(ncclConfig_t, maxCTAs), 1, 64},
+      {"splitShare", offsetof(ncclConfig_t, splitShare), 0, 1},
+      {"trafficClass", offsetof(ncclConfig_t, trafficClass), 0, kMax},
+      {"collnetEnable", offsetof(ncclConfig_t, collnetEnable), 0, 1},
+      {"CTAPolicy", offsetof(ncclConfig_t, CTAPolicy), 0, NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO},
+      {"shrinkShare", offsetof(ncclConfig_t, shrinkShare), 0, 1},
+      {"nvlsCTAs", offsetof(ncclConfig_t, nvlsCTAs), 1, 64},
+      {"nChannelsPerNetPeer", offsetof(ncclConfig_t, nChannelsPerNetPeer), 1, 64},
+      {"nvlinkCentricSched", offsetof(ncclConfig_t, nvlinkCentricSched), 0, 1},
+      {"graphUsageMode", offsetof(ncclConfig_t, graphUsageMode), 0, 2},
+      {"numRmaCtx", offsetof(ncclConfig_t, numRmaCtx), 1, kMax},
+      {"maxP2pPeers", offsetof(ncclConfig_t, maxP2pPeers), 1, kMax},
+      {"graphStreamOrdering", offsetof(ncclConfig_t, graphStreamOrdering), 0, 1},
+  };
+  for (const Field& f : kFields) {
+    if (!has(f.offset)) continue;
+    int v;
+    std::memcpy(&v, reinterpret_cast<const char*>(cfg) + f.offset, sizeof v);
+    if (v != NCCL_CONFIG_UNDEF_INT && (v < f.lo || v > f.hi))
+      return fmt::format("config->{} is {}: expected {} to {} (or NCCL_CONFIG_UNDEF_INT for the default)", f.name, v,
+                         f.lo, f.hi);
+  }
+  if (has(offsetof(ncclConfig_t, maxCTAs)) && cfg->minCTAs != NCCL_CONFIG_UNDEF_INT &&
+      cfg->maxCTAs != NCCL_CONFIG_UNDEF_INT && cfg->minCTAs > cfg->maxCTAs)
+    return fmt::format("config->minCTAs {} is above config->maxCTAs {}", cfg->minCTAs, cfg->maxCTAs);
+  return "";
+}
+
+// The Param API's handle is the knob's registry entry.
+const topocoll::Knob* knobOf(ncclParamHandle_t h) { return reinterpret_cast<const topocoll::Knob*>(h); }
+// A knob's value now: the environment's (NCCL_CONF_FILE and the config files are not read yet), else its default.
+ncclResult_t knobText(const topocoll::Knob& k, std::string* out) {
+  try {
+    *out = k.get(topocoll::Config::fromEnv(topocoll::Env::fromProcess()));
+    return ncclSuccess;
+  } catch (const topocoll::Error& e) {
+    return refused(nullptr, "ncclParam", e.code(), e.what());
+  }
+}
+template <typename T>
+ncclResult_t knobInt(ncclParamHandle_t h, T* out, const char* what) {
+  if (!h || !out) return refused(nullptr, what, StatusCode::kInvalidArgument, "handle or out is NULL");
+  const topocoll::Knob& k = *knobOf(h);
+  if (k.type != "int" && k.type != "bool")
+    return refused(nullptr, what, StatusCode::kInvalidArgument,
+                   fmt::format("{} is a {} knob, not an integer: read it with ncclParamGetStr", k.name, k.type));
+  std::string text;
+  if (ncclResult_t rc = knobText(k, &text); rc != ncclSuccess) return rc;
+  long long v = 0;
+  char* end = nullptr;
+  errno = 0;
+  v = std::strtoll(text.c_str(), &end, 0);
+  if (errno || !end || *end || v < static_cast<long long>(std::numeric_limits<T>::min()) ||
+      (v > 0 && static_cast<unsigned long long>(v) > static_cast<unsigned long long>(std::numeric_limits<T>::max())))
+    return refused(nullptr, what, StatusCode::kInvalidArgument,
+                   fmt::format("{}={} does not fit the type this getter reads", k.name, text));
+  *out = static_cast<T>(v);
+  return ncclSuccess;
+}
 }  // namespace
 
 #define TC_EXPORT extern "C" __attribute__((visibility("default")))
@@ -92,6 +202,185 @@ TC_EXPORT ncclResult_t ncclRecv(void* rb, size_t n, ncclDataType_t d, int peer, 
 TC_EXPORT ncclResult_t ncclGroupStart(void) { return r(tcclGroupStart()); }
 TC_EXPORT ncclResult_t ncclGroupEnd(void) { return r(tcclGroupEnd()); }
 
+// A blocking or non-blocking communicator with a validated config. Non-blocking (config->blocking = 0): each call
+// completes before it returns and returns ncclSuccess, which NCCL's contract allows (a caller polls
+// ncclCommGetAsyncError only after ncclInProgress). commName is named in the log.
+TC_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                              ncclConfig_t* config) {
+  if (std::string why = checkConfig(config); !why.empty())
+    return refused(nullptr, "ncclCommInitRankConfig", StatusCode::kInvalidArgument, why);
+  const ncclResult_t rc = ncclCommInitRank(comm, nranks, commId, rank);
+  if (rc == ncclSuccess && config && config->size > offsetof(ncclConfig_t, commName) && config->commName)
+    TC_INFO(topocoll::log::kInit, "ncclCommInitRankConfig comm {} commName {} rank {} nranks {}", (void*)*comm,
+            config->commName, rank, nranks);
+  return rc;
+}
+// One id: the same as ncclCommInitRankConfig. Several roots (NCCL's scalable bootstrap) are not built yet.
+TC_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                                ncclUniqueId* commIds, ncclConfig_t* config) {
+  if (nId < 1 || !commIds)
+    return refused(nullptr, "ncclCommInitRankScalable", StatusCode::kInvalidArgument,
+                   fmt::format("nId is {} and commIds {}: at least one id is needed", nId, (void*)commIds));
+  if (nId > 1)
+    return notHere(nullptr, "ncclCommInitRankScalable",
+                   "ids from several roots (give one id: every rank registers with its root)");
+  return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+}
+TC_EXPORT ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId*) {
+  return notHere(comm, "ncclCommGetUniqueId", "growing a communicator (ncclCommGrow)");
+}
+TC_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int, int, ncclComm_t* newcomm, ncclConfig_t*) {
+  if (newcomm) *newcomm = nullptr;
+  return notHere(comm, "ncclCommSplit", "a communicator of a subset of the parent's ranks");
+}
+TC_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int*, int, ncclComm_t* newcomm, ncclConfig_t*, int) {
+  if (newcomm) *newcomm = nullptr;
+  return notHere(comm, "ncclCommShrink", "a communicator without the excluded ranks");
+}
+TC_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int, const ncclUniqueId*, int, ncclComm_t* newcomm,
+                                    ncclConfig_t*) {
+  if (newcomm) *newcomm = nullptr;
+  return notHere(comm, "ncclCommGrow", "adding ranks to a communicator");
+}
+TC_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
+  return notHere(comm, "ncclCommRevoke", "revoking a communicator (ncclCommAbort ends one)");
+}
+TC_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int) {
+  return notHere(comm, "ncclCommSuspend", "suspending a communicator's memory");
+}
+TC_EXPORT ncclResult_t ncclCommResume(ncclComm_t comm) {
+  return notHere(comm, "ncclCommResume", "suspending a communicator's memory");
+}
+// The GPU memory the communicator holds: none on host memory.
+TC_EXPORT ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
+  if (!value) return refused(comm, "ncclCommMemStats", StatusCode::kInvalidArgument, "value is NULL");
+  if (stat < ncclStatGpuMemSuspend || stat > ncclStatGpuMemTotal)
+    return refused(comm, "ncclCommMemStats", StatusCode::kInvalidArgument,
+                   fmt::format("stat {} is not an ncclCommMemStat_t", static_cast<int>(stat)));
+  bool host = false;
+  if (ncclResult_t rc = r(topocoll::runtime::capi::hostMemory(c(comm), &host)); rc != ncclSuccess) return rc;
+  if (!host) return notHere(comm, "ncclCommMemStats", "the device memory of a communicator on GPUs");
+  *value = 0;
+  return ncclSuccess;
+}
+TC_EXPORT void ncclResetDebugInit(void) {
+  topocoll::log::configure(topocoll::log::settingsFromEnv(topocoll::Env::fromProcess()));
+}
+TC_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void*, size_t, void** handle) {
+  if (handle) *handle = nullptr;
+  return notHere(comm, "ncclCommRegister", "buffer registration");
+}
+TC_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void*) {
+  return notHere(comm, "ncclCommDeregister", "buffer registration");
+}
+TC_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void*, size_t, ncclWindow_t* win, int) {
+  if (win) *win = nullptr;
+  return notHere(comm, "ncclCommWindowRegister", "memory windows");
+}
+TC_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t) {
+  return notHere(comm, "ncclCommWindowDeregister", "memory windows");
+}
+TC_EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t, void**) {
+  return notHere(comm, "ncclWinGetUserPtr", "memory windows");
+}
+TC_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void*, ncclDataType_t, ncclScalarResidence_t,
+                                                ncclComm_t comm) {
+  if (op) *op = ncclMaxRedOp;
+  return notHere(comm, "ncclRedOpCreatePreMulSum", "reduction ops made at run time");
+}
+TC_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  if (op >= ncclSum && op < ncclNumOps)
+    return refused(comm, "ncclRedOpDestroy", StatusCode::kInvalidArgument,
+                   fmt::format("op {} is built in: only ops ncclRedOpCreatePreMulSum made can be destroyed",
+                               static_cast<int>(op)));
+  return refused(comm, "ncclRedOpDestroy", StatusCode::kInvalidArgument,
+                 fmt::format("op {} was not made by ncclRedOpCreatePreMulSum on this communicator",
+                             static_cast<int>(op)));
+}
+TC_EXPORT ncclResult_t ncclPutSignal(const void*, size_t, ncclDataType_t, int, ncclWindow_t, size_t, int, int,
+                                     unsigned int, ncclComm_t comm, cudaStream_t) {
+  return notHere(comm, "ncclPutSignal", "one-sided puts into memory windows");
+}
+TC_EXPORT ncclResult_t ncclSignal(int, int, int, unsigned int, ncclComm_t comm, cudaStream_t) {
+  return notHere(comm, "ncclSignal", "one-sided signals");
+}
+TC_EXPORT ncclResult_t ncclWaitSignal(int, ncclWaitSignalDesc_t*, ncclComm_t comm, cudaStream_t) {
+  return notHere(comm, "ncclWaitSignal", "one-sided signals");
+}
+TC_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) {
+  return notHere(nullptr, "ncclGroupSimulateEnd", "estimating a group's time from the cost model");
+}
+
+// The Param API over topocoll's knob registry (`topocoll params`): NCCL's knobs that topocoll reads, and its own.
+TC_EXPORT ncclResult_t ncclParamBind(ncclParamHandle_t* out, const char* key) {
+  if (!out || !key) return refused(nullptr, "ncclParamBind", StatusCode::kInvalidArgument, "out or key is NULL");
+  const topocoll::Knob* k = topocoll::findKnob(key);
+  if (!k)
+    return refused(nullptr, "ncclParamBind", StatusCode::kInvalidArgument,
+                   topocoll::isNcclKnobName(key)
+                       ? fmt::format("{} is NCCL's knob, which topocoll does not read (`topocoll params` lists ours)", key)
+                       : fmt::format("{} is not a knob (`topocoll params` lists them)", key));
+  *out = reinterpret_cast<ncclParamHandle_t>(const_cast<topocoll::Knob*>(k));
+  return ncclSuccess;
+}
+TC_EXPORT ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t* out) { return knobInt(h, out, "ncclParamGetI8"); }
+TC_EXPORT ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t* out) { return knobInt(h, out, "ncclParamGetI16"); }
+TC_EXPORT ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t* out) { return knobInt(h, out, "ncclParamGetI32"); }
+TC_EXPORT ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t* out) { return knobInt(h, out, "ncclParamGetI64"); }
+TC_EXPORT ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t* out) { return knobInt(h, out, "ncclParamGetU8"); }
+TC_EXPORT ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t* out) { return knobInt(h, out, "ncclParamGetU16"); }
+TC_EXPORT ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t* out) { return knobInt(h, out, "ncclParamGetU32"); }
+TC_EXPORT ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t* out) { return knobInt(h, out, "ncclParamGetU64"); }
+// Any knob as text (valid until this thread's next call).
+TC_EXPORT ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char** out) {
+  if (!h || !out) return refused(nullptr, "ncclParamGetStr", StatusCode::kInvalidArgument, "handle or out is NULL");
+  static thread_local std::string text;
+  if (ncclResult_t rc = knobText(*knobOf(h), &text); rc != ncclSuccess) return rc;
+  *out = text.c_str();
+  return ncclSuccess;
+}
+// The text with its terminating NUL, into the caller's buffer.
+TC_EXPORT ncclResult_t ncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len) {
+  if (!h || !out) return refused(nullptr, "ncclParamGet", StatusCode::kInvalidArgument, "handle or out is NULL");
+  std::string text;
+  if (ncclResult_t rc = knobText(*knobOf(h), &text); rc != ncclSuccess) return rc;
+  const int need = static_cast<int>(text.size()) + 1;
+  if (len) *len = need;
+  if (maxLen < need)
+    return refused(nullptr, "ncclParamGet", StatusCode::kInvalidArgument,
+                   fmt::format("{} needs {} bytes, maxLen is {}", knobOf(h)->name, need, maxLen));
+  std::memcpy(out, text.c_str(), static_cast<size_t>(need));
+  return ncclSuccess;
+}
+TC_EXPORT ncclResult_t ncclParamGetParameter(const char* key, const char** value, int* valueLen) {
+  if (!key || !value || !valueLen)
+    return refused(nullptr, "ncclParamGetParameter", StatusCode::kInvalidArgument, "key, value or valueLen is NULL");
+  *value = nullptr;
+  *valueLen = 0;
+  ncclParamHandle_t h;
+  if (ncclResult_t rc = ncclParamBind(&h, key); rc != ncclSuccess) return rc;
+  if (ncclResult_t rc = ncclParamGetStr(h, value); rc != ncclSuccess) return rc;
+  *valueLen = static_cast<int>(std::strlen(*value));
+  return ncclSuccess;
+}
+TC_EXPORT ncclResult_t ncclParamGetAllParameterKeys(const char*** table, int* tableLen) {
+  if (!table || !tableLen)
+    return refused(nullptr, "ncclParamGetAllParameterKeys", StatusCode::kInvalidArgument, "table or tableLen is NULL");
+  static thread_local std::vector<const char*> keys;
+  keys.clear();
+  for (const topocoll::Knob& k : topocoll::knobs()) keys.push_back(k.name.c_str());  // the registry lives forever
+  *table = keys.data();
+  *tableLen = static_cast<int>(keys.size());
+  return ncclSuccess;
+}
+TC_EXPORT void ncclParamDumpAll(void) {
+  std::printf("=== topocoll knobs (ncclParamDumpAll) ===\n");
+  std::string text;
+  for (const topocoll::Knob& k : topocoll::knobs())
+    if (knobText(k, &text) == ncclSuccess)
+      std::printf("%s=%s (default %s, %s)\n", k.name.c_str(), text.c_str(), k.defaultText().c_str(), k.type.c_str());
+}
+
 TC_ALIAS(ncclGetVersion)
 TC_ALIAS(ncclGetUniqueId)
 TC_ALIAS(ncclCommInitRank)
@@ -120,3 +409,39 @@ TC_ALIAS(ncclSend)
 TC_ALIAS(ncclRecv)
 TC_ALIAS(ncclGroupStart)
 TC_ALIAS(ncclGroupEnd)
+TC_ALIAS(ncclCommInitRankConfig)
+TC_ALIAS(ncclCommInitRankScalable)
+TC_ALIAS(ncclCommGetUniqueId)
+TC_ALIAS(ncclCommSplit)
+TC_ALIAS(ncclCommShrink)
+TC_ALIAS(ncclCommGrow)
+TC_ALIAS(ncclCommRevoke)
+TC_ALIAS(ncclCommSuspend)
+TC_ALIAS(ncclCommResume)
+TC_ALIAS(ncclCommMemStats)
+TC_ALIAS(ncclResetDebugInit)
+TC_ALIAS(ncclCommRegister)
+TC_ALIAS(ncclCommDeregister)
+TC_ALIAS(ncclCommWindowRegister)
+TC_ALIAS(ncclCommWindowDeregister)
+TC_ALIAS(ncclWinGetUserPtr)
+TC_ALIAS(ncclRedOpCreatePreMulSum)
+TC_ALIAS(ncclRedOpDestroy)
+TC_ALIAS(ncclPutSignal)
+TC_ALIAS(ncclSignal)
+TC_ALIAS(ncclWaitSignal)
+TC_ALIAS(ncclGroupSimulateEnd)
+TC_ALIAS(ncclParamBind)
+TC_ALIAS(ncclParamGetI8)
+TC_ALIAS(ncclParamGetI16)
+TC_ALIAS(ncclParamGetI32)
+TC_ALIAS(ncclParamGetI64)
+TC_ALIAS(ncclParamGetU8)
+TC_ALIAS(ncclParamGetU16)
+TC_ALIAS(ncclParamGetU32)
+TC_ALIAS(ncclParamGetU64)
+TC_ALIAS(ncclParamGetStr)
+TC_ALIAS(ncclParamGet)
+TC_ALIAS(ncclParamGetParameter)
+TC_ALIAS(ncclParamGetAllParameterKeys)
+TC_ALIAS(ncclParamDumpAll)

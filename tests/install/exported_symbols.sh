@@ -27,7 +27,7 @@ done
 echo "libtopocoll.so: $(echo "$declared" | wc -l) C functions, $(exports "$lib" | grep -c '^_Z') C++ symbols"
 
 nccl=$build/libtopocoll_nccl.so
-stray=$(exports "$nccl" | grep -vE '^p?nccl[A-Z][A-Za-z]*$' || true)
+stray=$(exports "$nccl" | grep -vE '^p?nccl[A-Z][A-Za-z0-9]*$' || true)
 if [ -n "$stray" ]; then
   echo "FAIL: libtopocoll_nccl.so exports symbols outside NCCL's API:"; echo "$stray" | c++filt | head -40; fail=1
 fi

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "perf.h"
+#include "topocoll/version.h"
 #include "topocoll/auth.h"
 #include "topocoll/env.h"
 #include "topocoll/runtime/communicator.h"
@@ -40,6 +41,8 @@ using namespace topocoll::perf;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr const char* kNcclTestsVersion = "2.19.6";  // NVIDIA nccl-tests' release whose flags and columns these are
+constexpr int kNcclApiVersion = 23007;                // the NCCL API topocoll implements (NCCL_VERSION_CODE)
 
 double now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
@@ -409,7 +412,11 @@ void printHeader(World& w, const Options& o, const std::string& program) {
   all[w.rank] = me;
   w.allGather(all.data(), sizeof(Who));
   if (w.rank != 0) return;
-  std::printf("# topocoll-perf, nccl-tests format (topocoll %d.%d.%d)\n", TCCL_MAJOR, TCCL_MINOR, TCCL_PATCH);
+  // nccl-tests' first line (the version of the tests whose flags and columns these are, NCCL's API level of the
+  // headers and of the library), then who prints it.
+  std::printf("# nccl-tests version %s nccl-headers=%d nccl-library=%d\n", kNcclTestsVersion, kNcclApiVersion,
+              kNcclApiVersion);
+  std::printf("# topocoll-perf %s, nccl-tests format\n", TOPOCOLL_VERSION_FULL);
   std::printf("# Collective test starting: %s\n", program.c_str());
   std::printf(
       "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "

@@ -198,6 +198,10 @@ class TOPOCOLL_API Communicator {
   std::vector<ConnectionInfo> connections() const;
   /// Any thread: every pending and later operation fails with kAborted; every wait returns.
   void abort();
+  /// Any thread (a watchdog polling while another thread waits in a call): the failure that ended this
+  /// communicator's job, kOk while there is none. A call of this rank failed and told the job, or a call of this
+  /// rank learnt of another rank's failure; every later call fails with it (`why` names the rank at fault).
+  StatusCode asyncError(std::string* why) const;
   bool aborted() const;
 
  private:
