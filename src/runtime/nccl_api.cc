@@ -97,14 +97,20 @@ std::string checkConfig(const ncclConfig_t* cfg) {
 
 // The Param API's handle is the knob's registry entry.
 const topocoll::Knob* knobOf(ncclParamHandle_t h) { return reinterpret_cast<const topocoll::Knob*>(h); }
-// A knob's value now: the environment's (NCCL_CONF_FILE and the config files are not read yet), else its default.
-ncclResult_t knobText(const topocoll::Knob& k, std::string* out) {
+// The knobs' values now: the environment's (NCCL_CONF_FILE and the config files are not read yet), else defaults.
+ncclResult_t currentConfig(topocoll::Config* cfg) {
   try {
-    *out = k.get(topocoll::Config::fromEnv(topocoll::Env::fromProcess()));
+    *cfg = topocoll::Config::fromEnv(topocoll::Env::fromProcess());
     return ncclSuccess;
   } catch (const topocoll::Error& e) {
     return refused(nullptr, "ncclParam", e.code(), e.what());
   }
+}
+ncclResult_t knobText(const topocoll::Knob& k, std::string* out) {
+  topocoll::Config cfg;
+  if (ncclResult_t rc = currentConfig(&cfg); rc != ncclSuccess) return rc;
+  *out = k.get(cfg);
+  return ncclSuccess;
 }
 template <typename T>
 ncclResult_t knobInt(ncclParamHandle_t h, T* out, const char* what) {
@@ -210,7 +216,8 @@ TC_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, nccl
   if (std::string why = checkConfig(config); !why.empty())
     return refused(nullptr, "ncclCommInitRankConfig", StatusCode::kInvalidArgument, why);
   const ncclResult_t rc = ncclCommInitRank(comm, nranks, commId, rank);
-  if (rc == ncclSuccess && config && config->size > offsetof(ncclConfig_t, commName) && config->commName)
+  if (rc == ncclSuccess && config && config->size >= offsetof(ncclConfig_t, commName) + sizeof(config->commName) &&
+      config->commName)
     TC_INFO(topocoll::log::kInit, "ncclCommInitRankConfig comm {} commName {} rank {} nranks {}", (void*)*comm,
             config->commName, rank, nranks);
   return rc;
@@ -375,10 +382,11 @@ TC_EXPORT ncclResult_t ncclParamGetAllParameterKeys(const char*** table, int* ta
 }
 TC_EXPORT void ncclParamDumpAll(void) {
   std::printf("=== topocoll knobs (ncclParamDumpAll) ===\n");
-  std::string text;
+  topocoll::Config cfg;  // the environment parsed once for every knob
+  if (currentConfig(&cfg) != ncclSuccess) return;
   for (const topocoll::Knob& k : topocoll::knobs())
-    if (knobText(k, &text) == ncclSuccess)
-      std::printf("%s=%s (default %s, %s)\n", k.name.c_str(), text.c_str(), k.defaultText().c_str(), k.type.c_str());
+    std::printf("%s=%s (default %s, %s)\n", k.name.c_str(), k.get(cfg).c_str(), k.defaultText().c_str(),
+                k.type.c_str());
 }
 
 TC_ALIAS(ncclGetVersion)
