@@ -38,6 +38,9 @@ struct AuthKey {
   /// SHA-256 over `label` and `data`: a key from a passphrase or a key file's contents, or (for jobs that were given
   /// no secret) from public facts about the job.
   static AuthKey derive(std::string_view label, std::string_view data);
+  /// HMAC-SHA-256(this key, `context`): the secret of a communicator made from this job's (ncclCommSplit,
+  /// ncclCommShrink). Every rank that holds this key computes it alone, so the new secret never travels.
+  AuthKey child(std::string_view context) const;
   /// Constant-time comparison (CRYPTO_memcmp).
   bool sameAs(const AuthKey& other) const;
 };

@@ -87,6 +87,10 @@ typedef enum TCCL_ENUM_INT {
 
 typedef enum TCCL_ENUM_INT { tcclSum = 0, tcclProd = 1, tcclMax = 2, tcclMin = 3, tcclAvg = 4, tcclNumOps = 5 } tcclRedOp_t;
 
+/* Where a PreMulSum's scalar lives: read at each call through the pointer (tcclScalarDevice), or copied at creation
+ * (tcclScalarHostImmediate). */
+typedef enum TCCL_ENUM_INT { tcclScalarDevice = 0, tcclScalarHostImmediate = 1 } tcclScalarResidence_t;
+
 /* TCCL_VERSION_CODE of the library. */
 TCCL_API tcclResult_t tcclGetVersion(int* version);
 /* Starts the rendezvous root in this process (kept alive until every rank has joined) and returns its id. */
@@ -100,6 +104,18 @@ TCCL_API tcclResult_t tcclCommFinalize(tcclComm_t comm);
 TCCL_API tcclResult_t tcclCommDestroy(tcclComm_t comm);
 /* Stops every pending operation (they fail with tcclInvalidUsage / the abort message) and frees the communicator. */
 TCCL_API tcclResult_t tcclCommAbort(tcclComm_t comm);
+/* NCCL's ncclCommSplit: every rank of `comm` calls it (after the same calls); the ranks of one `color` (>= 0) make
+ * a communicator, ranked by `key` then by their rank in `comm`. TCCL_SPLIT_NOCOLOR: this rank joins none and gets
+ * NULL. The new communicator is independent of `comm` (destroy them in any order). */
+#define TCCL_SPLIT_NOCOLOR (-1)
+TCCL_API tcclResult_t tcclCommSplit(tcclComm_t comm, int color, int key, tcclComm_t* newcomm);
+/* NCCL's ncclCommShrink: the ranks not in `excludeRanks` (which do not call it) make a communicator, in their order
+ * in `comm`; it works when the excluded ranks died or hang. TCCL_SHRINK_ABORT: `comm`'s pending calls end first
+ * (with an error), and `comm` is aborted (destroy it afterwards). Every calling rank gives the same list. */
+#define TCCL_SHRINK_DEFAULT 0
+#define TCCL_SHRINK_ABORT 1
+TCCL_API tcclResult_t tcclCommShrink(tcclComm_t comm, const int* excludeRanks, int excludeCount, tcclComm_t* newcomm,
+                                     int flags);
 TCCL_API tcclResult_t tcclCommCount(const tcclComm_t comm, int* count);
 TCCL_API tcclResult_t tcclCommUserRank(const tcclComm_t comm, int* rank);
 /* The GPU of this rank, -1 for a host-memory rank. */
@@ -136,6 +152,13 @@ TCCL_API tcclResult_t tcclGather(const void* sendbuff, void* recvbuff, size_t co
                         tcclComm_t comm, tcclStream_t stream);
 TCCL_API tcclResult_t tcclScatter(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
                          tcclComm_t comm, tcclStream_t stream);
+/* NCCL's ncclRedOpCreatePreMulSum: an op of `comm` for `datatype` (any of them, as NCCL) that multiplies each rank's
+ * input by *scalar, then sums; for AllReduce, Reduce and ReduceScatter on host buffers. Ops are numbered from
+ * tcclNumOps; tcclRedOpDestroy frees one (a destroyed op, or one of another communicator, is tcclInvalidArgument). */
+TCCL_API tcclResult_t tcclRedOpCreatePreMulSum(tcclRedOp_t* op, void* scalar, tcclDataType_t datatype,
+                                               tcclScalarResidence_t residence, tcclComm_t comm);
+TCCL_API tcclResult_t tcclRedOpDestroy(tcclRedOp_t op, tcclComm_t comm);
+
 /* Returns when every rank has entered it (not in NCCL: its users allreduce one element). */
 TCCL_API tcclResult_t tcclBarrier(tcclComm_t comm, tcclStream_t stream);
 

@@ -60,6 +60,12 @@ std::string sealContext(int rank) { return "bootstrap message to rank " + std::t
 
 }  // namespace
 
+UniqueId withKey(const UniqueId& id, const AuthKey& key) {
+  UniqueId out = id;
+  std::memcpy(out.bytes.data() + kKeyOffset, key.bytes.data(), key.bytes.size());
+  return out;
+}
+
 AuthKey keyOf(const UniqueId& id) {
   AuthKey k;
   std::memcpy(k.bytes.data(), id.bytes.data() + kKeyOffset, k.bytes.size());
@@ -155,11 +161,12 @@ struct TcpBootstrap::Impl {
     std::lock_guard<std::mutex> lock(failMu);
     if (failed) throw *failed;
   }
+  void markFailed(StatusCode code, const std::string& text) {
+    std::lock_guard<std::mutex> lock(failMu);
+    if (!failed) failed.emplace(code, text);
+  }
   [[noreturn]] void failWith(StatusCode code, const std::string& text) {
-    {
-      std::lock_guard<std::mutex> lock(failMu);
-      if (!failed) failed.emplace(code, text);
-    }
+    markFailed(code, text);
     throwIfFailed();
     std::abort();  // unreachable
   }
@@ -180,6 +187,12 @@ struct TcpBootstrap::Impl {
   // Polls `own` (the caller's sockets) together with the listener, the incoming connections and the root for up to
   // `ms`, handles what arrived on the latter, and throws when the job failed.
   void service(std::vector<pollfd>& own, int ms) {
+    pump(own, ms);
+    throwIfFailed();
+  }
+
+  // service() without the throw: what arrived is handled (a failure told is recorded), for the survivors' messages.
+  void pump(std::vector<pollfd>& own, int ms) {
     std::vector<pollfd> fds = own;
     const size_t base = fds.size();
     fds.push_back({listener.fd(), POLLIN, 0});
@@ -197,7 +210,6 @@ struct TcpBootstrap::Impl {
       if (c.sock.valid() && now >= c.deadline) dropIncoming(c, "no complete message in time");
     std::erase_if(incoming, [](const Incoming& c) { return !c.sock.valid(); });
     if (fds[base].revents) acceptAll();
-    throwIfFailed();
   }
 
   void acceptAll() {
@@ -267,7 +279,8 @@ struct TcpBootstrap::Impl {
       auto b = c.parser.takeBody();
       c.sock = Socket();
       heardOf(std::string(b.begin(), b.end()));
-      failWith(StatusCode::kRemoteError, fmt::format("rank {}: {}", rank, std::string(b.begin(), b.end())));
+      markFailed(StatusCode::kRemoteError, fmt::format("rank {}: {}", rank, std::string(b.begin(), b.end())));
+      return;  // service() throws it
     }
     if (h.tag == kTagRing) {
       if (h.rank == (rank - 1 + nRanks) % nRanks && !prev.valid()) prev = std::move(c.sock);
@@ -630,6 +643,61 @@ void TcpBootstrap::recv(int peer, int tag, void* data, size_t size) {
          it->data.size(), size);
   if (size) std::memcpy(data, it->data.data(), size);
   I.unexpected.erase(it);
+}
+
+AuthKey TcpBootstrap::childKey(std::string_view context) const { return impl_->key.child(context); }
+
+std::string TcpBootstrap::childRootHost() const {
+  SocketAddress a = impl_->listenAddr;
+  a.setPort(0);
+  return a.toString();
+}
+
+// send() for the survivors of a failed job: no word of the failure stops it, and a peer that cannot be reached is
+// this call's failure alone (it is not told to the job).
+void TcpBootstrap::sendSurvivor(int peer, int tag, const void* data, size_t size) {
+  Impl& I = *impl_;
+  if (peer < 0 || peer >= nRanks_ || peer >= static_cast<int>(I.peers.size()))
+    fail(StatusCode::kInvalidArgument, "bootstrap send to rank {} of {}", peer, nRanks_);
+  if (tag < 0) fail(StatusCode::kInvalidArgument, "bootstrap send: tag {} is negative", tag);
+  if (size > I.opts.maxMessageBytes) fail(StatusCode::kInvalidArgument, "bootstrap message of {} bytes is over the limit", size);
+  const auto until = I.deadline();
+  std::string what = fmt::format("rank {} sending tag {} to rank {}", rank_, tag, peer);
+  SocketAddress a;
+  SocketAddress::fromWire(I.peers[peer], &a);
+  try {
+    Socket s = Socket::connect(a, until, Interrupt{}, what, /*retryRefused=*/false);
+    I.sendSealed(s, peer, Header{I.magic, rank_, tag, size}, data, until, Interrupt{}, what);
+  } catch (const Error& e) {
+    fail(StatusCode::kRemoteError, "rank {}: rank {} cannot be reached at {} (it died, or left): {}", rank_, peer,
+         a.toString(), e.what());
+  }
+}
+
+// recv() for the survivors of a failed job: serves the connections as recv() does, and a failure of the job told
+// meanwhile is recorded (failedElsewhere) without ending the wait.
+void TcpBootstrap::recvSurvivor(int peer, int tag, void* data, size_t size) {
+  Impl& I = *impl_;
+  if (peer < 0 || peer >= nRanks_) fail(StatusCode::kInvalidArgument, "bootstrap recv from rank {} of {}", peer, nRanks_);
+  if (tag < 0) fail(StatusCode::kInvalidArgument, "bootstrap recv: tag {} is negative", tag);
+  std::lock_guard<std::mutex> lock(I.mu);
+  const auto until = I.deadline();
+  while (true) {
+    for (auto it = I.unexpected.begin(); it != I.unexpected.end(); ++it) {
+      if (it->rank != peer || it->tag != tag) continue;
+      if (it->data.size() != size)
+        fail(StatusCode::kRemoteError, "rank {}: message tag {} from rank {} has {} bytes, {} expected", rank_, tag,
+             peer, it->data.size(), size);
+      if (size) std::memcpy(data, it->data.data(), size);
+      I.unexpected.erase(it);
+      return;
+    }
+    if (Clock::now() >= until)
+      fail(StatusCode::kTimeout, "rank {}: timeout: no message (tag {}) from rank {} in {} s (TOPOCOLL_TIMEOUT)", rank_,
+           tag, peer, std::chrono::duration_cast<std::chrono::seconds>(I.opts.timeout).count());
+    std::vector<pollfd> none;
+    I.pump(none, pollSlice(until));
+  }
 }
 
 }  // namespace topocoll::bootstrap

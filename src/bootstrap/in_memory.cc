@@ -22,15 +22,18 @@ class InMemoryGroup {
   int arrived = 0, leaving = 0;
   uint64_t generation = 0;
   std::map<std::tuple<int, int, int>, std::deque<std::vector<uint8_t>>> mail;  // (src, dst, tag)
+  AuthKey key = AuthKey::random();  // the group's secret (childKey)
   std::string failure;  // set by abort(): every wait fails with it
   int failedRank = -1;  // whose abort() set it
 
   template <typename Pred>
-  void wait(std::unique_lock<std::mutex>& lock, Pred pred, const std::string& what) {
+  // `survivor`: neither the group's failure nor the abort flag ends the wait (Bootstrap::recvSurvivor).
+  void wait(std::unique_lock<std::mutex>& lock, Pred pred, const std::string& what, bool survivor = false) {
     auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
     while (!pred()) {
-      if (!failure.empty()) fail(StatusCode::kRemoteError, "{}", failure);
-      if (opts_.abortFlag && opts_.abortFlag->load()) fail(StatusCode::kAborted, "bootstrap aborted while {}", what);
+      if (!survivor && !failure.empty()) fail(StatusCode::kRemoteError, "{}", failure);
+      if (!survivor && opts_.abortFlag && opts_.abortFlag->load())
+        fail(StatusCode::kAborted, "bootstrap aborted while {}", what);
       if (cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50))) ==
               std::cv_status::timeout &&
           std::chrono::steady_clock::now() >= deadline && !pred())
@@ -46,6 +49,7 @@ class InMemoryBootstrap : public Bootstrap {
   InMemoryBootstrap(std::shared_ptr<InMemoryGroup> g, int rank) : g_(std::move(g)), rank_(rank) {}
   int rank() const override { return rank_; }
   int nRanks() const override { return g_->n_; }
+  AuthKey childKey(std::string_view context) const override { return g_->key.child(context); }
 
   void allGather(void* data, size_t size) override {
     std::unique_lock<std::mutex> lock(g_->mu);
@@ -75,12 +79,14 @@ class InMemoryBootstrap : public Bootstrap {
     g_->cv.notify_all();
   }
 
-  void recv(int peer, int tag, void* data, size_t size) override {
+  void recv(int peer, int tag, void* data, size_t size) override { receive(peer, tag, data, size, false); }
+  void recvSurvivor(int peer, int tag, void* data, size_t size) override { receive(peer, tag, data, size, true); }
+  void receive(int peer, int tag, void* data, size_t size, bool survivor) {
     if (peer < 0 || peer >= g_->n_) fail(StatusCode::kInvalidArgument, "recv from rank {} of {}", peer, g_->n_);
     std::unique_lock<std::mutex> lock(g_->mu);
     auto key = std::make_tuple(peer, rank_, tag);
     g_->wait(lock, [&] { return !g_->mail[key].empty(); },
-             fmt::format("rank {} waiting for tag {} from rank {}", rank_, tag, peer));
+             fmt::format("rank {} waiting for tag {} from rank {}", rank_, tag, peer), survivor);
     auto msg = std::move(g_->mail[key].front());
     g_->mail[key].pop_front();
     if (msg.size() != size)

@@ -496,6 +496,54 @@ void finishAvg(DataType type, void* dst, size_t count, int nRanks) {
   }
 }
 
+namespace {
+template <typename T>
+void multiplyAs(void* dst, const void* src, size_t count, const void* scalar) {
+  T s;
+  std::memcpy(&s, scalar, sizeof s);
+  auto* d = static_cast<T*>(dst);
+  auto* a = static_cast<const T*>(src);
+  for (size_t i = 0; i < count; ++i) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;  // wraps instead of overflowing
+      d[i] = static_cast<T>(static_cast<U>(a[i]) * static_cast<U>(s));
+    } else {
+      d[i] = a[i] * s;
+    }
+  }
+}
+template <typename Bits, typename Decode, typename Encode>
+void multiplyThroughFloat(void* dst, const void* src, size_t count, const void* scalar, Decode dec, Encode enc) {
+  Bits sb;
+  std::memcpy(&sb, scalar, sizeof sb);
+  const float s = dec(sb);
+  auto* d = static_cast<Bits*>(dst);
+  auto* a = static_cast<const Bits*>(src);
+  for (size_t i = 0; i < count; ++i) d[i] = enc(dec(a[i]) * s);
+}
+}  // namespace
+
+void preMultiply(DataType type, void* dst, const void* src, size_t count, const void* scalar) {
+  if (count == 0) return;
+  switch (type) {
+    case DataType::kInt8: return multiplyAs<int8_t>(dst, src, count, scalar);
+    case DataType::kUint8: return multiplyAs<uint8_t>(dst, src, count, scalar);
+    case DataType::kInt32: return multiplyAs<int32_t>(dst, src, count, scalar);
+    case DataType::kUint32: return multiplyAs<uint32_t>(dst, src, count, scalar);
+    case DataType::kInt64: return multiplyAs<int64_t>(dst, src, count, scalar);
+    case DataType::kUint64: return multiplyAs<uint64_t>(dst, src, count, scalar);
+    case DataType::kFloat32: return multiplyAs<float>(dst, src, count, scalar);
+    case DataType::kFloat64: return multiplyAs<double>(dst, src, count, scalar);
+    case DataType::kFloat16: return multiplyThroughFloat<uint16_t>(dst, src, count, scalar, h2f, f2h);
+    case DataType::kBfloat16: return multiplyThroughFloat<uint16_t>(dst, src, count, scalar, b2f, f2b);
+    case DataType::kFloat8e4m3:
+      return multiplyThroughFloat<uint8_t>(dst, src, count, scalar, E4M3::decode, E4M3::encode);
+    case DataType::kFloat8e5m2:
+      return multiplyThroughFloat<uint8_t>(dst, src, count, scalar, E5M2::decode, E5M2::encode);
+  }
+  fail(StatusCode::kInvalidArgument, "preMultiply: data type {} is not one of NCCL's", static_cast<int>(type));
+}
+
 float halfToFloat(uint16_t h) { return h2f(h); }
 uint16_t floatToHalf(float f) { return f2h(f); }
 float bf16ToFloat(uint16_t b) { return b2f(b); }

@@ -45,6 +45,16 @@ AuthKey AuthKey::derive(std::string_view label, std::string_view data) {
   return k;
 }
 
+AuthKey AuthKey::child(std::string_view context) const {
+  AuthKey k;
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), bytes.data(), static_cast<int>(bytes.size()), reinterpret_cast<const uint8_t*>(context.data()),
+            context.size(), k.bytes.data(), &len) ||
+      len != k.bytes.size())
+    fail(StatusCode::kInternal, "HMAC-SHA-256 failed (OpenSSL HMAC)");
+  return k;
+}
+
 bool AuthKey::sameAs(const AuthKey& other) const {
   return CRYPTO_memcmp(bytes.data(), other.bytes.data(), bytes.size()) == 0;
 }

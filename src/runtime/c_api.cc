@@ -38,15 +38,41 @@ constexpr uint64_t kLiveComm = 0x316d6d6f436c6363ULL;  // "cclComm1"
 constexpr uint64_t kDeadComm = 0x646165446d6d6f43ULL;  // "CommDead"
 constexpr size_t kCommGrave = 1024;
 
-// A communicator is used by one thread at a time (as NCCL's), so it holds no lock.
+// A communicator is used by one thread at a time (as NCCL's), except for what a watchdog does beside that thread:
+// tcclCommGetAsyncError, and tcclCommAbort (or tcclCommDestroy) while a call waits. So the handle counts the calls
+// inside it: abort first makes them fail, then waits for them to leave before it frees anything.
 struct tcclComm {
-  uint64_t magic = kLiveComm;
-  std::unique_ptr<topocoll::runtime::Communicator> comm;
+  std::atomic<uint64_t> magic{kLiveComm};
+  std::unique_ptr<topocoll::runtime::Communicator> comm;  // set once init completed (initState kReady)
+  std::mutex errMu;                                        // lastError
   std::string lastError;
   // The first failure of the communicator's job (a peer's death, a timeout, a failure another rank told): any thread
   // reads it (tcclCommGetAsyncError from a watchdog while a call waits), so it is atomic.
   std::atomic<tcclResult_t> asyncError{tcclSuccess};
-  bool aborted = false;
+  std::atomic<bool> closing{false};  // destroy or abort began: every new call fails
+  std::atomic<bool> revoked{false};    // ncclCommRevoke: only destroy, abort, split and shrink from then on
+  std::atomic<bool> suspended{false};  // ncclCommSuspend, until ncclCommResume
+  bool growIdOut = false;              // ncclCommGetUniqueId made an id that no grow has consumed yet
+  std::atomic<int> inCalls{0};       // calls inside the handle now (guarded)
+  // NCCL's config: non-blocking communicators issue their calls and return tcclInProgress (capi::CommConfig).
+  topocoll::runtime::capi::CommConfig config;
+  // A non-blocking init runs on initThread; calls wait for kReady (tcclCommGetAsyncError says when).
+  enum : int { kReady = 0, kInitRunning = 1, kInitFailed = 2 };
+  std::atomic<int> initState{kReady};
+  std::thread initThread;
+  // Operations of a non-blocking communicator issued and not yet seen complete (tcclCommGetAsyncError tests them).
+  std::mutex pendingMu;
+  std::vector<topocoll::runtime::Request> pending;
+  // Reduction ops made at run time (tcclRedOpCreatePreMulSum): op tcclNumOps + i is userOps[i].
+  struct UserOp {
+    bool live = false;
+    tcclDataType_t type = tcclFloat32;
+    bool byPointer = false;       // the scalar is read at each call (tcclScalarDevice)
+    uint8_t immediate[8] = {};    // else its value, taken at creation
+    const void* pointer = nullptr;
+  };
+  std::mutex opsMu;
+  std::vector<UserOp> userOps;
 };
 
 namespace {
@@ -71,7 +97,32 @@ tcclResult_t toResult(StatusCode c) {
 }
 
 // A handle this library made (live or destroyed): its memory is ours to write.
-bool isHandle(const tcclComm* comm) { return comm && (comm->magic == kLiveComm || comm->magic == kDeadComm); }
+bool isHandle(const tcclComm* comm) {
+  if (!comm) return false;
+  const uint64_t m = comm->magic.load();
+  return m == kLiveComm || m == kDeadComm;
+}
+
+void setLastError(tcclComm* comm, const std::string& text) {
+  std::lock_guard<std::mutex> lock(comm->errMu);
+  comm->lastError = text;
+}
+
+// A call inside a live handle, counted (tcclComm::inCalls) from before its checks to after its last write.
+class CallScope {
+ public:
+  explicit CallScope(tcclComm* comm) : comm_(comm && comm->magic.load() == kLiveComm ? comm : nullptr) {
+    if (comm_) comm_->inCalls.fetch_add(1);
+  }
+  ~CallScope() {
+    if (comm_) comm_->inCalls.fetch_sub(1);
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  tcclComm* comm_;
+};
 
 // A failure of the job, not of the call's arguments: what tcclCommGetAsyncError reports from then on.
 bool isAsync(tcclResult_t r) {
@@ -81,6 +132,7 @@ bool isAsync(tcclResult_t r) {
 // Runs `f`, turning every exception into a result code and a remembered message (NCCL's WARN + ncclGetLastError).
 template <typename F>
 tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
+  CallScope scope(comm);
   try {
     f();
     return tcclSuccess;
@@ -88,7 +140,7 @@ tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
     tlsLastError = fmt::format("{}: {}", what, e.what());
     const tcclResult_t rc = toResult(e.code());
     if (isHandle(comm)) {
-      comm->lastError = tlsLastError;
+      setLastError(comm, tlsLastError);
       tcclResult_t none = tcclSuccess;
       if (isAsync(rc) && e.code() != StatusCode::kAborted) comm->asyncError.compare_exchange_strong(none, rc);
     }
@@ -96,7 +148,7 @@ tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
     return rc;
   } catch (const std::exception& e) {
     tlsLastError = fmt::format("{}: internal error: {}", what, e.what());
-    if (isHandle(comm)) comm->lastError = tlsLastError;
+    if (isHandle(comm)) setLastError(comm, tlsLastError);
     TC_WARN("{}", tlsLastError);
     return tcclInternalError;
   }
@@ -117,16 +169,48 @@ void checkHandle(const tcclComm* comm) {
                    "comm is not a communicator (not a handle tcclCommInitRank returned, or one destroyed long ago)");
 }
 
-void checkComm(tcclComm* comm) {
+// A communicator a call may use: live, initialized, not being destroyed, suspended or (unless `managing`: split,
+// shrink) revoked.
+void checkComm(tcclComm* comm, bool managing = false) {
   checkHandle(comm);
+  if (comm->closing.load())
+    topocoll::fail(StatusCode::kInvalidUsage, "the communicator is being destroyed or aborted (by another thread)");
+  if (comm->suspended.load())
+    topocoll::fail(StatusCode::kInvalidUsage, "the communicator is suspended (ncclCommSuspend): ncclCommResume it first");
+  if (!managing && comm->revoked.load())
+    topocoll::fail(StatusCode::kInvalidUsage,
+                   "the communicator was revoked (ncclCommRevoke): destroy it, or split or shrink it into a new one");
+  switch (comm->initState.load(std::memory_order_acquire)) {
+    case tcclComm::kInitRunning:
+      topocoll::fail(StatusCode::kInvalidUsage,
+                     "the communicator's non-blocking init is still in progress (poll ncclCommGetAsyncError until it "
+                     "is no longer ncclInProgress)");
+    case tcclComm::kInitFailed:
+      topocoll::fail(StatusCode::kInvalidUsage, "the communicator's non-blocking init failed: {}",
+                     [&] { std::lock_guard<std::mutex> l(comm->errMu); return comm->lastError; }());
+    default:
+      break;
+  }
   if (!comm->comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
-  if (comm->aborted) topocoll::fail(StatusCode::kInvalidUsage, "the communicator was aborted");
+}
+
+// Destroy and abort: new calls fail from now on, a non-blocking init ends, and the calls inside leave (abort has
+// made them fail first) before anything is freed. `self`: this call is one of them.
+void quiesce(tcclComm* comm, bool abort) {
+  comm->closing.store(true);
+  if (comm->initThread.joinable()) comm->initThread.join();  // init cannot be interrupted: it ends or times out
+  if (abort && comm->comm) comm->comm->abort();               // whatever is pending fails at once
+  while (comm->inCalls.load() > 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
 }
 
 // Releases a handle's communicator and keeps the handle, marked destroyed, among the last kCommGrave ones.
 void bury(tcclComm* comm) {
+  {
+    std::lock_guard<std::mutex> lock(comm->pendingMu);
+    comm->pending.clear();
+  }
   comm->comm.reset();
-  comm->magic = kDeadComm;
+  comm->magic.store(kDeadComm);
   struct Grave {
     std::mutex mu;
     std::deque<tcclComm*> handles;
@@ -144,8 +228,31 @@ void bury(tcclComm* comm) {
 void checkType(tcclDataType_t t) {
   if (t < 0 || t >= tcclNumTypes) topocoll::fail(StatusCode::kInvalidArgument, "invalid data type {}", static_cast<int>(t));
 }
-void checkOp(tcclRedOp_t op) {
-  if (op < 0 || op >= tcclNumOps) topocoll::fail(StatusCode::kInvalidArgument, "invalid reduction op {}", static_cast<int>(op));
+bool onDeviceOrStream(const void* buf, tcclStream_t s);
+bool isUserOp(tcclRedOp_t op) { return static_cast<int>(op) >= static_cast<int>(tcclNumOps); }
+// A built-in op, or one of `comm`'s made for `type` (tcclRedOpCreatePreMulSum): *user gets the latter.
+void checkOp(tcclComm* comm, tcclRedOp_t op, tcclDataType_t type, tcclComm::UserOp* user = nullptr) {
+  if (static_cast<int>(op) < 0) topocoll::fail(StatusCode::kInvalidArgument, "invalid reduction op {}", static_cast<int>(op));
+  if (!isUserOp(op)) return;
+  const size_t ix = static_cast<size_t>(op) - tcclNumOps;
+  std::lock_guard<std::mutex> lock(comm->opsMu);
+  if (ix >= comm->userOps.size() || !comm->userOps[ix].live)
+    topocoll::fail(StatusCode::kInvalidArgument,
+                   "reduction op {} is not one of this communicator's (never made by ncclRedOpCreatePreMulSum on it, or "
+                   "destroyed)",
+                   static_cast<int>(op));
+  const tcclComm::UserOp& u = comm->userOps[ix];
+  if (u.type != type)
+    topocoll::fail(StatusCode::kInvalidArgument, "reduction op {} was made for {}, and this call's datatype is {}",
+                   static_cast<int>(op), topocoll::to_string(static_cast<DataType>(u.type)),
+                   topocoll::to_string(static_cast<DataType>(type)));
+  if (user) *user = u;
+}
+// A PreMulSum's scalar, as the call sees it.
+const void* scalarOf(const tcclComm::UserOp& u) { return u.byPointer ? u.pointer : u.immediate; }
+void checkHostOnly(tcclRedOp_t op, const void* a, const void* b, tcclStream_t s) {
+  if (isUserOp(op) && (onDeviceOrStream(a, s) || onDeviceOrStream(b, s)))
+    topocoll::fail(StatusCode::kInvalidUsage, "PreMulSum ops on device buffers are not built yet (host buffers only)");
 }
 void checkRank(tcclComm* c, int r, const char* what) {
   if (r < 0 || r >= c->comm->nRanks())
@@ -188,6 +295,44 @@ tcclResult_t issue(tcclComm* comm, const char* what, const Check& check, const R
     check();
     run();
   });
+}
+
+// A non-blocking communicator's operations in flight: those completed are dropped (a failure becomes the async
+// error and the last error); true while some still run.
+bool testPending(tcclComm* comm) {
+  std::lock_guard<std::mutex> lock(comm->pendingMu);
+  std::erase_if(comm->pending, [&](topocoll::runtime::Request& r) {
+    try {
+      return r.test();
+    } catch (const Error& e) {
+      setLastError(comm, e.what());
+      tcclResult_t none = tcclSuccess;
+      comm->asyncError.compare_exchange_strong(none, toResult(e.code()));
+      return true;
+    }
+  });
+  return !comm->pending.empty();
+}
+
+// issue() for the calls with an asynchronous form: on a non-blocking communicator, outside groups and with host
+// buffers (`async` is null when the call's buffers rule it out), the operation is issued and the call returns
+// tcclInProgress while it runs.
+template <typename Check, typename Run, typename Async>
+tcclResult_t issue(tcclComm* comm, const char* what, const Check& check, const Run& run, const Async& async) {
+  bool running = false;
+  const tcclResult_t rc = guarded(comm, what, [&] {
+    checkComm(comm);
+    check();
+    if (comm->config.blocking || topocoll::runtime::groupDepth() > 0) return run();
+    topocoll::runtime::Request r;
+    if (!async(&r)) return run();
+    if (r.valid() && !r.test()) {
+      std::lock_guard<std::mutex> lock(comm->pendingMu);
+      comm->pending.push_back(std::move(r));
+      running = true;
+    }
+  });
+  return rc == tcclSuccess && running ? tcclInProgress : rc;
 }
 
 DataType dt(tcclDataType_t t) { return static_cast<DataType>(t); }
@@ -258,13 +403,22 @@ tcclResult_t tcclCommInitAll(tcclComm_t* comms, int ndev, const int* devlist) {
 }
 
 tcclResult_t tcclCommFinalize(tcclComm_t comm) {
-  return guarded(comm, "tcclCommFinalize", [&] { checkComm(comm); });
+  return guarded(comm, "tcclCommFinalize", [&] {
+    checkComm(comm);
+    std::vector<topocoll::runtime::Request> pending;
+    {
+      std::lock_guard<std::mutex> lock(comm->pendingMu);
+      pending.swap(comm->pending);
+    }
+    for (auto& r : pending) r.wait();  // the first failure throws
+  });
 }
 
 tcclResult_t tcclCommDestroy(tcclComm_t comm) {
   if (!comm) return tcclSuccess;
   return guarded(comm, "tcclCommDestroy", [&] {
     checkHandle(comm);
+    if (comm->magic.load() == kLiveComm) quiesce(comm, /*abort=*/false);
     bury(comm);
   });
 }
@@ -273,8 +427,42 @@ tcclResult_t tcclCommAbort(tcclComm_t comm) {
   if (!comm) return tcclSuccess;
   return guarded(comm, "tcclCommAbort", [&] {
     checkHandle(comm);
-    if (comm->comm) comm->comm->abort();  // whatever is pending fails at once, then everything is released
+    if (comm->magic.load() == kLiveComm) quiesce(comm, /*abort=*/true);
     bury(comm);
+  });
+}
+
+tcclResult_t tcclCommSplit(tcclComm_t comm, int color, int key, tcclComm_t* newcomm) {
+  if (newcomm) *newcomm = nullptr;
+  return guarded(comm, "tcclCommSplit", [&] {
+    checkComm(comm, /*managing=*/true);
+    if (!newcomm) topocoll::fail(StatusCode::kInvalidArgument, "newcomm is NULL");
+    auto child = comm->comm->split(color, key);
+    if (!child) return;  // TCCL_SPLIT_NOCOLOR
+    auto c = std::make_unique<tcclComm>();
+    c->comm = std::move(child);
+    c->config = comm->config;
+    *newcomm = c.release();
+  });
+}
+
+tcclResult_t tcclCommShrink(tcclComm_t comm, const int* excludeRanks, int excludeCount, tcclComm_t* newcomm,
+                            int flags) {
+  if (newcomm) *newcomm = nullptr;
+  return guarded(comm, "tcclCommShrink", [&] {
+    checkComm(comm, /*managing=*/true);
+    if (!newcomm) topocoll::fail(StatusCode::kInvalidArgument, "newcomm is NULL");
+    if (flags != TCCL_SHRINK_DEFAULT && flags != TCCL_SHRINK_ABORT)
+      topocoll::fail(StatusCode::kInvalidArgument, "shrinkFlags {} is neither NCCL_SHRINK_DEFAULT (0) nor NCCL_SHRINK_ABORT (1)",
+                     flags);
+    if (excludeCount < 0) topocoll::fail(StatusCode::kInvalidArgument, "excludeRanksCount {} is negative", excludeCount);
+    if (excludeCount > 0 && !excludeRanks)
+      topocoll::fail(StatusCode::kInvalidArgument, "excludeRanksList is NULL with excludeRanksCount {}", excludeCount);
+    std::vector<int> exclude(excludeRanks, excludeRanks + excludeCount);
+    auto c = std::make_unique<tcclComm>();
+    c->comm = comm->comm->shrink(exclude, flags == TCCL_SHRINK_ABORT);
+    c->config = comm->config;
+    *newcomm = c.release();
   });
 }
 
@@ -317,6 +505,17 @@ tcclResult_t tcclCommGetAsyncError(tcclComm_t comm, tcclResult_t* asyncError) {
   return guarded(comm, "tcclCommGetAsyncError", [&] {
     checkHandle(comm);
     if (!asyncError) topocoll::fail(StatusCode::kInvalidArgument, "asyncError is NULL");
+    if (comm->closing.load())
+      topocoll::fail(StatusCode::kInvalidUsage, "the communicator is being destroyed or aborted (by another thread)");
+    if (comm->initState.load(std::memory_order_acquire) == tcclComm::kInitRunning) {
+      *asyncError = tcclInProgress;
+      return;
+    }
+    *asyncError = comm->asyncError.load();
+    if (*asyncError == tcclSuccess && testPending(comm)) {
+      *asyncError = tcclInProgress;
+      return;
+    }
     *asyncError = comm->asyncError.load();
     // A failure of the job that no call of this thread has seen yet (another rank's, told while a call waited).
     std::string why;
@@ -355,13 +554,25 @@ tcclResult_t tcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, t
       comm, "tcclAllReduce",
       [&] {
         checkType(datatype);
-        checkOp(op);
+        checkOp(comm, op, datatype);
+        checkHostOnly(op, sendbuff, recvbuff, stream);
         checkStream(stream, sendbuff, recvbuff);
         size_t b = bytesOf(count, datatype);
         checkBuf(sendbuff, b, "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] { comm->comm->allReduce(sendbuff, recvbuff, count, dt(datatype), rop(op), stream); });
+      [=] {
+        tcclComm::UserOp u;
+        if (!isUserOp(op)) return comm->comm->allReduce(sendbuff, recvbuff, count, dt(datatype), rop(op), stream);
+        checkOp(comm, op, datatype, &u);  // PreMulSum: each rank's input times the scalar, summed
+        topocoll::collectives::preMultiply(dt(datatype), recvbuff, sendbuff, count, scalarOf(u));
+        comm->comm->allReduce(recvbuff, recvbuff, count, dt(datatype), RedOp::kSum, stream);
+      },
+      [=](topocoll::runtime::Request* r) {
+        if (isUserOp(op) || stream || onDeviceOrStream(sendbuff, stream) || onDeviceOrStream(recvbuff, stream)) return false;
+        *r = comm->comm->iallReduce(sendbuff, recvbuff, count, dt(datatype), rop(op));
+        return true;
+      });
 }
 
 tcclResult_t tcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, int root,
@@ -376,7 +587,12 @@ tcclResult_t tcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, t
         if (comm->comm->rank() == root) checkBuf(sendbuff, b, "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] { comm->comm->broadcast(sendbuff, recvbuff, count, dt(datatype), root, stream); });
+      [=] { comm->comm->broadcast(sendbuff, recvbuff, count, dt(datatype), root, stream); },
+      [=](topocoll::runtime::Request* r) {
+        if (stream || onDeviceOrStream(sendbuff, stream) || onDeviceOrStream(recvbuff, stream)) return false;
+        *r = comm->comm->ibroadcast(sendbuff, recvbuff, count, dt(datatype), root);
+        return true;
+      });
 }
 
 tcclResult_t tcclReduce(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclRedOp_t op,
@@ -385,14 +601,27 @@ tcclResult_t tcclReduce(const void* sendbuff, void* recvbuff, size_t count, tccl
       comm, "tcclReduce",
       [&] {
         checkType(datatype);
-        checkOp(op);
+        checkOp(comm, op, datatype);
+        checkHostOnly(op, sendbuff, recvbuff, stream);
         checkStream(stream, sendbuff, recvbuff);
         checkRank(comm, root, "root");
         size_t b = bytesOf(count, datatype);
         checkBuf(sendbuff, b, "sendbuff");
         if (comm->comm->rank() == root) checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] { comm->comm->reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root, stream); });
+      [=] {
+        tcclComm::UserOp u;
+        if (!isUserOp(op)) return comm->comm->reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root, stream);
+        checkOp(comm, op, datatype, &u);
+        std::vector<char> scaled(bytesOf(count, datatype));
+        topocoll::collectives::preMultiply(dt(datatype), scaled.data(), sendbuff, count, scalarOf(u));
+        comm->comm->reduce(scaled.data(), recvbuff, count, dt(datatype), RedOp::kSum, root, stream);
+      },
+      [=](topocoll::runtime::Request* r) {
+        if (isUserOp(op) || stream || onDeviceOrStream(sendbuff, stream) || onDeviceOrStream(recvbuff, stream)) return false;
+        *r = comm->comm->ireduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root);
+        return true;
+      });
 }
 
 tcclResult_t tcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tcclDataType_t datatype,
@@ -406,7 +635,12 @@ tcclResult_t tcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
         checkBuf(sendbuff, b, "sendbuff");
         checkBuf(recvbuff, bytesOfAll(sendcount, datatype, comm, "sendcount"), "recvbuff");
       },
-      [=] { comm->comm->allGather(sendbuff, recvbuff, sendcount, dt(datatype), stream); });
+      [=] { comm->comm->allGather(sendbuff, recvbuff, sendcount, dt(datatype), stream); },
+      [=](topocoll::runtime::Request* r) {
+        if (stream || onDeviceOrStream(sendbuff, stream) || onDeviceOrStream(recvbuff, stream)) return false;
+        *r = comm->comm->iallGather(sendbuff, recvbuff, sendcount, dt(datatype));
+        return true;
+      });
 }
 
 tcclResult_t tcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tcclDataType_t datatype,
@@ -415,13 +649,28 @@ tcclResult_t tcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
       comm, "tcclReduceScatter",
       [&] {
         checkType(datatype);
-        checkOp(op);
+        checkOp(comm, op, datatype);
+        checkHostOnly(op, sendbuff, recvbuff, stream);
         checkStream(stream, sendbuff, recvbuff);
         size_t b = bytesOf(recvcount, datatype);
         checkBuf(sendbuff, bytesOfAll(recvcount, datatype, comm, "recvcount"), "sendbuff");
         checkBuf(recvbuff, b, "recvbuff");
       },
-      [=] { comm->comm->reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op), stream); });
+      [=] {
+        tcclComm::UserOp u;
+        if (!isUserOp(op))
+          return comm->comm->reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op), stream);
+        checkOp(comm, op, datatype, &u);
+        const size_t all = recvcount * static_cast<size_t>(comm->comm->nRanks());
+        std::vector<char> scaled(bytesOfAll(recvcount, datatype, comm, "recvcount"));
+        topocoll::collectives::preMultiply(dt(datatype), scaled.data(), sendbuff, all, scalarOf(u));
+        comm->comm->reduceScatter(scaled.data(), recvbuff, recvcount, dt(datatype), RedOp::kSum, stream);
+      },
+      [=](topocoll::runtime::Request* r) {
+        if (isUserOp(op) || stream || onDeviceOrStream(sendbuff, stream) || onDeviceOrStream(recvbuff, stream)) return false;
+        *r = comm->comm->ireduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op));
+        return true;
+      });
 }
 
 tcclResult_t tcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, tcclDataType_t datatype, tcclComm_t comm,
@@ -511,6 +760,11 @@ tcclResult_t tcclSend(const void* sendbuff, size_t count, tcclDataType_t datatyp
       [=] {
         if (onDeviceOrStream(sendbuff, stream)) topocoll::cuda::waitForCaller(stream);  // after the stream's work
         comm->comm->send(sendbuff, count, dt(datatype), peer);
+      },
+      [=](topocoll::runtime::Request* r) {
+        if (onDeviceOrStream(sendbuff, stream)) return false;
+        *r = comm->comm->isend(sendbuff, count, dt(datatype), peer);
+        return true;
       });
 }
 
@@ -527,7 +781,61 @@ tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int
       [=] {
         if (onDeviceOrStream(recvbuff, stream)) topocoll::cuda::waitForCaller(stream);
         comm->comm->recv(recvbuff, count, dt(datatype), peer);
+      },
+      [=](topocoll::runtime::Request* r) {
+        if (onDeviceOrStream(recvbuff, stream)) return false;
+        *r = comm->comm->irecv(recvbuff, count, dt(datatype), peer);
+        return true;
       });
+}
+
+tcclResult_t tcclRedOpCreatePreMulSum(tcclRedOp_t* op, void* scalar, tcclDataType_t datatype,
+                                      tcclScalarResidence_t residence, tcclComm_t comm) {
+  return guarded(comm, "tcclRedOpCreatePreMulSum", [&] {
+    checkComm(comm);
+    if (!op) topocoll::fail(StatusCode::kInvalidArgument, "op is NULL");
+    if (!scalar) topocoll::fail(StatusCode::kInvalidArgument, "scalar is NULL");
+    checkType(datatype);
+    if (residence != tcclScalarDevice && residence != tcclScalarHostImmediate)
+      topocoll::fail(StatusCode::kInvalidArgument,
+                     "residence {} is neither ncclScalarDevice (0) nor ncclScalarHostImmediate (1)",
+                     static_cast<int>(residence));
+    if (residence == tcclScalarDevice && topocoll::cuda::locate(scalar).kind != topocoll::cuda::MemoryKind::kHost)
+      topocoll::fail(StatusCode::kInvalidUsage,
+                     "the scalar is in device memory: PreMulSum ops on device buffers are not built yet");
+    tcclComm::UserOp u;
+    u.live = true;
+    u.type = datatype;
+    u.byPointer = residence == tcclScalarDevice;  // read at each call, as a device scalar is
+    if (u.byPointer) u.pointer = scalar;
+    else std::memcpy(u.immediate, scalar, topocoll::sizeOf(dt(datatype)));
+    std::lock_guard<std::mutex> lock(comm->opsMu);
+    auto free = std::find_if(comm->userOps.begin(), comm->userOps.end(), [](const auto& x) { return !x.live; });
+    if (free == comm->userOps.end()) {
+      if (comm->userOps.size() >= static_cast<size_t>(INT32_MAX - tcclNumOps))
+        topocoll::fail(StatusCode::kInvalidUsage, "too many reduction ops on this communicator");
+      free = comm->userOps.insert(comm->userOps.end(), u);
+    } else {
+      *free = u;
+    }
+    *op = static_cast<tcclRedOp_t>(tcclNumOps + (free - comm->userOps.begin()));
+  });
+}
+
+tcclResult_t tcclRedOpDestroy(tcclRedOp_t op, tcclComm_t comm) {
+  return guarded(comm, "tcclRedOpDestroy", [&] {
+    if (static_cast<int>(op) >= 0 && !isUserOp(op))
+      topocoll::fail(StatusCode::kInvalidArgument, "reduction op {} is built in (only ops made at run time are "
+                     "destroyed)", static_cast<int>(op));
+    checkComm(comm);
+    checkOp(comm, op, [&] {
+      std::lock_guard<std::mutex> lock(comm->opsMu);
+      const size_t ix = static_cast<size_t>(op) - tcclNumOps;
+      return ix < comm->userOps.size() ? comm->userOps[ix].type : tcclFloat32;
+    }());
+    std::lock_guard<std::mutex> lock(comm->opsMu);
+    comm->userOps[static_cast<size_t>(op) - tcclNumOps].live = false;
+  });
 }
 
 tcclResult_t tcclGroupStart(void) {
@@ -559,9 +867,140 @@ namespace topocoll::runtime::capi {
 tcclResult_t refuse(tcclComm_t comm, const char* what, StatusCode code, const std::string& why) {
   return guarded(comm, what, [&] { fail(code, "{}", why); });
 }
+tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int rank, const CommConfig& cfg) {
+  if (cfg.blocking) {
+    const tcclResult_t rc = tcclCommInitRank(comm, nranks, id, rank);
+    if (rc == tcclSuccess) (*comm)->config = cfg;
+    return rc;
+  }
+  const tcclResult_t rc = guarded(nullptr, "ncclCommInitRankConfig", [&] {
+    if (!comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
+    *comm = nullptr;
+    if (nranks < 1) topocoll::fail(StatusCode::kInvalidArgument, "nranks {} must be at least 1", nranks);
+    if (rank < 0 || rank >= nranks) topocoll::fail(StatusCode::kInvalidArgument, "rank {} is out of range [0, {})", rank, nranks);
+    bootstrap::UniqueId uid;
+    std::memcpy(uid.bytes.data(), id.internal, TCCL_UNIQUE_ID_BYTES);
+    auto opts = InitOptions::fromEnv(Env::fromProcess());  // bad knobs fail here, in the caller's thread
+    auto c = std::make_unique<tcclComm>();
+    c->config = cfg;
+    c->initState.store(tcclComm::kInitRunning);
+    tcclComm* h = c.get();
+    h->initThread = std::thread([h, uid, nranks, rank, opts] {
+      try {
+        h->comm = Communicator::init(uid, nranks, rank, opts);
+        h->initState.store(tcclComm::kReady, std::memory_order_release);
+      } catch (const std::exception& e) {
+        const auto* err = dynamic_cast<const Error*>(&e);
+        setLastError(h, fmt::format("ncclCommInitRankConfig (non-blocking): {}", e.what()));
+        TC_WARN("ncclCommInitRankConfig (non-blocking): rank {}: {}", rank, e.what());
+        h->asyncError.store(err ? toResult(err->code()) : tcclInternalError);
+        h->initState.store(tcclComm::kInitFailed, std::memory_order_release);
+      }
+    });
+    *comm = c.release();
+  });
+  return rc == tcclSuccess ? tcclInProgress : rc;
+}
+
+tcclResult_t getConfig(tcclComm_t comm, CommConfig* cfg) {
+  return guarded(comm, "ncclConfig", [&] {
+    checkHandle(comm);
+    *cfg = comm->config;
+  });
+}
+
+tcclResult_t setConfig(tcclComm_t comm, const CommConfig& cfg) {
+  return guarded(comm, "ncclConfig", [&] {
+    checkHandle(comm);
+    comm->config = cfg;
+  });
+}
+
+tcclResult_t revoke(tcclComm_t comm, int flags) {
+  return guarded(comm, "ncclCommRevoke", [&] {
+    checkComm(comm, /*managing=*/true);
+    if (flags != 0) fail(StatusCode::kInvalidArgument, "revokeFlags is {}: it must be NCCL_REVOKE_DEFAULT (0)", flags);
+    comm->revoked.store(true);
+    comm->comm->abort();  // in-flight operations end now; the handle's pending ones are dropped, not errors
+    std::vector<Request> pending;
+    {
+      std::lock_guard<std::mutex> lock(comm->pendingMu);
+      pending.swap(comm->pending);
+    }
+    for (auto& r : pending) {
+      try {
+        r.wait();
+      } catch (const Error&) {  // aborted, as asked
+      }
+    }
+  });
+}
+
+tcclResult_t suspend(tcclComm_t comm, int flags) {
+  return guarded(comm, "ncclCommSuspend", [&] {
+    checkComm(comm);
+    if (flags & ~1) fail(StatusCode::kInvalidArgument, "flags {:#x}: only NCCL_SUSPEND_MEM (0x1) is defined", flags);
+    std::lock_guard<std::mutex> lock(comm->pendingMu);
+    for (auto& r : comm->pending) r.wait();  // what was issued completes first
+    comm->pending.clear();
+    comm->suspended.store(true);
+  });
+}
+
+tcclResult_t resume(tcclComm_t comm) {
+  return guarded(comm, "ncclCommResume", [&] {
+    checkHandle(comm);
+    if (!comm->suspended.load())
+      fail(StatusCode::kInvalidUsage, "the communicator is not suspended (ncclCommSuspend first)");
+    comm->suspended.store(false);
+  });
+}
+
+tcclResult_t isSuspended(tcclComm_t comm, bool* out) {
+  return guarded(comm, "ncclCommMemStats", [&] {
+    checkHandle(comm);
+    *out = comm->suspended.load();
+  });
+}
+
+tcclResult_t growId(tcclComm_t comm, tcclUniqueId* id) {
+  return guarded(comm, "ncclCommGetUniqueId", [&] {
+    checkComm(comm);
+    if (!id) fail(StatusCode::kInvalidArgument, "uniqueId is NULL");
+    if (comm->growIdOut)
+      fail(StatusCode::kInvalidUsage,
+           "an id this communicator made for a grow has not been consumed yet (ncclCommGrow first)");
+    if (tcclGetUniqueId(id) != tcclSuccess) fail(StatusCode::kSystemError, "{}", tlsLastError);
+    comm->growIdOut = true;
+  });
+}
+
+tcclResult_t grow(tcclComm_t comm, int nranks, const tcclUniqueId* id, int rank, tcclComm_t* newcomm) {
+  if (newcomm) *newcomm = nullptr;
+  if (!comm) {  // a new rank: an init with the id
+    if (!id) return refuse(nullptr, "ncclCommGrow", StatusCode::kInvalidArgument, "a new rank (comm NULL) needs uniqueId");
+    return tcclCommInitRank(newcomm, nranks, *id, rank);
+  }
+  return guarded(comm, "ncclCommGrow", [&] {
+    checkComm(comm);
+    if (!newcomm) fail(StatusCode::kInvalidArgument, "newcomm is NULL");
+    if (rank != -1)
+      fail(StatusCode::kInvalidArgument, "rank is {}: an existing rank passes -1 (it keeps its rank)", rank);
+    bootstrap::UniqueId uid;
+    if (id) std::memcpy(uid.bytes.data(), id->internal, TCCL_UNIQUE_ID_BYTES);
+    auto c = std::make_unique<tcclComm>();
+    c->comm = comm->comm->grow(nranks, id ? &uid : nullptr);
+    c->config = comm->config;
+    comm->growIdOut = false;
+    *newcomm = c.release();
+  });
+}
+
 tcclResult_t hostMemory(tcclComm_t comm, bool* host) {
   return guarded(comm, "hostMemory", [&] {
-    checkComm(comm);
+    checkHandle(comm);  // suspended and revoked communicators are still asked
+    if (comm->initState.load(std::memory_order_acquire) != tcclComm::kReady || !comm->comm)
+      fail(StatusCode::kInvalidUsage, "the communicator's init has not completed");
     *host = comm->comm->hostMemory();
   });
 }

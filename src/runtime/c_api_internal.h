@@ -8,6 +8,29 @@
 
 namespace topocoll::runtime::capi {
 
+/// What NCCL's ncclConfig_t sets of a communicator here.
+struct CommConfig {
+  /// false: calls outside groups are issued and return tcclInProgress while they run; tcclCommGetAsyncError says
+  /// tcclInProgress until every one completed (init included: it runs on a thread of its own).
+  bool blocking = true;
+  std::string name;  // commName, in the log lines
+};
+
+/// tcclCommInitRank with `cfg`: non-blocking returns tcclInProgress at once with *comm set.
+tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int rank, const CommConfig& cfg);
+/// The config of a communicator (children of split and shrink inherit their parent's); set replaces it.
+tcclResult_t getConfig(tcclComm_t comm, CommConfig* cfg);
+tcclResult_t setConfig(tcclComm_t comm, const CommConfig& cfg);
+/// ncclCommRevoke: in-flight operations end (not as errors), and only destroy, abort, split and shrink work after.
+tcclResult_t revoke(tcclComm_t comm, int flags);
+/// ncclCommSuspend / ncclCommResume: between them every call but resume, destroy and abort is refused.
+tcclResult_t suspend(tcclComm_t comm, int flags);
+tcclResult_t resume(tcclComm_t comm);
+tcclResult_t isSuspended(tcclComm_t comm, bool* suspended);
+/// ncclCommGetUniqueId (an id for a grow, one outstanding at a time) and ncclCommGrow.
+tcclResult_t growId(tcclComm_t comm, tcclUniqueId* id);
+tcclResult_t grow(tcclComm_t comm, int nranks, const tcclUniqueId* id, int rank, tcclComm_t* newcomm);
+
 /// Fails a call as the C API fails one: `why` becomes the thread's (and `comm`'s, when it is a handle) last error,
 /// logged as a WARN line, and the result is `code`'s. `what` names the call ("ncclCommSplit").
 tcclResult_t refuse(tcclComm_t comm, const char* what, StatusCode code, const std::string& why);

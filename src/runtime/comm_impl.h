@@ -86,6 +86,11 @@ class CommImpl {
 
   void connectAll();
   std::vector<ConnectionInfo> connections() const;
+  // Communicators made from this one (split.cc). `given`: their options (null: this communicator's).
+  static constexpr int kNoColor = -1;
+  std::unique_ptr<CommImpl> split(int color, int key, const InitOptions* given);
+  std::unique_ptr<CommImpl> shrink(const std::vector<int>& exclude, bool abortFirst, const InitOptions* given);
+  std::unique_ptr<CommImpl> grow(int newSize, const bootstrap::UniqueId* id, const InitOptions* given);
   void abort();
   bool aborted() const { return abort_.load(); }
 
@@ -146,6 +151,12 @@ class CommImpl {
   std::map<int, CallNote> notes_;                     // peers' notes of the current call (onStall only)
   uint64_t notesSeq_ = 0;                             // the call notes_ is about
   int waitsOn_ = -1;                                  // the rank this one's stall waited on last
+
+  std::unique_ptr<CommImpl> joinChild(const std::vector<int>& members, uint32_t seq, const std::string& what,
+                                      const std::string& keyContext, int tagBase, bool survivors,
+                                      const InitOptions& opts);
+  InitOptions opts_;        // what this communicator was made with (split and shrink pass them on)
+  uint32_t splitSeq_ = 0;   // splits and shrinks called so far
 
   std::atomic<bool> abort_{false};
   std::mutex jobMu_;

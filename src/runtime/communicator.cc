@@ -172,6 +172,7 @@ std::unique_ptr<CommImpl> CommImpl::create(std::unique_ptr<CommImpl> c,
                                                    std::unique_ptr<bootstrap::Bootstrap> bs, const InitOptions& opts,
                                                    double bootstrapMs) {
   c->bs_ = std::move(bs);
+  c->opts_ = opts;
   c->rank_ = c->bs_->rank();
   c->nRanks_ = c->bs_->nRanks();
   try {

@@ -84,6 +84,24 @@ void Communicator::barrier() { impl_->barrier(); }
 collectives::Choice Communicator::choose(const collectives::Args& a) const { return impl_->choose(a); }
 void Communicator::connectAll() { impl_->connectAll(); }
 std::vector<ConnectionInfo> Communicator::connections() const { return impl_->connections(); }
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  auto c = impl_->split(color, key, nullptr);
+  return c ? std::unique_ptr<Communicator>(new Communicator(std::move(c))) : nullptr;
+}
+std::unique_ptr<Communicator> Communicator::split(int color, int key, const InitOptions& opts) {
+  auto c = impl_->split(color, key, &opts);
+  return c ? std::unique_ptr<Communicator>(new Communicator(std::move(c))) : nullptr;
+}
+std::unique_ptr<Communicator> Communicator::shrink(const std::vector<int>& exclude, bool abortFirst) {
+  return std::unique_ptr<Communicator>(new Communicator(impl_->shrink(exclude, abortFirst, nullptr)));
+}
+std::unique_ptr<Communicator> Communicator::shrink(const std::vector<int>& exclude, bool abortFirst,
+                                                   const InitOptions& opts) {
+  return std::unique_ptr<Communicator>(new Communicator(impl_->shrink(exclude, abortFirst, &opts)));
+}
+std::unique_ptr<Communicator> Communicator::grow(int newSize, const bootstrap::UniqueId* id) {
+  return std::unique_ptr<Communicator>(new Communicator(impl_->grow(newSize, id, nullptr)));
+}
 void Communicator::abort() { impl_->abort(); }
 bool Communicator::aborted() const { return impl_->abort_.load(); }
 StatusCode Communicator::asyncError(std::string* why) const {

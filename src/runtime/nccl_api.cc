@@ -95,6 +95,16 @@ std::string checkConfig(const ncclConfig_t* cfg) {
   return "";
 }
 
+// What a (valid) config sets here: blocking (NCCL_CONFIG_UNDEF_INT: blocking), commName. `base`: what unset fields
+// keep (a parent's config at split and shrink, else the defaults).
+topocoll::runtime::capi::CommConfig commConfig(const ncclConfig_t* cfg, topocoll::runtime::capi::CommConfig base = {}) {
+  if (!cfg) return base;
+  if (cfg->blocking != NCCL_CONFIG_UNDEF_INT) base.blocking = cfg->blocking != 0;
+  if (cfg->size >= offsetof(ncclConfig_t, commName) + sizeof(cfg->commName) && cfg->commName)
+    base.name = cfg->commName;
+  return base;
+}
+
 // The Param API's handle is the knob's registry entry.
 const topocoll::Knob* knobOf(ncclParamHandle_t h) { return reinterpret_cast<const topocoll::Knob*>(h); }
 // The knobs' values now: the environment's (NCCL_CONF_FILE and the config files are not read yet), else defaults.
@@ -208,18 +218,22 @@ TC_EXPORT ncclResult_t ncclRecv(void* rb, size_t n, ncclDataType_t d, int peer, 
 TC_EXPORT ncclResult_t ncclGroupStart(void) { return r(tcclGroupStart()); }
 TC_EXPORT ncclResult_t ncclGroupEnd(void) { return r(tcclGroupEnd()); }
 
-// A blocking or non-blocking communicator with a validated config. Non-blocking (config->blocking = 0): each call
-// completes before it returns and returns ncclSuccess, which NCCL's contract allows (a caller polls
-// ncclCommGetAsyncError only after ncclInProgress). commName is named in the log.
+// A blocking or non-blocking communicator with a validated config. Non-blocking (config->blocking = 0): init runs on
+// a thread of its own and the call returns ncclInProgress; later collectives and sends outside groups are issued and
+// return ncclInProgress while they run; ncclCommGetAsyncError says ncclInProgress until all of them completed, then
+// ncclSuccess or the failure. commName is named in the log.
 TC_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                               ncclConfig_t* config) {
   if (std::string why = checkConfig(config); !why.empty())
     return refused(nullptr, "ncclCommInitRankConfig", StatusCode::kInvalidArgument, why);
-  const ncclResult_t rc = ncclCommInitRank(comm, nranks, commId, rank);
-  if (rc == ncclSuccess && config && config->size >= offsetof(ncclConfig_t, commName) + sizeof(config->commName) &&
-      config->commName)
-    TC_INFO(topocoll::log::kInit, "ncclCommInitRankConfig comm {} commName {} rank {} nranks {}", (void*)*comm,
-            config->commName, rank, nranks);
+  const auto cfg = commConfig(config);
+  tcclUniqueId id;
+  __builtin_memcpy(&id, &commId, sizeof(id));
+  const ncclResult_t rc =
+      r(topocoll::runtime::capi::initRank(reinterpret_cast<tcclComm_t*>(comm), nranks, id, rank, cfg));
+  if ((rc == ncclSuccess || rc == ncclInProgress) && !cfg.name.empty())
+    TC_INFO(topocoll::log::kInit, "ncclCommInitRankConfig comm {} commName {} rank {} nranks {}{}", (void*)*comm,
+            cfg.name, rank, nranks, cfg.blocking ? "" : " (non-blocking)");
   return rc;
 }
 // One id: the same as ncclCommInitRankConfig. Several roots (NCCL's scalable bootstrap) are not built yet.
@@ -233,31 +247,53 @@ TC_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks,
                    "ids from several roots (give one id: every rank registers with its root)");
   return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
 }
-TC_EXPORT ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId*) {
-  return notHere(comm, "ncclCommGetUniqueId", "growing a communicator (ncclCommGrow)");
+TC_EXPORT ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* id) {
+  return r(topocoll::runtime::capi::growId(c(comm), reinterpret_cast<tcclUniqueId*>(id)));
 }
-TC_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int, int, ncclComm_t* newcomm, ncclConfig_t*) {
+// The new communicator inherits the parent's config, or takes `config`'s fields over the parent's. It is complete
+// when the call returns (ncclSuccess also for non-blocking parents: NCCL's contract allows it).
+namespace {
+ncclResult_t adopt(ncclComm_t parent, ncclComm_t* newcomm, const ncclConfig_t* config) {
+  if (!config || !*newcomm) return ncclSuccess;
+  topocoll::runtime::capi::CommConfig base;
+  if (ncclResult_t rc = r(topocoll::runtime::capi::getConfig(c(parent), &base)); rc != ncclSuccess) return rc;
+  return r(topocoll::runtime::capi::setConfig(c(*newcomm), commConfig(config, base)));
+}
+}  // namespace
+TC_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   if (newcomm) *newcomm = nullptr;
-  return notHere(comm, "ncclCommSplit", "a communicator of a subset of the parent's ranks");
+  if (std::string why = checkConfig(config); !why.empty())
+    return refused(comm, "ncclCommSplit", StatusCode::kInvalidArgument, why);
+  ncclResult_t rc = r(tcclCommSplit(c(comm), color, key, reinterpret_cast<tcclComm_t*>(newcomm)));
+  return rc == ncclSuccess ? adopt(comm, newcomm, config) : rc;
 }
-TC_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int*, int, ncclComm_t* newcomm, ncclConfig_t*, int) {
+TC_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                      ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   if (newcomm) *newcomm = nullptr;
-  return notHere(comm, "ncclCommShrink", "a communicator without the excluded ranks");
+  if (std::string why = checkConfig(config); !why.empty())
+    return refused(comm, "ncclCommShrink", StatusCode::kInvalidArgument, why);
+  ncclResult_t rc = r(tcclCommShrink(c(comm), excludeRanksList, excludeRanksCount,
+                                     reinterpret_cast<tcclComm_t*>(newcomm), shrinkFlags));
+  return rc == ncclSuccess ? adopt(comm, newcomm, config) : rc;
 }
-TC_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int, const ncclUniqueId*, int, ncclComm_t* newcomm,
-                                    ncclConfig_t*) {
+TC_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                                    ncclComm_t* newcomm, ncclConfig_t* config) {
   if (newcomm) *newcomm = nullptr;
-  return notHere(comm, "ncclCommGrow", "adding ranks to a communicator");
+  if (std::string why = checkConfig(config); !why.empty())
+    return refused(comm, "ncclCommGrow", StatusCode::kInvalidArgument, why);
+  ncclResult_t rc = r(topocoll::runtime::capi::grow(c(comm), nRanks, reinterpret_cast<const tcclUniqueId*>(uniqueId),
+                                                    rank, reinterpret_cast<tcclComm_t*>(newcomm)));
+  if (rc != ncclSuccess || !config || !*newcomm) return rc;
+  if (!comm) return r(topocoll::runtime::capi::setConfig(c(*newcomm), commConfig(config)));
+  return adopt(comm, newcomm, config);
 }
-TC_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
-  return notHere(comm, "ncclCommRevoke", "revoking a communicator (ncclCommAbort ends one)");
+TC_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  return r(topocoll::runtime::capi::revoke(c(comm), revokeFlags));
 }
-TC_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int) {
-  return notHere(comm, "ncclCommSuspend", "suspending a communicator's memory");
+TC_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
+  return r(topocoll::runtime::capi::suspend(c(comm), flags));
 }
-TC_EXPORT ncclResult_t ncclCommResume(ncclComm_t comm) {
-  return notHere(comm, "ncclCommResume", "suspending a communicator's memory");
-}
+TC_EXPORT ncclResult_t ncclCommResume(ncclComm_t comm) { return r(topocoll::runtime::capi::resume(c(comm))); }
 // The GPU memory the communicator holds: none on host memory.
 TC_EXPORT ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
   if (!value) return refused(comm, "ncclCommMemStats", StatusCode::kInvalidArgument, "value is NULL");
@@ -267,7 +303,9 @@ TC_EXPORT ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat,
   bool host = false;
   if (ncclResult_t rc = r(topocoll::runtime::capi::hostMemory(c(comm), &host)); rc != ncclSuccess) return rc;
   if (!host) return notHere(comm, "ncclCommMemStats", "the device memory of a communicator on GPUs");
-  *value = 0;
+  bool suspended = false;
+  if (ncclResult_t rc = r(topocoll::runtime::capi::isSuspended(c(comm), &suspended)); rc != ncclSuccess) return rc;
+  *value = stat == ncclStatGpuMemSuspended ? (suspended ? 1 : 0) : 0;
   return ncclSuccess;
 }
 TC_EXPORT void ncclResetDebugInit(void) {
@@ -290,20 +328,13 @@ TC_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t) {
 TC_EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t, void**) {
   return notHere(comm, "ncclWinGetUserPtr", "memory windows");
 }
-TC_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void*, ncclDataType_t, ncclScalarResidence_t,
-                                                ncclComm_t comm) {
-  if (op) *op = ncclMaxRedOp;
-  return notHere(comm, "ncclRedOpCreatePreMulSum", "reduction ops made at run time");
+TC_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                                ncclScalarResidence_t residence, ncclComm_t comm) {
+  static_assert(static_cast<int>(ncclScalarHostImmediate) == static_cast<int>(tcclScalarHostImmediate));
+  return r(tcclRedOpCreatePreMulSum(reinterpret_cast<tcclRedOp_t*>(op), scalar, t(datatype),
+                                    static_cast<tcclScalarResidence_t>(residence), c(comm)));
 }
-TC_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
-  if (op >= ncclSum && op < ncclNumOps)
-    return refused(comm, "ncclRedOpDestroy", StatusCode::kInvalidArgument,
-                   fmt::format("op {} is built in: only ops ncclRedOpCreatePreMulSum made can be destroyed",
-                               static_cast<int>(op)));
-  return refused(comm, "ncclRedOpDestroy", StatusCode::kInvalidArgument,
-                 fmt::format("op {} was not made by ncclRedOpCreatePreMulSum on this communicator",
-                             static_cast<int>(op)));
-}
+TC_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) { return r(tcclRedOpDestroy(o(op), c(comm))); }
 TC_EXPORT ncclResult_t ncclPutSignal(const void*, size_t, ncclDataType_t, int, ncclWindow_t, size_t, int, int,
                                      unsigned int, ncclComm_t comm, cudaStream_t) {
   return notHere(comm, "ncclPutSignal", "one-sided puts into memory windows");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -310,6 +311,51 @@ TEST(CApiHandles, APointerThatIsNoHandleIsRefused) {
       << tcclGetLastError(nullptr);
   EXPECT_EQ(tcclCommDestroy(c), tcclInvalidArgument);
   for (unsigned char b : junk) EXPECT_EQ(b, 0);  // nothing written into it
+}
+
+// A watchdog thread aborts a communicator while another thread waits in a call on it (the other rank never calls):
+// the call returns an error, abort returns once it left, and the handle is refused from then on.
+TEST(CApiHandles, AbortFromAnotherThreadEndsTheWaitingCall) {
+  tcclComm_t comms[2] = {};
+  ASSERT_EQ(tcclCommInitAll(comms, 2, nullptr), tcclSuccess) << tcclGetLastError(nullptr);
+  std::vector<float> buf(1024, 1.0f);
+  std::atomic<int> rc{-1};
+  std::thread caller([&] { rc = tcclAllReduce(buf.data(), buf.data(), buf.size(), tcclFloat32, tcclSum, comms[0], nullptr); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(rc.load(), -1);  // still waiting for rank 1
+  EXPECT_EQ(tcclCommAbort(comms[0]), tcclSuccess);
+  caller.join();
+  EXPECT_NE(rc.load(), tcclSuccess);
+  int n = 0;
+  EXPECT_EQ(tcclCommCount(comms[0], &n), tcclInvalidArgument);
+  EXPECT_EQ(tcclCommAbort(comms[1]), tcclSuccess);
+}
+
+// PreMulSum ops: each rank's input times its own scalar, summed; destroyed ops and other datatypes are refused.
+TEST(CApiOps, PreMulSumScalesEachRanksInput) {
+  tcclComm_t comms[2] = {};
+  ASSERT_EQ(tcclCommInitAll(comms, 2, nullptr), tcclSuccess) << tcclGetLastError(nullptr);
+  std::vector<std::vector<double>> in = {std::vector<double>(100, 1.0), std::vector<double>(100, 10.0)};
+  std::vector<std::vector<double>> out(2, std::vector<double>(100, 0.0));
+  double scalars[2] = {3.0, 0.5};
+  tcclRedOp_t ops[2];
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(tcclRedOpCreatePreMulSum(&ops[r], &scalars[r], tcclFloat64, tcclScalarHostImmediate, comms[r]),
+              tcclSuccess);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      EXPECT_EQ(tcclAllReduce(in[r].data(), out[r].data(), 100, tcclFloat64, ops[r], comms[r], nullptr), tcclSuccess)
+          << tcclGetLastError(comms[r]);
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(out[r][99], 3.0 * 1.0 + 0.5 * 10.0);
+  float f = 0;
+  EXPECT_EQ(tcclAllReduce(&f, &f, 1, tcclFloat32, ops[0], comms[0], nullptr), tcclInvalidArgument);
+  EXPECT_EQ(tcclRedOpDestroy(ops[0], comms[0]), tcclSuccess);
+  EXPECT_EQ(tcclRedOpDestroy(ops[0], comms[0]), tcclInvalidArgument);
+  EXPECT_EQ(tcclRedOpDestroy(tcclSum, comms[0]), tcclInvalidArgument);
+  for (tcclComm_t c : comms) EXPECT_EQ(tcclCommDestroy(c), tcclSuccess);
 }
 
 // count x nranks past the address space: every rank's call fails at once, naming the count (it used to time out).

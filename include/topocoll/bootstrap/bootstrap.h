@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "topocoll/auth.h"
@@ -57,6 +58,17 @@ class Bootstrap {
     (void)tag, (void)from, (void)data, (void)size;
     return false;
   }
+  /// The secret of a communicator made from this one (split, shrink), for `context`: only this job's ranks can
+  /// compute it (AuthKey::child of the job's secret).
+  virtual AuthKey childKey(std::string_view context) const = 0;
+  /// Where a root for such a communicator listens, "host:0" (the address this rank's peers reach it at; "" for the
+  /// default address).
+  virtual std::string childRootHost() const { return ""; }
+  /// Point-to-point messages that go on after the job failed or this rank aborted (ncclCommShrink with dead ranks):
+  /// between ranks that are still alive they work as send/recv do, authenticated alike; a failure of the job that
+  /// arrives meanwhile does not end them. recvSurvivor waits up to the bootstrap's timeout.
+  virtual void sendSurvivor(int peer, int tag, const void* data, size_t size) { send(peer, tag, data, size); }
+  virtual void recvSurvivor(int peer, int tag, void* data, size_t size) { recv(peer, tag, data, size); }
 };
 
 struct Options {
@@ -76,6 +88,8 @@ struct UniqueId {
 };
 /// The job's secret carried by `id`.
 AuthKey keyOf(const UniqueId& id);
+/// `id` with `key` as its secret.
+UniqueId withKey(const UniqueId& id, const AuthKey& key);
 
 /// The root listener that ranks register with; keep it alive until every rank has connected. Movable, not copyable.
 class Root;
@@ -118,6 +132,10 @@ class TcpBootstrap : public Bootstrap {
   void abort(const std::string& reason) override;
   bool failedElsewhere(std::string* why, std::chrono::milliseconds wait = {}) override;
   bool tryRecvAny(int tag, int* from, void* data, size_t size) override;
+  AuthKey childKey(std::string_view context) const override;
+  std::string childRootHost() const override;
+  void sendSurvivor(int peer, int tag, const void* data, size_t size) override;
+  void recvSurvivor(int peer, int tag, void* data, size_t size) override;
 
   struct Impl;
 

@@ -37,6 +37,11 @@ void copyToMany(void* const* dsts, int nDsts, uint32_t streamMask, const void* s
 /// Avg's last step: dst[i] /= nRanks (integers: truncating division, as NCCL's SumPostDiv).
 void finishAvg(DataType type, void* dst, size_t count, int nRanks);
 
+/// NCCL's PreMulSum's first step: dst[i] = src[i] * scalar, `scalar` one element of `type` (dst may be src).
+/// Floating types multiply as NCCL's kernels do (16- and 8-bit ones through float, rounded once); integers multiply
+/// in their own type (unsigned ones wrap).
+void preMultiply(DataType type, void* dst, const void* src, size_t count, const void* scalar);
+
 /// Conversions used by the reductions (exposed for tests and for the GPU path's host reference).
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);

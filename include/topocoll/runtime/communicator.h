@@ -196,6 +196,24 @@ class TOPOCOLL_API Communicator {
   void connectAll();
   /// The connections made so far (rings and trees at init, point-to-point ones on first use).
   std::vector<ConnectionInfo> connections() const;
+
+  /// NCCL's ncclCommSplit: every rank of this communicator calls it, after the same collectives; the ranks of one
+  /// `color` (>= 0) make a communicator, ranked by `key` then by their rank here. kNoColor: this rank joins none and
+  /// gets null. The new communicator has its own root, connections and threads (it may outlive this one) and this
+  /// one's options unless `opts` are given. Fails on every rank alike (kInvalidUsage) when the ranks' calls differ.
+  static constexpr int kNoColor = -1;
+  std::unique_ptr<Communicator> split(int color, int key);
+  std::unique_ptr<Communicator> split(int color, int key, const InitOptions& opts);
+  /// NCCL's ncclCommShrink: the ranks not in `exclude` (which do not call it) make a communicator, in their order
+  /// here. Works when the excluded ranks are dead or hung and this communicator failed. `abortFirst`
+  /// (NCCL_SHRINK_ABORT): this communicator's pending operations end first (kAborted); it is aborted afterwards.
+  /// Every remaining rank gives the same `exclude` (else kInvalidUsage naming the difference).
+  std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude, bool abortFirst = false);
+  std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude, bool abortFirst, const InitOptions& opts);
+  /// NCCL's ncclCommGrow, for the ranks of this communicator: every one calls it, exactly one with the id of the
+  /// grown communicator (a root it started: createUniqueId), the others with null. Each keeps its rank in a
+  /// communicator of `newSize` ranks; the new ranks join it with init(id, newSize, rank) for ranks nRanks() and up.
+  std::unique_ptr<Communicator> grow(int newSize, const bootstrap::UniqueId* id);
   /// Any thread: every pending and later operation fails with kAborted; every wait returns.
   void abort();
   /// Any thread (a watchdog polling while another thread waits in a call): the failure that ended this
