@@ -35,7 +35,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
         [ $which = new ] && bin=$NEW
         # sendrecv between 2 ranks only (its pairs are the ring's neighbours at 4 as at 2).
         [ $c = sendrecv_perf ] && [ "$np" != 2 ] && continue
-        "$bin" "$c" -np "$np" -l "$SIZES" -T "$T" 2>&1 | awk -v r=$round -v c=$c -v np=$np -v w=$which \
+        "$bin" "$c" -np "$np" -l "$SIZES" --target-time "$T" 2>&1 | awk -v r=$round -v c=$c -v np=$np -v w=$which \
           '/^ +[0-9]/ { print r, c, np, w, $1, $6, $10 }' >> "$out/rows"
       done
     done

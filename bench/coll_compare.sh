@@ -90,7 +90,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
       # The memory rate again just before topocoll's run: its "of bound" uses this one (the VM's rate moves by 2x
       # within seconds; the round's first measurement can be minutes away).
       membw_rows "$r" "$np $c"
-      timeout 300 "$PERF" "$(perfname "$c")" -np "$np" -l "$SIZES" -T "$T" -a 3 2>> "$OUT/errors.log" |
+      timeout 300 "$PERF" "$(perfname "$c")" -np "$np" -l "$SIZES" --target-time "$T" -a 3 2>> "$OUT/errors.log" |
         row topocoll "$c" "$np" "$r" >> "$OUT/rows.txt"
     done
   done

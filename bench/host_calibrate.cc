@@ -51,7 +51,7 @@ std::string envFor(const Combo& c) {
 // Out-of-place time (us) per size of one topocoll-perf run; empty when it failed.
 std::map<uint64_t, double> runPerf(const std::string& perf, const Combo& c, int np, const std::string& sizes,
                                    double targetS) {
-  std::string cmd = fmt::format("env {} {} {} -np {} {} -l {} -c 0 -T {} 2>&1", envFor(c), perf, perfTest(c.coll), np,
+  std::string cmd = fmt::format("env {} {} {} -np {} {} -l {} -c 0 --target-time {} 2>&1", envFor(c), perf, perfTest(c.coll), np,
                                 c.link == HostLink::kNet ? fmt::format("--hosts {}", np) : "", sizes, targetS);
   std::map<uint64_t, double> out;
   FILE* p = popen(cmd.c_str(), "r");

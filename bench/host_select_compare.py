@@ -43,7 +43,7 @@ def knobs_for(algo, proto, ch):
 
 def run(perf, test, size, n, hosts, env, target):
     cmd = ["env", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=TUNING"] + [f"{k}={v}" for k, v in env.items()]
-    cmd += [perf, test, "-np", str(n), "-l", str(size), "-c", "0", "-T", str(target)]
+    cmd += [perf, test, "-np", str(n), "-l", str(size), "-c", "0", "--target-time", str(target)]
     if hosts > 1:
         cmd += ["--hosts", str(hosts)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout

@@ -28,7 +28,7 @@ def run_perf(build, test, ranks, sizes, knob, target):
     """{size: (out-of-place us, in-place us)} of one topocoll-perf run."""
     env = dict(os.environ, TOPOCOLL_HOST_THRESHOLDS=knob)
     cmd = [os.path.join(build, "topocoll-perf"), test, "-np", str(ranks), "-l", ",".join(map(str, sizes)),
-           "-T", str(target), "-c", "0"]
+           "--target-time", str(target), "-c", "0"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
@@ -79,7 +79,7 @@ def main():
     ap.add_argument("--build", default="build", help="build directory holding topocoll-perf (default: build)")
     ap.add_argument("--fields", default="", help="entries to calibrate, comma-separated (default: all)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    ap.add_argument("-T", dest="target", type=float, default=0.05, help="topocoll-perf -T seconds per size")
+    ap.add_argument("-T", dest="target", type=float, default=0.05, help="topocoll-perf --target-time seconds per size")
     a = ap.parse_args()
     table = fields(a.build)
     names = [n for n in (a.fields or ",".join(table)).split(",") if n]

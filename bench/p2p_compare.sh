@@ -65,12 +65,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for t in ${TESTS//,/ }; do
     "${MPI[@]}" "$PB/mpi_p2p_bench" -c $t -l "$SIZES" -T "$T" 2> /dev/null | row mpi $t $r >> "$OUT/rows.txt"
     "$PB/gloo_p2p_bench" -c $t -l "$SIZES" -T "$T" 2> /dev/null | row gloo $t $r >> "$OUT/rows.txt"
-    "$PERF" ${t}_perf -np 2 -l "$SIZES" -T "$T" -a 3 2> /dev/null | row P2P $t $r >> "$OUT/rows.txt"
-    env NCCL_P2P_DISABLE=1 NCCL_P2P_LL_THRESHOLD=0 "$PERF" ${t}_perf -np 2 -l "$SIZES" -T "$T" -a 3 2> /dev/null |
+    "$PERF" ${t}_perf -np 2 -l "$SIZES" --target-time "$T" -a 3 2> /dev/null | row P2P $t $r >> "$OUT/rows.txt"
+    env NCCL_P2P_DISABLE=1 NCCL_P2P_LL_THRESHOLD=0 "$PERF" ${t}_perf -np 2 -l "$SIZES" --target-time "$T" -a 3 2> /dev/null |
       row SHM-Simple $t $r >> "$OUT/rows.txt"
-    env NCCL_P2P_DISABLE=1 NCCL_P2P_LL_THRESHOLD=1073741824 "$PERF" ${t}_perf -np 2 -l "$SIZES" -T "$T" -a 3 2> /dev/null |
+    env NCCL_P2P_DISABLE=1 NCCL_P2P_LL_THRESHOLD=1073741824 "$PERF" ${t}_perf -np 2 -l "$SIZES" --target-time "$T" -a 3 2> /dev/null |
       row SHM-LL $t $r >> "$OUT/rows.txt"
-    "$PERF" ${t}_perf -np 2 --hosts 2 -l "$SIZES" -T "$T" -a 3 2> /dev/null | row NET-loopback $t $r >> "$OUT/rows.txt"
+    "$PERF" ${t}_perf -np 2 --hosts 2 -l "$SIZES" --target-time "$T" -a 3 2> /dev/null | row NET-loopback $t $r >> "$OUT/rows.txt"
     [ $t = bw ] && continue  # net_ceiling has no windowed shape
     "$CEIL" -c $t -l "$SIZES" -T "$T" -v > "$OUT/ceiling_${t}_$r.txt" 2>&1
     row TCP-ceiling $t $r < "$OUT/ceiling_${t}_$r.txt" >> "$OUT/rows.txt"

@@ -14,14 +14,14 @@ fi
 coll=$1 np=$2 sizes=$3 T=$4
 PERF=${TOPOCOLL_PERF:-$(cd "$(dirname "$0")/.." && pwd)/build/topocoll-perf}
 case $coll in
-  pingpong | bw | sendrecv) exec "$PERF" ${coll}_perf -np 2 -l "$sizes" -T "$T" -a 3 ${TOPOCOLL_PERF_ARGS:-} ;;
-  allreduce) exec "$PERF" all_reduce_perf -np "$np" -l "$sizes" -T "$T" -a 3 ${TOPOCOLL_PERF_ARGS:-} ;;
-  allgather) exec "$PERF" all_gather_perf -np "$np" -l "$sizes" -T "$T" -a 3 ${TOPOCOLL_PERF_ARGS:-} ;;
-  reduce_scatter) exec "$PERF" reduce_scatter_perf -np "$np" -l "$sizes" -T "$T" -a 3 ${TOPOCOLL_PERF_ARGS:-} ;;
+  pingpong | bw | sendrecv) exec "$PERF" ${coll}_perf -np 2 -l "$sizes" --target-time "$T" -a 3 ${TOPOCOLL_PERF_ARGS:-} ;;
+  allreduce) exec "$PERF" all_reduce_perf -np "$np" -l "$sizes" --target-time "$T" -a 3 ${TOPOCOLL_PERF_ARGS:-} ;;
+  allgather) exec "$PERF" all_gather_perf -np "$np" -l "$sizes" --target-time "$T" -a 3 ${TOPOCOLL_PERF_ARGS:-} ;;
+  reduce_scatter) exec "$PERF" reduce_scatter_perf -np "$np" -l "$sizes" --target-time "$T" -a 3 ${TOPOCOLL_PERF_ARGS:-} ;;
   # MPI_Bcast and gloo::broadcast have one buffer: run_all.sh reads columns 6-8, so they get the in-place run's.
   broadcast)
     echo "# peers_own.sh: Broadcast in place, as the peers' (columns 6-8 are the in-place run's time, algbw, busbw)"
-    "$PERF" broadcast_perf -np "$np" -l "$sizes" -T "$T" -a 3 ${TOPOCOLL_PERF_ARGS:-} |
+    "$PERF" broadcast_perf -np "$np" -l "$sizes" --target-time "$T" -a 3 ${TOPOCOLL_PERF_ARGS:-} |
       awk '/^#/ || NF < 13 {print; next} {$6 = $10; $7 = $11; $8 = $12; print}'
     exit "${PIPESTATUS[0]}"
     ;;

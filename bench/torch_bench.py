@@ -99,7 +99,7 @@ def run(backend, coll, n, sizes, seconds, bind):
 def run_capi(build, coll, n, sizes, seconds, bind):
     """Times per size (s) of the same collective through the C API (topocoll-perf), in the order of `sizes`."""
     cmd = [os.path.join(build, "topocoll-perf"), f"{coll}_perf", "-np", str(n), "-l", ",".join(map(str, sizes)),
-           "-T", str(seconds), "-c", "0", "--bind", "1" if bind else "0"]
+           "--target-time", str(seconds), "-c", "0", "--bind", "1" if bind else "0"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     col = 9 if coll in ("all_reduce", "broadcast") else 5  # in place (torch's) or out of place (the _base forms)
     rows = [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]

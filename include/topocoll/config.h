@@ -124,6 +124,7 @@ struct TOPOCOLL_API Config {
   std::string debug;               // NCCL_DEBUG
   std::string debugSubsys;         // NCCL_DEBUG_SUBSYS
   std::string debugFile;           // NCCL_DEBUG_FILE
+  std::string confFile;            // NCCL_CONF_FILE (read by Env::fromProcess; recorded here for `topocoll params`)
 
   /// Parses and validates every knob of `env`; throws Error(kInvalidArgument) naming the knob on bad values.
   /// Variables named like a known knob but misspelt get a WARN line (see knobTypos).

@@ -477,6 +477,10 @@ std::vector<Knob> buildRegistry() {
       [](const std::string& v) { log::parseSubsys(v); }));
   r.push_back(stringKnob<&Config::debugFile>("NCCL_DEBUG_FILE", "debug",
                                              "Log to this file instead of stdout; %h = hostname, %p = pid"));
+  r.push_back(stringKnob<&Config::confFile>(
+      "NCCL_CONF_FILE", "debug",
+      "A file of NAME=value lines read under the environment (which wins), instead of ~/.nccl.conf; "
+      "/etc/nccl.conf is read after it"));
   return r;
 }
 

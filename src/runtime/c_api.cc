@@ -996,6 +996,12 @@ tcclResult_t grow(tcclComm_t comm, int nranks, const tcclUniqueId* id, int rank,
   });
 }
 
+tcclResult_t groupSimulateEnd(double* us) {
+  if (groupDepth() == 0) return refuse(nullptr, "ncclGroupSimulateEnd", StatusCode::kInvalidUsage,
+                                       "not inside ncclGroupStart");
+  return guarded(nullptr, "ncclGroupSimulateEnd", [&] { *us = topocoll::runtime::groupSimulateEnd(); });
+}
+
 tcclResult_t hostMemory(tcclComm_t comm, bool* host) {
   return guarded(comm, "hostMemory", [&] {
     checkHandle(comm);  // suspended and revoked communicators are still asked

@@ -30,6 +30,8 @@ tcclResult_t isSuspended(tcclComm_t comm, bool* suspended);
 /// ncclCommGetUniqueId (an id for a grow, one outstanding at a time) and ncclCommGrow.
 tcclResult_t growId(tcclComm_t comm, tcclUniqueId* id);
 tcclResult_t grow(tcclComm_t comm, int nranks, const tcclUniqueId* id, int rank, tcclComm_t* newcomm);
+/// ncclGroupSimulateEnd: runtime::groupSimulateEnd's estimate (microseconds) into *us.
+tcclResult_t groupSimulateEnd(double* us);
 
 /// Fails a call as the C API fails one: `why` becomes the thread's (and `comm`'s, when it is a handle) last error,
 /// logged as a WARN line, and the result is `code`'s. `what` names the call ("ncclCommSplit").

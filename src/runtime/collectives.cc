@@ -89,6 +89,21 @@ Choice CommImpl::choose(const Args& a) const {
   return c;
 }
 
+double CommImpl::simulateUs(const Args& a) const {
+  const tuning::HostCall call = hostCall(a, hostMemory() && mailboxes_ && !mailboxes_->off());
+  const tuning::HostDecision d = tuning::hostDecide(hostPolicy_, call);
+  if (d.timeUs > 0) return d.timeUs;
+  // Paths the table has no row for (the one-shot mailboxes, Direct): the model's Ring Simple on one channel.
+  const tuning::HostQuery q{call.coll, hostPolicy_.link, nRanks_, call.bytes, hostPolicy_.chunkBytes};
+  return std::max(0.0, tuning::hostTime(hostPolicy_.model, q, tuning::kRing, tuning::kSimple, 1));
+}
+
+double CommImpl::simulateP2pUs(size_t bytes) const {
+  if (nRanks_ < 2) return 0;
+  const tuning::HostQuery q{tuning::kBroadcast, hostPolicy_.link, 2, bytes, hostPolicy_.chunkBytes};
+  return std::max(0.0, tuning::hostTime(hostPolicy_.model, q, tuning::kRing, tuning::kSimple, 1));
+}
+
 void CommImpl::checkCollArgs(const Args& a) const {
   const char* name = collectives::collName(a.coll);
   if (abort_.load()) fail(StatusCode::kAborted, "rank {}: {} on an aborted communicator", rank_, name);

@@ -83,6 +83,10 @@ class CommImpl {
   void allToAll(const void* sendbuff, void* recvbuff, size_t count, DataType type, void* stream = nullptr);
   void barrier();
   collectives::Choice choose(const collectives::Args& a) const;
+  /// The cost model's microseconds for `a` as it would run (groupSimulateEnd), and for a send or receive of `bytes`
+  /// (as a 2-rank Broadcast, one message); 0 where the model has no constants.
+  double simulateUs(const collectives::Args& a) const;
+  double simulateP2pUs(size_t bytes) const;
 
   void connectAll();
   std::vector<ConnectionInfo> connections() const;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <deque>
 #include <exception>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -117,6 +118,35 @@ void groupEnd() {
     throw Error(e.code(), fmt::format("{}; and {}", e.what(), lost));
   }
   throw Error(StatusCode::kInvalidUsage, lost);
+}
+
+double groupSimulateEnd() {
+  if (tGroup.depth == 0) fail(StatusCode::kInvalidUsage, "groupSimulateEnd() without groupStart()");
+  if (--tGroup.depth > 0) return 0;  // nested: the outermost end decides
+  tGroup.dropped = 0;
+  // Per communicator: its collectives one after another, its sends beside its receives; the communicators of the
+  // group run side by side.
+  struct Time {
+    double colls = 0, sends = 0, recvs = 0;
+  };
+  std::map<const CommImpl*, Time> per;
+  for (const GroupShot& s : tGroup.shots) (s.send ? per[s.comm].sends : per[s.comm].recvs) += s.comm->simulateP2pUs(s.bytes);
+  for (auto& [c, op] : tGroup.ops) (op->send ? per[c].sends : per[c].recvs) += c->simulateP2pUs(op->bytes);
+  for (auto& t : tGroup.colls) per[t->comm].colls += t->comm->simulateUs(t->args);
+  // Nothing runs: what the group held ends (a Request on it fails, saying so).
+  const std::string why = "simulated by groupSimulateEnd (ncclGroupSimulateEnd), not run";
+  for (auto& [c, op] : tGroup.ops) {
+    op->code = StatusCode::kAborted;
+    op->error = why;
+    op->state.store(Op::kFailed, std::memory_order_release);
+  }
+  for (auto& t : tGroup.colls) t->finish(StatusCode::kAborted, why);
+  tGroup.shots.clear();
+  tGroup.ops.clear();
+  tGroup.colls.clear();
+  double worst = 0;
+  for (const auto& [c, t] : per) worst = std::max(worst, t.colls + std::max(t.sends, t.recvs));
+  return worst;
 }
 
 namespace {

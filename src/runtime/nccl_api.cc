@@ -107,7 +107,7 @@ topocoll::runtime::capi::CommConfig commConfig(const ncclConfig_t* cfg, topocoll
 
 // The Param API's handle is the knob's registry entry.
 const topocoll::Knob* knobOf(ncclParamHandle_t h) { return reinterpret_cast<const topocoll::Knob*>(h); }
-// The knobs' values now: the environment's (NCCL_CONF_FILE and the config files are not read yet), else defaults.
+// The knobs' values now: the environment's, then NCCL's config files' (Env::fromProcess), else defaults.
 ncclResult_t currentConfig(topocoll::Config* cfg) {
   try {
     *cfg = topocoll::Config::fromEnv(topocoll::Env::fromProcess());
@@ -345,8 +345,29 @@ TC_EXPORT ncclResult_t ncclSignal(int, int, int, unsigned int, ncclComm_t comm, 
 TC_EXPORT ncclResult_t ncclWaitSignal(int, ncclWaitSignalDesc_t*, ncclComm_t comm, cudaStream_t) {
   return notHere(comm, "ncclWaitSignal", "one-sided signals");
 }
-TC_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) {
-  return notHere(nullptr, "ncclGroupSimulateEnd", "estimating a group's time from the cost model");
+// The group closes and nothing runs; estimatedTime is the cost model's microseconds (docs/nccl-api.md compares it
+// with measured times). The struct is read up to the size it says it has, as NCCL does.
+TC_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+  size_t size = sizeof(info);
+  if (simInfo) {
+    __builtin_memcpy(&size, &simInfo->size, sizeof(size));
+    size = size > sizeof(info) ? sizeof(info) : size;
+    __builtin_memcpy(&info, simInfo, size);
+    if (size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float) || info.magic != 0x74685283u) {
+      ncclGroupEnd();  // the group still closes (nothing of it runs: NCCL fails the whole group here too)
+      return refused(nullptr, "ncclGroupSimulateEnd", StatusCode::kInvalidArgument,
+                     "simInfo was not initialised with NCCL_SIM_INFO_INITIALIZER (its magic or size is wrong)");
+    }
+  }
+  double us = 0;
+  ncclResult_t rc = r(topocoll::runtime::capi::groupSimulateEnd(&us));
+  if (rc != ncclSuccess) return rc;
+  if (simInfo) {
+    info.estimatedTime = static_cast<float>(us);
+    __builtin_memcpy(simInfo, &info, size);
+  }
+  return ncclSuccess;
 }
 
 // The Param API over topocoll's knob registry (`topocoll params`): NCCL's knobs that topocoll reads, and its own.

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "topocoll/env.h"
 #include "topocoll/status.h"
 
 namespace topocoll {
@@ -147,6 +152,51 @@ TEST(Config, BadValuesNameTheKnob) {
       EXPECT_NE(std::string(e.what()).find(k + "=" + v), std::string::npos) << e.what();
     }
   }
+}
+
+}  // namespace
+}  // namespace topocoll
+
+namespace topocoll {
+namespace {
+
+// NCCL's config files: NCCL_CONF_FILE (else ~/.nccl.conf), then /etc/nccl.conf, beneath the environment.
+class ConfigFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/topocoll-conf-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(ConfigFiles, EnvironmentThenUserFileThenSystemFile) {
+  write(".nccl.conf", "NCCL_ALGO=Tree\n# NCCL_PROTO=LL\nNCCL_BUFFSIZE=1048576\r\nNOT_A_KNOB_LINE\n");
+  std::string etc = write("etc.conf", "NCCL_ALGO=Ring\nNCCL_PROTO=Simple\nNCCL_NTHREADS=256\nHOME_GROWN=1\n");
+  Env env = Env(std::map<std::string, std::string>{{"NCCL_NTHREADS", "128"}}).withConfigFiles(dir_, etc);
+  EXPECT_EQ(env.get("NCCL_NTHREADS"), "128");         // the environment wins
+  EXPECT_EQ(env.get("NCCL_ALGO"), "Tree");            // then the user's file
+  EXPECT_EQ(env.get("NCCL_BUFFSIZE"), "1048576");     // CR of a CRLF line dropped
+  EXPECT_EQ(env.get("NCCL_PROTO"), "Simple");         // a commented line is skipped
+  EXPECT_EQ(env.get("HOME_GROWN"), std::nullopt);     // only the variables an Env keeps
+  Config cfg = Config::fromEnv(env);
+  EXPECT_EQ(cfg.buffSize, 1048576);
+}
+
+TEST_F(ConfigFiles, NcclConfFileReplacesTheHomeFile) {
+  write(".nccl.conf", "NCCL_ALGO=Tree\n");
+  std::string mine = write("mine.conf", "NCCL_ALGO=Ring=x\n");
+  Env env = Env(std::map<std::string, std::string>{{"NCCL_CONF_FILE", mine}}).withConfigFiles(dir_, "");
+  EXPECT_EQ(env.get("NCCL_ALGO"), "Ring=x");  // everything after the first '='
+  Env missing = Env(std::map<std::string, std::string>{{"NCCL_CONF_FILE", dir_ + "/none.conf"}}).withConfigFiles(dir_, dir_ + "/none-either");
+  EXPECT_EQ(missing.get("NCCL_ALGO"), std::nullopt);  // a missing file is skipped, as NCCL does
 }
 
 }  // namespace

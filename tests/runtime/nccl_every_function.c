@@ -160,7 +160,7 @@ int main(void) {
 
   /* Not built yet: ncclInvalidUsage naming why. */
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
-  expectRefused(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "not supported", "ncclGroupSimulateEnd");
+  expectRefused(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "not inside ncclGroupStart", "ncclGroupSimulateEnd");
   expectRefused(ncclRedOpDestroy(ncclSum, NULL), ncclInvalidArgument, "built in", "destroying ncclSum");
 
   /* The Param API over the knob registry. */

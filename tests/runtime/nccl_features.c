@@ -2,7 +2,7 @@
  * through a pipe, as MPI programs broadcast it), at 1, 2, 3, 4 and 8 ranks, with blocking and non-blocking
  * communicators.
  *
- *   nccl_features FEATURE [NRANKS...]     FEATURE: init split shrink premulsum abort manage grow
+ *   nccl_features FEATURE [NRANKS...]     FEATURE: init split shrink premulsum abort manage grow simulate
  *
  * C99 against topocoll's nccl.h; exits 0 when every rank of every size passed, else prints what failed. */
 #define _GNU_SOURCE
@@ -341,6 +341,30 @@ static int featureGrow(ncclUniqueId id) {
   return 0;
 }
 
+/* ncclGroupSimulateEnd: an estimate from the cost model, nothing run; a bad simInfo and a missing group refused. */
+static int featureSimulate(ncclUniqueId id) {
+  ncclComm_t comm = initComm(id, "features-simulate");
+  CHECK(comm != NULL, 10);
+  float in[4096], out[4096];
+  for (int i = 0; i < 4096; i++) in[i] = 1.0f, out[i] = -1.0f;
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  CHECK(ncclGroupStart() == ncclSuccess, 120);
+  CHECK(ncclAllReduce(in, out, 4096, ncclFloat32, ncclSum, comm, NULL) == ncclSuccess, 121);
+  CHECK(ncclBroadcast(in, out, 4096, ncclFloat32, 0, comm, NULL) == ncclSuccess, 121);
+  CHECK(ncclGroupSimulateEnd(&sim) == ncclSuccess, 122);
+  CHECK(nRanks == 1 ? sim.estimatedTime >= 0 : sim.estimatedTime > 0, 123);
+  for (int i = 0; i < 4096; i++) CHECK(out[i] == -1.0f, 124); /* nothing ran */
+  ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
+  bad.magic = 0;
+  CHECK(ncclGroupStart() == ncclSuccess, 125);
+  CHECK(ncclGroupSimulateEnd(&bad) == ncclInvalidArgument, 125);
+  CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, 126); /* no group open */
+  /* The communicator goes on: the next call runs. */
+  CHECK(sumOver(comm, 1) == nRanks, 127);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess, 128);
+  return 0;
+}
+
 static int runRank(const char* feature, ncclUniqueId id) {
   if (!strcmp(feature, "init")) return featureInit(id);
   if (!strcmp(feature, "split")) return featureSplit(id);
@@ -349,7 +373,8 @@ static int runRank(const char* feature, ncclUniqueId id) {
   if (!strcmp(feature, "abort")) return featureAbort(id);
   if (!strcmp(feature, "manage")) return featureManage(id);
   if (!strcmp(feature, "grow")) return featureGrow(id);
-  fprintf(stderr, "unknown feature %s (init split shrink premulsum abort manage grow)\n", feature);
+  if (!strcmp(feature, "simulate")) return featureSimulate(id);
+  fprintf(stderr, "unknown feature %s (init split shrink premulsum abort manage grow simulate)\n", feature);
   return 2;
 }
 
@@ -408,7 +433,7 @@ static int job(const char* feature, int n, int blocking) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s FEATURE [NRANKS...]   (init split shrink premulsum abort manage grow)\n", argv[0]);
+    fprintf(stderr, "usage: %s FEATURE [NRANKS...]   (init split shrink premulsum abort manage grow simulate)\n", argv[0]);
     return 2;
   }
   int sizes[16] = {1, 2, 3, 4, 8}, nSizes = 5;

@@ -19,6 +19,12 @@ class Communicator;
 
 namespace topocoll::perf {
 
+/// NCCL's PreMulSum as nccl-tests' `-o mulsum` runs it: each rank's input times its scalar (1 on even ranks, 2 on odd
+/// ones, as nccl-tests' ncclVerifiablePremulScalar), summed. topocoll-perf's own op code beside RedOp's.
+constexpr RedOp kMulSum = static_cast<RedOp>(kNumRedOps);
+inline bool isMulSum(RedOp op) { return op == kMulSum; }
+std::string opName(RedOp op);
+
 struct Options {
   std::string test;
   size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepFactor = 1, stepBytes = 1 << 20;
@@ -33,6 +39,19 @@ struct Options {
   int bind = -1;        // -np: bind rank r to CPU r % CPUs (-1: when there are no more ranks than CPUs, as mpirun)
   bool malloc = false;  // plain heap buffers instead of runtime::memAlloc
   bool device = false;  // --device: cudaMalloc'ed buffers and a stream (perf_device.cc)
+  // nccl-tests' other flags (docs/performance.md, "nccl-tests' flags").
+  int runCycles = 1;         // -N: the whole sweep this many times (0: until stopped)
+  int parallelInit = 0;      // -p (one rank per process: nothing to parallelise)
+  int streamNull = 0;        // -y (host memory: the stream is always NULL)
+  int timeoutS = 0;          // -T: TOPOCOLL_TIMEOUT for the run (0: the environment's)
+  int cputime = 0;           // -C: report the calling thread's CPU time per operation
+  int timestamps = 0;        // -S: a timestamp at the end of each row
+  std::string jsonFile;      // -J: the run as JSON
+  int localRegister = 0;     // -R
+  int memoryReport = 0;      // -M: this process's memory after the run
+  size_t unalign = 0;        // -u: buffers start this many elements past their allocation
+  int perIter = 0;           // -I: per-iteration times (max over ranks), their min, max, p99 and cv
+  int perIterSkip = 0;       // -K: leading iterations left out of -I's statistics
 };
 
 /// The ranks a test runs on, with the helpers the harness needs outside the timed loops.
@@ -46,12 +65,16 @@ struct World {
   void* stream = nullptr;                // --device: this rank's cudaStream_t
   std::string deviceName;                // --device: the GPU's name and bus id
   double copyGBs = 0;                    // --device: cudaMemcpy device-to-device, bytes copied per second / 1e9
+  int worldRank = 0, color = 0;          // NCCL_TESTS_SPLIT: the rank in the whole job, and its part's colour
+  std::string splitRule;                 // the split's variable as given ("" when the job is not split)
+  bool prints = true;                    // this rank prints the output (world rank 0)
 };
 
 /// Element counts of one size, as nccl-tests' getCollByteCount: what is sent, received and passed as `count`, and
 /// where, in place, the send and receive buffers sit inside the receive buffer (times this rank).
 struct Layout {
   size_t sendCount = 0, recvCount = 0, paramCount = 0, sendInplace = 0, recvInplace = 0;
+  size_t elemSize = 0;  // set by the harness (alltoallv's sources depend on it)
 };
 
 /// Where element j of rank `me`'s output comes from: rank `src` (kReduced: all ranks reduced; kUnchecked: nowhere)
@@ -86,6 +109,8 @@ struct Test {
 const std::vector<Test>& collTests();
 const std::vector<Test>& p2pTests();
 
+/// The integer `v` as one element of `type`.
+void encodeValue(void* dst, DataType type, int64_t v);
 /// Input element `index` of rank `r`, written into `dst` (sizeOf(type) bytes): small integers for reductions
 /// (exact in every type for the ops and rank counts nccl-tests runs), byte patterns otherwise.
 void inputElement(void* dst, DataType type, RedOp op, bool reduces, int nRanks, int r, size_t index);

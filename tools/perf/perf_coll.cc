@@ -1,7 +1,9 @@
 // The collectives of topocoll-perf, through the C API (tcclAllReduce, ...: what NCCL users call). Buffer layouts,
 // in-place placement and bus-bandwidth factors follow NVIDIA nccl-tests (src/all_reduce.cu, all_gather.cu,
-// reduce_scatter.cu, broadcast.cu, reduce.cu, alltoall.cu).
+// reduce_scatter.cu, broadcast.cu, reduce.cu, alltoall.cu, gather.cu, scatter.cu, alltoallv.cu, hypercube.cu).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "perf.h"
 #include "topocoll/status.h"
@@ -11,6 +13,48 @@ namespace {
 
 tcclDataType_t T(DataType t) { return static_cast<tcclDataType_t>(t); }
 tcclRedOp_t O(RedOp op) { return static_cast<tcclRedOp_t>(op); }
+
+// The op a reduction runs with: built in, or (-o mulsum) a PreMulSum made for this call and destroyed after it, as
+// nccl-tests does (scalar 1 on even ranks, 2 on odd ones).
+template <typename F>
+void withOp(World& w, const Call& c, F&& run) {
+  if (!isMulSum(c.op)) return run(O(c.op));
+  uint8_t scalar[8];
+  encodeValue(scalar, c.type, w.rank % 2 ? 2 : 1);
+  tcclRedOp_t op;
+  check(tcclRedOpCreatePreMulSum(&op, scalar, T(c.type), tcclScalarHostImmediate, w.api), "tcclRedOpCreatePreMulSum");
+  try {
+    run(op);
+  } catch (...) {
+    tcclRedOpDestroy(op, w.api);
+    throw;
+  }
+  check(tcclRedOpDestroy(op, w.api), "tcclRedOpDestroy");
+}
+
+// alltoallv_perf's generated pattern (nccl-tests' distance-weighted one): bytes from rank i to rank j out of
+// `total` each rank sends, NCCL_TESTS_ALLTOALLV_SPREAD between uniform (0) and weighted by distance (1, default).
+double alltoallvSpread() {
+  static const double spread = [] {
+    const char* e = std::getenv("NCCL_TESTS_ALLTOALLV_SPREAD");
+    char* end = nullptr;
+    double v = e ? std::strtod(e, &end) : 1.0;
+    if (e && (end == e || *end)) v = 1.0;
+    return std::clamp(v, 0.0, 1.0);
+  }();
+  return spread;
+}
+size_t peerBytes(int i, int j, int n, size_t total) {
+  if (n == 1) return total & ~size_t{15};
+  const int distance = (j - i + n) % n;
+  const double sumDistances = static_cast<double>(n) * (n - 1) / 2;
+  const double uniform = static_cast<double>(total) / n, weighted = distance * static_cast<double>(total) / sumDistances;
+  const double spread = alltoallvSpread();
+  return static_cast<size_t>((1.0 - spread) * uniform + spread * weighted) & ~size_t{15};
+}
+size_t peerCount(int i, int j, int n, const Layout& l) {
+  return peerBytes(i, j, n, l.paramCount * n * l.elemSize) / l.elemSize;
+}
 
 // nccl-tests splits the count over the ranks and rounds each share down to 16 bytes; shared/peers' protocol (-T)
 // keeps floor(count / n), at least one element, so that its rows line up with the peers' sizes.
@@ -32,11 +76,22 @@ Layout exchanged(size_t count, size_t es, int n, bool peers) {
   size_t b = share(count, es, n, peers);
   return {b * n, b * n, b, 0, 0};
 }
+// The generated pattern is symmetric: every rank sends and receives what rank 0 sends.
+Layout exchangedUnevenly(size_t count, size_t es, int n, bool peers) {
+  Layout l;
+  l.paramCount = share(count, es, n, peers);
+  l.elemSize = es;
+  size_t total = 0;
+  for (int j = 0; j < n; ++j) total += peerCount(0, j, n, l);
+  l.sendCount = l.recvCount = total;
+  return l;
+}
 
 double one(int) { return 1; }
 double ranks(int n) { return n; }
 double ringAllReduce(int n) { return 2.0 * (n - 1) / n; }
 double ring(int n) { return static_cast<double>(n - 1) / n; }
+double others(int n) { return n - 1; }
 
 Source reduced(int, size_t j, const Layout&, int, int) { return {Source::kReduced, j}; }
 Source reducedAtRoot(int me, size_t j, const Layout&, int, int root) {
@@ -50,11 +105,31 @@ Source fromEach(int, size_t j, const Layout& l, int, int) {
 Source fromEachToMe(int me, size_t j, const Layout& l, int, int) {
   return {static_cast<int>(j / l.paramCount), me * l.paramCount + j % l.paramCount};
 }
+Source fromEachAtRoot(int me, size_t j, const Layout& l, int n, int root) {
+  return me == root ? fromEach(me, j, l, n, root) : Source{Source::kUnchecked, 0};
+}
+Source myShareOfRoot(int me, size_t j, const Layout& l, int, int root) { return {root, me * l.paramCount + j}; }
+// alltoallv: the segments from each rank in rank order, each where it sits in its sender's stream.
+Source fromEachUnevenly(int me, size_t j, const Layout& l, int n, int) {
+  size_t at = 0;
+  for (int src = 0; src < n; ++src) {
+    const size_t c = peerCount(src, me, n, l);
+    if (j < at + c) {
+      size_t offset = 0;
+      for (int k = 0; k < me; ++k) offset += peerCount(src, k, n, l);
+      return {src, offset + (j - at)};
+    }
+    at += c;
+  }
+  return {Source::kUnchecked, 0};
+}
 
 const std::vector<Test> kTests = {
     {"all_reduce_perf", 1, true, true, false, whole, 1, one, ringAllReduce, reduced,
      [](World& w, const Options&, const Call& c) {
-       check(tcclAllReduce(c.send, c.recv, c.count, T(c.type), O(c.op), w.api, w.stream), "tcclAllReduce");
+       withOp(w, c, [&](tcclRedOp_t op) {
+         check(tcclAllReduce(c.send, c.recv, c.count, T(c.type), op, w.api, w.stream), "tcclAllReduce");
+       });
      },
      true},
     {"all_gather_perf", 1, true, false, false, gathered, 1, ranks, ring, fromEach,
@@ -64,7 +139,9 @@ const std::vector<Test> kTests = {
      true},
     {"reduce_scatter_perf", 1, true, true, false, scattered, 1, ranks, ring, reducedSlice,
      [](World& w, const Options&, const Call& c) {
-       check(tcclReduceScatter(c.send, c.recv, c.count, T(c.type), O(c.op), w.api, w.stream), "tcclReduceScatter");
+       withOp(w, c, [&](tcclRedOp_t op) {
+         check(tcclReduceScatter(c.send, c.recv, c.count, T(c.type), op, w.api, w.stream), "tcclReduceScatter");
+       });
      },
      true},
     {"broadcast_perf", 1, true, false, true, whole, 1, one, one, fromRoot,
@@ -74,12 +151,59 @@ const std::vector<Test> kTests = {
      true},
     {"reduce_perf", 1, true, true, true, whole, 1, one, one, reducedAtRoot,
      [](World& w, const Options&, const Call& c) {
-       check(tcclReduce(c.send, c.recv, c.count, T(c.type), O(c.op), c.root, w.api, w.stream), "tcclReduce");
+       withOp(w, c, [&](tcclRedOp_t op) {
+         check(tcclReduce(c.send, c.recv, c.count, T(c.type), op, c.root, w.api, w.stream), "tcclReduce");
+       });
      },
      true},
     {"alltoall_perf", 1, true, false, false, exchanged, 1, ranks, ring, fromEachToMe,
      [](World& w, const Options&, const Call& c) {
        check(tcclAlltoAll(c.send, c.recv, c.count, T(c.type), w.api, w.stream), "tcclAlltoAll");
+     },
+     true},
+    {"gather_perf", 1, true, false, true, gathered, 1, ranks, ring, fromEachAtRoot,
+     [](World& w, const Options&, const Call& c) {
+       check(tcclGather(c.send, c.recv, c.count, T(c.type), c.root, w.api, w.stream), "tcclGather");
+     },
+     true},
+    {"scatter_perf", 1, true, false, true, scattered, 1, ranks, ring, myShareOfRoot,
+     [](World& w, const Options&, const Call& c) {
+       check(tcclScatter(c.send, c.recv, c.count, T(c.type), c.root, w.api, w.stream), "tcclScatter");
+     },
+     true},
+    // nccl-tests' alltoallv: a group of sends and receives of per-peer counts (generated pattern; in place is not
+    // run, as nccl-tests does not check it). algbw counts the bytes of the busiest rank.
+    {"alltoallv_perf", 1, false, false, false, exchangedUnevenly, 1, nullptr, ring, fromEachUnevenly,
+     [](World& w, const Options&, const Call& c) {
+       Layout l;
+       l.paramCount = c.count;
+       l.elemSize = sizeOf(c.type);
+       const auto* sp = static_cast<const uint8_t*>(c.send);
+       auto* rp = static_cast<uint8_t*>(c.recv);
+       check(tcclGroupStart(), "tcclGroupStart");
+       for (int r = 0; r < w.nRanks; ++r) {
+         const size_t sc = peerCount(w.rank, r, w.nRanks, l), rc = peerCount(r, w.rank, w.nRanks, l);
+         if (sc) check(tcclSend(sp, sc, T(c.type), r, w.api, w.stream), "tcclSend");
+         if (rc) check(tcclRecv(rp, rc, T(c.type), r, w.api, w.stream), "tcclRecv");
+         sp += sc * l.elemSize;
+         rp += rc * l.elemSize;
+       }
+       check(tcclGroupEnd(), "tcclGroupEnd");
+     },
+     true},
+    // nccl-tests' hypercube: an all-gather in log2(n) exchanges, with rank ^ 2^k at step k (n a power of two).
+    {"hypercube_perf", 1, true, false, false, gathered, 1, others, one, fromEach,
+     [](World& w, const Options&, const Call& c) {
+       const size_t es = sizeOf(c.type), slice = c.count * es;
+       auto* r = static_cast<uint8_t*>(c.recv);
+       if (r + w.rank * slice != c.send) std::memcpy(r + w.rank * slice, c.send, slice);
+       for (int mask = 1; mask < w.nRanks; mask <<= 1) {
+         const int s = w.rank & ~(mask - 1), from = s ^ mask;
+         check(tcclGroupStart(), "tcclGroupStart");
+         check(tcclSend(r + s * slice, c.count * mask, T(c.type), w.rank ^ mask, w.api, w.stream), "tcclSend");
+         check(tcclRecv(r + from * slice, c.count * mask, T(c.type), w.rank ^ mask, w.api, w.stream), "tcclRecv");
+         check(tcclGroupEnd(), "tcclGroupEnd");
+       }
      },
      true},
 };

@@ -38,6 +38,8 @@ int64_t exactLimit(DataType t) {
 // Rank r's value at `index` for `op`.
 int64_t value(DataType t, RedOp op, int n, int r, size_t index) {
   int64_t room = std::max<int64_t>(2, exactLimit(t) / std::max(1, n));  // sum of n values stays exact
+  if (isMulSum(op))  // summed after a scalar of 1 or 2: half the room
+    return static_cast<int64_t>((index * 7 + r * 3) % std::max<int64_t>(1, std::min<int64_t>(room / 2, 5)));
   switch (op) {
     case RedOp::kSum:
       return static_cast<int64_t>((index * 7 + r * 3) % std::min<int64_t>(room, 5));
@@ -139,7 +141,14 @@ int64_t fold(RedOp op, int64_t a, int64_t b) {
   return 0;
 }
 
+// A rank's PreMulSum scalar (-o mulsum), as nccl-tests' ncclVerifiablePremulScalar.
+int64_t premulScalar(int r) { return r % 2 ? 2 : 1; }
+
 }  // namespace
+
+std::string opName(RedOp op) { return isMulSum(op) ? "mulsum" : to_string(op); }
+
+void encodeValue(void* dst, DataType type, int64_t v) { encode(dst, type, v); }
 
 void inputElement(void* dst, DataType type, RedOp op, bool reduces, int nRanks, int r, size_t index) {
   if (reduces) return encode(dst, type, value(type, op, nRanks, r, index));
@@ -157,8 +166,13 @@ long checkOutput(const Test& t, const void* out, size_t count, DataType type, Re
     Source s = t.source(me, j, l, nRanks, root);
     if (s.src == Source::kUnchecked) continue;
     if (s.src == Source::kReduced) {
-      int64_t v = value(type, op, nRanks, 0, s.index);
-      for (int r = 1; r < nRanks; ++r) v = fold(op, v, value(type, op, nRanks, r, s.index));
+      int64_t v = 0;
+      if (isMulSum(op)) {
+        for (int r = 0; r < nRanks; ++r) v += premulScalar(r) * value(type, op, nRanks, r, s.index);
+      } else {
+        v = value(type, op, nRanks, 0, s.index);
+        for (int r = 1; r < nRanks; ++r) v = fold(op, v, value(type, op, nRanks, r, s.index));
+      }
       if (op == RedOp::kAvg) v /= nRanks;  // exact: every rank holds the same value
       encode(want, type, v);
       if (op == RedOp::kAvg && isFloatingPoint(type)) {

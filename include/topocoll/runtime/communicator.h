@@ -243,6 +243,11 @@ TOPOCOLL_API void groupStart();
 TOPOCOLL_API void groupEnd();
 /// The group depth of this thread (0: not in a group).
 TOPOCOLL_API int groupDepth();
+/// NCCL's ncclGroupSimulateEnd: closes the group like groupEnd() but runs nothing; returns the cost model's estimate
+/// of its time in microseconds (each communicator's collectives in turn plus its sends or receives, whichever take
+/// longer; the communicators side by side). What the group held is dropped (a Request on it fails, kAborted). A
+/// nested call only closes its level and returns 0.
+TOPOCOLL_API double groupSimulateEnd();
 
 /// What initFromEnv found in the environment (exposed for tests).
 struct LaunchInfo {
