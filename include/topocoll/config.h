@@ -124,6 +124,8 @@ struct TOPOCOLL_API Config {
   std::string debug;               // NCCL_DEBUG
   std::string debugSubsys;         // NCCL_DEBUG_SUBSYS
   std::string debugFile;           // NCCL_DEBUG_FILE
+  int minCtas = -1, maxCtas = -1;  // NCCL_MIN_CTAS / NCCL_MAX_CTAS, else ncclConfig_t's minCTAs / maxCTAs (-1: unset):
+                                   // bounds on the channels, as NCCL's connect stage applies them
   std::string confFile;            // NCCL_CONF_FILE (read by Env::fromProcess; recorded here for `topocoll params`)
 
   /// Parses and validates every knob of `env`; throws Error(kInvalidArgument) naming the knob on bad values.

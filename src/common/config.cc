@@ -255,6 +255,12 @@ std::vector<Knob> buildRegistry() {
     };
     r.push_back(std::move(m));
   }
+  // NCCL 2.30.7 src/init.cc (MinCTAs/MaxCTAs, ncclConfig_t's minCTAs/maxCTAs); src/graph/connect.cc applies them.
+  r.push_back(intKnob<&Config::minCtas>("NCCL_MIN_CTAS", "search", -1, 1 << 20,
+                                        "At least this many channels (ncclConfig_t's minCTAs; above 64 means 64; "
+                                        "-1: unset)"));
+  r.push_back(intKnob<&Config::maxCtas>("NCCL_MAX_CTAS", "search", -1, 1 << 20,
+                                        "At most this many channels (ncclConfig_t's maxCTAs; -1: unset)"));
   r.push_back(intKnob<&Config::minP2pNchannels>("NCCL_MIN_P2P_NCHANNELS", "search", 1, 64,
                                                 "Minimum channels for send/recv"));
   r.push_back(intKnob<&Config::maxP2pNchannels>("NCCL_MAX_P2P_NCHANNELS", "search", 1, 64,

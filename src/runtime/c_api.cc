@@ -868,11 +868,6 @@ tcclResult_t refuse(tcclComm_t comm, const char* what, StatusCode code, const st
   return guarded(comm, what, [&] { fail(code, "{}", why); });
 }
 tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int rank, const CommConfig& cfg) {
-  if (cfg.blocking) {
-    const tcclResult_t rc = tcclCommInitRank(comm, nranks, id, rank);
-    if (rc == tcclSuccess) (*comm)->config = cfg;
-    return rc;
-  }
   const tcclResult_t rc = guarded(nullptr, "ncclCommInitRankConfig", [&] {
     if (!comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
     *comm = nullptr;
@@ -881,8 +876,16 @@ tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int 
     bootstrap::UniqueId uid;
     std::memcpy(uid.bytes.data(), id.internal, TCCL_UNIQUE_ID_BYTES);
     auto opts = InitOptions::fromEnv(Env::fromProcess());  // bad knobs fail here, in the caller's thread
+    // The config's channel bounds, unless NCCL_MIN_CTAS / NCCL_MAX_CTAS say otherwise (as NCCL's init does).
+    if (opts.cfg.minCtas < 0) opts.cfg.minCtas = cfg.minCtas;
+    if (opts.cfg.maxCtas < 0) opts.cfg.maxCtas = cfg.maxCtas;
     auto c = std::make_unique<tcclComm>();
     c->config = cfg;
+    if (cfg.blocking) {
+      c->comm = Communicator::init(uid, nranks, rank, opts);
+      *comm = c.release();
+      return;
+    }
     c->initState.store(tcclComm::kInitRunning);
     tcclComm* h = c.get();
     h->initThread = std::thread([h, uid, nranks, rank, opts] {
@@ -899,7 +902,7 @@ tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int 
     });
     *comm = c.release();
   });
-  return rc == tcclSuccess ? tcclInProgress : rc;
+  return rc == tcclSuccess && !cfg.blocking ? tcclInProgress : rc;
 }
 
 tcclResult_t getConfig(tcclComm_t comm, CommConfig* cfg) {

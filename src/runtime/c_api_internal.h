@@ -14,6 +14,7 @@ struct CommConfig {
   /// tcclInProgress until every one completed (init included: it runs on a thread of its own).
   bool blocking = true;
   std::string name;  // commName, in the log lines
+  int minCtas = -1, maxCtas = -1;  // minCTAs / maxCTAs: channel bounds (NCCL_MIN_CTAS / NCCL_MAX_CTAS win)
 };
 
 /// tcclCommInitRank with `cfg`: non-blocking returns tcclInProgress at once with *comm set.

@@ -102,6 +102,10 @@ topocoll::runtime::capi::CommConfig commConfig(const ncclConfig_t* cfg, topocoll
   if (cfg->blocking != NCCL_CONFIG_UNDEF_INT) base.blocking = cfg->blocking != 0;
   if (cfg->size >= offsetof(ncclConfig_t, commName) + sizeof(cfg->commName) && cfg->commName)
     base.name = cfg->commName;
+  if (cfg->size >= offsetof(ncclConfig_t, maxCTAs) + sizeof(int)) {
+    if (cfg->minCTAs != NCCL_CONFIG_UNDEF_INT) base.minCtas = cfg->minCTAs;
+    if (cfg->maxCTAs != NCCL_CONFIG_UNDEF_INT) base.maxCtas = cfg->maxCTAs;
+  }
   return base;
 }
 

@@ -169,8 +169,11 @@ std::vector<int> channelSources(const Connect& c, int nChannels, const Config& c
   if (c.minCompCap >= 90 && c.nNodes > 1 && c.aligned[kGraphRing].bwIntra > kDoubleChannelsBwIntra &&
       n < kDoubleChannelsUpTo)
     copyChannels(2 * n);
-  src.resize(std::min<size_t>(src.size(), cfg.maxNchannels));
-  copyChannels(std::max(cfg.minNchannels, 1));
+  // NCCL_MAX_NCHANNELS and config.maxCTAs cap the channels; NCCL_MIN_NCHANNELS and config.minCTAs (at most 64)
+  // copy them up.
+  const int maxCtas = cfg.maxCtas > 0 ? cfg.maxCtas : kMaxChannels, minCtas = std::min(cfg.minCtas, kMaxChannels);
+  src.resize(std::min<size_t>(src.size(), std::min(cfg.maxNchannels, maxCtas)));
+  copyChannels(std::max({cfg.minNchannels, minCtas, 1}));
   return src;
 }
 

@@ -191,8 +191,8 @@ HostLimits hostLimits(const Config& cfg, int nRings, bool oneHost, int directMax
   lim.directMax = cfg.directMax;
   lim.directMaxRanks = directMaxRanks;
   const int rings = std::max(1, nRings);
-  lim.maxChannels = std::clamp(cfg.maxNchannels, 1, rings);
-  lim.minChannels = std::clamp(cfg.minNchannels, 1, lim.maxChannels);
+  lim.maxChannels = std::clamp(std::min(cfg.maxNchannels, cfg.maxCtas > 0 ? cfg.maxCtas : rings), 1, rings);
+  lim.minChannels = std::clamp(std::max(cfg.minNchannels, cfg.minCtas), 1, lim.maxChannels);
   return lim;
 }
 

@@ -208,3 +208,26 @@ TEST(Shrink, BadExcludeListsNameTheArgument) {
 
 }  // namespace
 }  // namespace topocoll::testing
+
+namespace topocoll::testing {
+namespace {
+
+// ncclConfig_t's minCTAs / maxCTAs (NCCL_MIN_CTAS / NCCL_MAX_CTAS) bound the channels, as NCCL's connect stage does.
+TEST(ChannelBounds, MaxCtasCapsAndMinCtasCopiesTheChannels) {
+  for (auto [minCtas, maxCtas] : {std::pair{-1, 1}, std::pair{4, -1}}) {
+    std::vector<int> channels(2, -1);
+    auto errors = runRanks(2, [&](int, runtime::InitOptions& o) {
+      o.cfg.hostId = "one-host";
+      o.cfg.minCtas = minCtas;
+      o.cfg.maxCtas = maxCtas;
+    }, [&](runtime::Communicator& c, int r) { channels[r] = c.connect().nChannels; });
+    EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+    for (int n : channels) {
+      if (maxCtas > 0) EXPECT_EQ(n, maxCtas);
+      if (minCtas > 0) EXPECT_GE(n, minCtas);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace topocoll::testing
