@@ -214,7 +214,8 @@ namespace {
 
 // ncclConfig_t's minCTAs / maxCTAs (NCCL_MIN_CTAS / NCCL_MAX_CTAS) bound the channels, as NCCL's connect stage does.
 TEST(ChannelBounds, MaxCtasCapsAndMinCtasCopiesTheChannels) {
-  for (auto [minCtas, maxCtas] : {std::pair{-1, 1}, std::pair{4, -1}}) {
+  for (auto bounds : {std::pair{-1, 1}, std::pair{4, -1}}) {
+    const int minCtas = bounds.first, maxCtas = bounds.second;
     std::vector<int> channels(2, -1);
     auto errors = runRanks(2, [&](int, runtime::InitOptions& o) {
       o.cfg.hostId = "one-host";
