@@ -72,19 +72,19 @@ withEnv() {
 sizes broadcast-halves 2 sanitize 6 "both roots" broadcast_perf -l 524287,524288,3145731 -d int8 -r all
 # 2-rank AllReduce from 1 MiB takes single copies out of the peer's buffers (process_vm_readv between processes):
 # every op, in place and out of place (every row), sizes around the threshold and odd counts.
-sizes allreduce-pair 2 sanitize 18 "every op" all_reduce_perf -l 1048575,1048576,3145731 -d int8 -o all
+sizes allreduce-pair 2 sanitize 15 "every op" all_reduce_perf -l 1048575,1048576,3145731 -d int8 -o sum,prod,max,min,avg
 # 2-rank ReduceScatter from 64 KiB of a rank's output pulls the peer's input block piece by piece: every op, in
 # place and out of place, sizes around the threshold and odd counts.
-sizes reducescatter-pair 2 - 18 "every op" reduce_scatter_perf -l 131070,131072,3145731 -d int8 -o all
+sizes reducescatter-pair 2 - 15 "every op" reduce_scatter_perf -l 131070,131072,3145731 -d int8 -o sum,prod,max,min,avg
 # Broadcast between more than 2 ranks from 64 KiB: every rank pulls from the root at once (every root, odd sizes).
 sizes broadcast-from-the-root 4 - 12 "every root" broadcast_perf -l 65535,65536,3145731 -d int8 -r all
 # ReduceScatter between more than 2 ranks from 256 KiB of a rank's output: every rank pulls its block of every peer's
 # input (every op, in place and out of place, around the threshold, odd sizes).
-sizes reducescatter-from-every-peer 3 sanitize 18 "every op" reduce_scatter_perf -l 786429,786432,9437187 -d int8 -o all
+sizes reducescatter-from-every-peer 3 sanitize 15 "every op" reduce_scatter_perf -l 786429,786432,9437187 -d int8 -o sum,prod,max,min,avg
 # AllReduce between more than 2 ranks from 128 KiB a rank (512 KiB at 4 ranks): reduce-scatter as above, then every
 # rank pulls the others' reduced blocks out of their outputs (every op, in place and out of place, around the
 # threshold, odd sizes).
-sizes allreduce-from-every-peer 4 - 18 "every op" all_reduce_perf -l 524287,524288,3145731 -d int8 -o all
+sizes allreduce-from-every-peer 4 - 15 "every op" all_reduce_perf -l 524287,524288,3145731 -d int8 -o sum,prod,max,min,avg
 # AllGather between more than 2 ranks from 64 KiB of a rank's input: every rank pulls every peer's input.
 sizes allgather-from-every-peer 3 - 3 "around the threshold" all_gather_perf -l 196605,196608,9437187 -d int8
 # 2-rank AllGather from 1 MiB of a rank's input: each rank pulls the peer's input into its output (allGatherStar; in
@@ -98,14 +98,14 @@ scenario process-vm-readv-only 2 heavy withEnv TOPOCOLL_MAP_PEER_BUFFERS=0 nRank
   "odd sizes" all_gather_perf -l 16777214,16777218,8388609 -d int8
 # The reductions read the peers' mapped inputs from 1 MiB (docs/collectives.md, "Mapped inputs"); heap buffers and the
 # knob at 0 take the copying algorithms (every rank must agree): every op, in place and out of place, odd sizes.
-sizes mapped-inputs-reducescatter 2 sanitize 12 "every op" reduce_scatter_perf -l 1048579,4194311 -d int8 -o all
-sizes mapped-inputs-allreduce 3 - 12 "every op" all_reduce_perf -l 1048575,9437187 -d int8 -o all
+sizes mapped-inputs-reducescatter 2 sanitize 10 "every op" reduce_scatter_perf -l 1048579,4194311 -d int8 -o sum,prod,max,min,avg
+sizes mapped-inputs-allreduce 3 - 10 "every op" all_reduce_perf -l 1048575,9437187 -d int8 -o sum,prod,max,min,avg
 # From 16 MiB the mapped reductions write outputs apart from the inputs with non-temporal stores (reduceToMany): the
 # ReduceScatter's one output, the AllReduce's every output; every op on int8 (unaligned output heads and tails), float
 # sum.
-sizes streamed-reducescatter-ops 2 heavy 6 "every op" reduce_scatter_perf -l 16777219 -d int8 -o all
+sizes streamed-reducescatter-ops 2 heavy 5 "every op" reduce_scatter_perf -l 16777219 -d int8 -o sum,prod,max,min,avg
 sizes streamed-reducescatter-float 2 heavy 1 "float sum" reduce_scatter_perf -l 16777224 -d float
-sizes streamed-allreduce-ops 3 heavy 6 "every op" all_reduce_perf -l 16777219 -d int8 -o all
+sizes streamed-allreduce-ops 3 heavy 5 "every op" all_reduce_perf -l 16777219 -d int8 -o sum,prod,max,min,avg
 sizes streamed-reducescatter-4 4 heavy 1 "float sum" reduce_scatter_perf -l 16777232 -d float
 # AllReduce from 1 MiB, AllGather and the 3-8 rank Broadcast from 4 MiB write each rank's block straight into every
 # rank's mapped output (docs/collectives.md, "Mapped outputs"). The allreduce-pair, allgather and mapped-inputs
@@ -114,9 +114,9 @@ sizes mapped-outputs-broadcast-4 4 - 4 "every root, odd blocks" broadcast_perf -
 # From 16 MiB, between 3 and 8 ranks, in one pass with non-temporal stores (copyToMany; streamed-pulls-allgather
 # crosses it too).
 sizes mapped-outputs-broadcast-3 3 heavy 3 "every root, odd blocks" broadcast_perf -l 16777219 -d int8 -r all
-sizes heap-buffers 4 sanitize 6 "every op" reduce_scatter_perf -l 4194311 -d int8 -o all --malloc
-scenario copying-reductions 2 - withEnv TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks copying-reductions 2 6 "every op" \
-  all_reduce_perf -l 4194311 -d int8 -o all
+sizes heap-buffers 4 sanitize 5 "every op" reduce_scatter_perf -l 4194311 -d int8 -o sum,prod,max,min,avg --malloc
+scenario copying-reductions 2 - withEnv TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks copying-reductions 2 5 "every op" \
+  all_reduce_perf -l 4194311 -d int8 -o sum,prod,max,min,avg
 
 # The INFO line saying a peer's memAlloc buffer was mapped, and none with TOPOCOLL_MAP_PEER_BUFFERS=0.
 mappedLines() {

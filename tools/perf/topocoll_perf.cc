@@ -126,7 +126,8 @@ const char kHelp[] =
     "  -m,--agg_iters <n>         operations aggregated in one group per iteration (default 1)\n"
     "  -c,--check <n>             check the results n times per size, every element (default 1; 0: no check)\n"
     "  -o,--op <sum|prod|max|min|avg|mulsum|all>   reduction (default sum; mulsum: ncclRedOpCreatePreMulSum, scalar 1\n"
-    "                             on even ranks and 2 on odd ones, made and destroyed around each call as nccl-tests)\n"
+    "                             on even ranks and 2 on odd ones, made and destroyed around each call as nccl-tests;\n"
+    "                             topocoll also takes a list: -o sum,max)\n"
     "  -d,--datatype <type|all>   int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2\n"
     "                             (default float)\n"
     "  -r,--root <rank|all>       root of broadcast and reduce (default 0; all: every rank in turn)\n"
@@ -238,14 +239,20 @@ Options parse(int argc, char** argv, int first) {
     else if (is("-o", "--op")) {
       std::string s = next();
       o.ops.clear();
-      if (s == "all")
-        for (int k = 0; k <= kNumRedOps; ++k) o.ops.push_back(static_cast<RedOp>(k));  // mulsum too, as nccl-tests
-      else if (s == "mulsum")
-        o.ops.push_back(kMulSum);
-      else if (auto op = redOpFromString(s))
-        o.ops.push_back(*op);
-      else
-        fail(StatusCode::kInvalidUsage, "-o {}: unknown op (sum, prod, max, min, avg, mulsum or all)", s);
+      // nccl-tests' one op or all (mulsum too); a comma-separated list is topocoll's.
+      for (size_t p = 0; p <= s.size();) {
+        const size_t q = std::min(s.find(',', p), s.size());
+        const std::string one = s.substr(p, q - p);
+        p = q + 1;
+        if (one == "all")
+          for (int k = 0; k <= kNumRedOps; ++k) o.ops.push_back(static_cast<RedOp>(k));
+        else if (one == "mulsum")
+          o.ops.push_back(kMulSum);
+        else if (auto op = redOpFromString(one))
+          o.ops.push_back(*op);
+        else
+          fail(StatusCode::kInvalidUsage, "-o {}: unknown op (sum, prod, max, min, avg, mulsum or all)", one);
+      }
     } else if (is("-d", "--datatype")) {
       std::string s = next();
       o.types.clear();
