@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build-tsan}
 TESTS=(bootstrap_test bootstrap_wire_test collectives_reduce_test runtime_c_api_test runtime_communicator_test
        progress_engine_test runtime_p2p_test runtime_p2p_mailbox_test runtime_p2p_big_test transport_test runtime_collectives_test
-       runtime_coll_property_test runtime_split_test)
+       runtime_coll_property_test runtime_split_test runtime_one_sided_test)
 # Cases too slow under TSan on CI's 2 cores, left to the gcc run: runtime_collectives_test's cases that
 # tests/CMakeLists.txt labels heavy (TOPOCOLL_COLLECTIVES_HEAVY there: the 8-rank case, 575 s alone under TSan, and the
 # large-size pair and star cases, minutes together) and its 4-rank cases (15-28 s each). Every algorithm still runs

@@ -11,6 +11,9 @@ DIR=$(dirname "$PERF")
 WHAT=${1:-all}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# alltoallv_perf's traffic matrices (NCCL_TESTS_ALLTOALLV_MATRIX_FILE): 4x4 (a job of up to 4 ranks), and ragged.
+printf '0 1024 2048 16\n4096 0 512 32\n64 8192 0 48\n16 16 16 16\n' > "$tmp/matrix.txt"
+printf '0 1024\n4096\n' > "$tmp/ragged.txt"
 export TOPOCOLL_TIMEOUT=60
 fails=0
 ok() { echo "ok   $1"; }
@@ -68,6 +71,17 @@ if [ "$WHAT" != flags ]; then
   run timestamps 2 1 15 -- "$PERF" all_gather_perf -b 1K -e 1K -n 2 -S 1 -np 2
   run per-iter 2 1 21 -- "$PERF" all_reduce_perf -b 4K -e 4K -n 5 -I 1 -K 1 -np 2
   run unalign-mulsum 3 1 13 -- "$PERF" reduce_scatter_perf -b 3K -e 3K -n 2 -u 3 -o mulsum -np 3
+  # -R: registered buffers and symmetric windows; alltoallv_perf's traffic matrix (and a ragged one).
+  run register 2 2 13 -- "$PERF" all_reduce_perf -b 1K -e 2M -f 2048 -n 2 -R 1 -np 2
+  run windows 3 2 9 -- "$PERF" sendrecv_perf -b 1K -e 1M -f 1024 -n 2 -R 2 -np 3
+  NCCL_TESTS_ALLTOALLV_MATRIX_FILE=$tmp/matrix.txt NCCL_TESTS_ALLTOALLV_MATRIX_SCALE=2 \
+    run alltoallv-matrix 3 1 9 -- "$PERF" alltoallv_perf -b 64K -e 64K -n 2 -np 3
+  err=$(NCCL_TESTS_ALLTOALLV_MATRIX_FILE=$tmp/ragged.txt "$PERF" alltoallv_perf -b 64K -e 64K -np 2 2>&1 >/dev/null)
+  if grep -q "ragged.txt:2: 1 columns where the first row has 2" <<< "$err"; then ok "alltoallv-matrix-ragged"
+  else bad alltoallv-matrix-ragged "$err"; fi
+  err=$("$PERF" all_reduce_perf -b 8 -e 8 -R 2 --malloc -np 2 2>&1 >/dev/null)
+  if grep -q "is not ncclMemAlloc memory" <<< "$err"; then ok "windows-need-ncclMemAlloc"
+  else bad windows-need-ncclMemAlloc "$err"; fi
   run memory-timeout 2 1 13 -- "$PERF" broadcast_perf -b 1K -e 1K -n 1 -M 1 -T 30 -np 2
   grep -q '^# Host memory  *: resident' "$tmp/memory-timeout" && ok "-M line" || bad "-M line" "no Host memory line"
   # -J: the run as JSON, with nccl-tests' keys.
@@ -123,7 +137,9 @@ if [ "$WHAT" != runs ]; then
   flag threads "\-t: topocoll-perf runs one rank per process" -- "$PERF" all_reduce_perf -t 2
   flag gpus "\-g: one GPU per rank at most" -- "$PERF" all_reduce_perf -g 4
   flag graphs "\-G: CUDA graphs" -- "$PERF" all_reduce_perf -G 1
-  flag register "\-R 1: buffer registration" -- "$PERF" all_reduce_perf -R 1
+  flag register-range "\-R 3: expected an integer in \[0, 2\]" -- "$PERF" all_reduce_perf -R 3
+  flag matrix-one-size "give one size" -- env NCCL_TESTS_ALLTOALLV_MATRIX_FILE="$tmp/matrix.txt" "$PERF" alltoallv_perf \
+    -b 8 -e 64K -f 2 -np 2
   flag cta-policy "\-x: CTA policies" -- "$PERF" all_reduce_perf -x 1
   flag device-impl "\-D: device implementation" -- "$PERF" all_reduce_perf -D 1
   flag json-suffix "only .json is supported" -- "$PERF" all_reduce_perf -J out.csv
@@ -135,7 +151,7 @@ if [ "$WHAT" != runs ]; then
     -u SLURM_PROCID "$PERF" all_reduce_perf -b 8 -e 8
   help=$("$PERF" --help)
   missing=""
-  for f in -b -e -f -i -n -w -m -c -o -d -r -z -a -N -T -C -S -J -M -u -I -K -t -h -np --hosts --bind -l --target-time \
+  for f in -b -e -f -i -n -w -m -c -o -d -r -z -a -N -T -C -S -J -M -u -I -K -R -t -h -np --hosts --bind -l --target-time \
     --max-iters -W --malloc; do
     grep -q -- "^ *$f[ ,]" <<< "$help" || missing+=" $f"
   done

@@ -126,6 +126,10 @@ struct TOPOCOLL_API Config {
   std::string debugFile;           // NCCL_DEBUG_FILE
   int minCtas = -1, maxCtas = -1;  // NCCL_MIN_CTAS / NCCL_MAX_CTAS, else ncclConfig_t's minCTAs / maxCTAs (-1: unset):
                                    // bounds on the channels, as NCCL's connect stage applies them
+  int maxP2pPeers = -1;            // NCCL_P2P_MAX_PEERS, else ncclConfig_t's maxP2pPeers (-1: unset = nRanks): the
+                                   // peers a rank's sends/receives spread channels over, across nodes
+  std::string netName;             // NCCL_NET, else ncclConfig_t's netName: the network ("Socket"; empty: it)
+  int trafficClass = -1;           // ncclConfig_t's trafficClass: IP_TOS / IPV6_TCLASS of NET sockets (-1: unset)
   std::string confFile;            // NCCL_CONF_FILE (read by Env::fromProcess; recorded here for `topocoll params`)
 
   /// Parses and validates every knob of `env`; throws Error(kInvalidArgument) naming the knob on bad values.

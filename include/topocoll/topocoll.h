@@ -159,6 +159,39 @@ TCCL_API tcclResult_t tcclRedOpCreatePreMulSum(tcclRedOp_t* op, void* scalar, tc
                                                tcclScalarResidence_t residence, tcclComm_t comm);
 TCCL_API tcclResult_t tcclRedOpDestroy(tcclRedOp_t op, tcclComm_t comm);
 
+/* Registration (NCCL's ncclCommRegister): local; records [buff, buff + size) and returns its handle. Mapped memory
+ * only, overlapping no other registration of `comm` (else tcclInvalidArgument). Memory from tcclMemAlloc is what
+ * ranks in other processes of the host map (no staging copies); the collectives map it registered or not, and heap
+ * memory cannot be mapped by another process (registering it changes nothing). */
+TCCL_API tcclResult_t tcclCommRegister(const tcclComm_t comm, void* buff, size_t size, void** handle);
+TCCL_API tcclResult_t tcclCommDeregister(const tcclComm_t comm, void* handle);
+/* Windows (NCCL's ncclCommWindowRegister): collective, every rank in the same order, each with tcclMemAlloc memory;
+ * every rank maps the parts of the ranks of its host. */
+typedef struct tcclWindow* tcclWindow_t;
+#define TCCL_WIN_DEFAULT 0x00
+#define TCCL_WIN_COLL_SYMMETRIC 0x01
+#define TCCL_WIN_STRICT_ORDERING 0x02
+TCCL_API tcclResult_t tcclCommWindowRegister(tcclComm_t comm, void* buff, size_t size, tcclWindow_t* win, int winFlags);
+TCCL_API tcclResult_t tcclCommWindowDeregister(tcclComm_t comm, tcclWindow_t win);
+TCCL_API tcclResult_t tcclWinGetUserPtr(tcclComm_t comm, tcclWindow_t win, void** outUserPtr);
+/* One-sided (NCCL's ncclPutSignal, ncclSignal, ncclWaitSignal) between ranks of one host, signal index and context
+ * 0, flags 0: a put copies count elements from localbuff (inside a TCCL_WIN_COLL_SYMMETRIC window) into peer's part
+ * of peerWin at peerWinOffset bytes, then signals peer; a wait returns when each descriptor's peer has signalled opCnt
+ * more times (TOPOCOLL_TIMEOUT; a peer that ended fails it). */
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} tcclWaitSignalDesc_t;
+TCCL_API tcclResult_t tcclPutSignal(const void* localbuff, size_t count, tcclDataType_t datatype, int peer,
+                                    tcclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                                    unsigned int flags, tcclComm_t comm, tcclStream_t stream);
+TCCL_API tcclResult_t tcclSignal(int peer, int sigIdx, int ctx, unsigned int flags, tcclComm_t comm,
+                                 tcclStream_t stream);
+TCCL_API tcclResult_t tcclWaitSignal(int nDesc, tcclWaitSignalDesc_t* signalDescs, tcclComm_t comm,
+                                     tcclStream_t stream);
+
 /* Returns when every rank has entered it (not in NCCL: its users allreduce one element). */
 TCCL_API tcclResult_t tcclBarrier(tcclComm_t comm, tcclStream_t stream);
 

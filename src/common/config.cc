@@ -2,6 +2,7 @@
 // (NCCL 2.30.7 src/misc/param.cc and the ncclParam declarations next to each use).
 #include "topocoll/config.h"
 
+#include <strings.h>
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -261,6 +262,10 @@ std::vector<Knob> buildRegistry() {
                                         "-1: unset)"));
   r.push_back(intKnob<&Config::maxCtas>("NCCL_MAX_CTAS", "search", -1, 1 << 20,
                                         "At most this many channels (ncclConfig_t's maxCTAs; -1: unset)"));
+  // NCCL 2.30.7 src/init.cc (P2P_MAX_PEERS, ncclConfig_t's maxP2pPeers); src/graph/paths.cc applies it.
+  r.push_back(intKnob<&Config::maxP2pPeers>("NCCL_P2P_MAX_PEERS", "search", -1, 1 << 30,
+                                            "Peers a rank sends to or receives from at once, across nodes: fewer "
+                                            "give each more channels (ncclConfig_t's maxP2pPeers; -1: every rank)"));
   r.push_back(intKnob<&Config::minP2pNchannels>("NCCL_MIN_P2P_NCHANNELS", "search", 1, 64,
                                                 "Minimum channels for send/recv"));
   r.push_back(intKnob<&Config::maxP2pNchannels>("NCCL_MAX_P2P_NCHANNELS", "search", 1, 64,
@@ -310,6 +315,15 @@ std::vector<Knob> buildRegistry() {
                                           "Host identity override (several 'hosts' on one machine in tests)"));
   r.push_back(stringKnob<&Config::socketIfname>("NCCL_SOCKET_IFNAME", "bootstrap",
                                                 "Interfaces: prefixes, ^exclude, =exact (default ib*, then not docker/lo)"));
+  r.push_back(choiceKnob<&Config::netName>(
+      "NCCL_NET", "transport", "Socket", "The network plugin by name (ncclConfig_t's netName): this build has Socket",
+      [](const std::string& v) {
+        if (!v.empty() && strcasecmp(v.c_str(), "Socket") != 0)
+          fail(StatusCode::kInvalidUsage,
+               "NCCL_NET={}: no network of that name here (topocoll's network is \"Socket\"; NCCL's IB and plugins "
+               "are not part of it)",
+               v);
+      }));
   r.push_back(choiceKnob<&Config::socketFamily>(
       "NCCL_SOCKET_FAMILY", "bootstrap", "AF_INET | AF_INET6", "Address family of the bootstrap and socket transport",
       [](const std::string& v) {

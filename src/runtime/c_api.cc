@@ -5,6 +5,7 @@
 // groups are the runtime's (runtime::groupStart/groupEnd), so collectives and sends/receives mix as in NCCL.
 #include "topocoll/topocoll.h"
 
+#include <strings.h>
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -157,7 +158,11 @@ tcclResult_t guarded(tcclComm* comm, const char* what, F&& f) {
 // Roots started by tcclGetUniqueId, kept until their job is bootstrapped (or failed and was told); each call reaps
 // the finished ones, so a process that creates communicators all its life keeps only those still joining.
 std::mutex rootsMu;
-std::vector<topocoll::bootstrap::RootHandle> roots;
+struct StartedRoot {
+  tcclUniqueId id;
+  topocoll::bootstrap::RootHandle root;
+};
+std::vector<StartedRoot> roots;
 
 void checkHandle(const tcclComm* comm) {
   if (!comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
@@ -358,8 +363,8 @@ tcclResult_t tcclGetUniqueId(tcclUniqueId* uniqueId) {
     static_assert(sizeof(id.bytes) == TCCL_UNIQUE_ID_BYTES);
     std::memcpy(uniqueId->internal, id.bytes.data(), TCCL_UNIQUE_ID_BYTES);
     std::lock_guard<std::mutex> lk(rootsMu);
-    std::erase_if(roots, [](const topocoll::bootstrap::RootHandle& h) { return h.finished(); });
-    roots.push_back(std::move(root));
+    std::erase_if(roots, [](const StartedRoot& r) { return r.root.finished(); });
+    roots.push_back(StartedRoot{*uniqueId, std::move(root)});
   });
 }
 
@@ -838,6 +843,99 @@ tcclResult_t tcclRedOpDestroy(tcclRedOp_t op, tcclComm_t comm) {
   });
 }
 
+tcclResult_t tcclCommRegister(const tcclComm_t comm, void* buff, size_t size, void** handle) {
+  if (handle) *handle = nullptr;
+  return guarded(comm, "tcclCommRegister", [&] {
+    checkComm(comm);
+    if (!handle) topocoll::fail(StatusCode::kInvalidArgument, "handle is NULL");
+    *handle = comm->comm->registerBuffer(buff, size);
+  });
+}
+
+tcclResult_t tcclCommDeregister(const tcclComm_t comm, void* handle) {
+  return guarded(comm, "tcclCommDeregister", [&] {
+    checkComm(comm, /*managing=*/true);
+    comm->comm->deregisterBuffer(handle);
+  });
+}
+
+namespace {
+topocoll::runtime::Window* win(tcclWindow_t w) { return reinterpret_cast<topocoll::runtime::Window*>(w); }
+// NCCL's rule for the one-sided calls: signal index, context and flags are 0, and host memory has no stream.
+void checkOneSided(int sigIdx, int ctx, unsigned flags, tcclStream_t stream) {
+  if (sigIdx != 0) topocoll::fail(StatusCode::kInvalidArgument, "signal index {} is invalid (must be 0)", sigIdx);
+  if (ctx != 0) topocoll::fail(StatusCode::kInvalidArgument, "context {} is invalid (must be 0)", ctx);
+  if (flags != 0) topocoll::fail(StatusCode::kInvalidArgument, "flags {} is invalid (must be 0)", flags);
+  if (stream)
+    topocoll::fail(StatusCode::kInvalidUsage, "a stream was given: one-sided operations here move host memory "
+                   "(stream must be NULL)");
+}
+}  // namespace
+
+tcclResult_t tcclCommWindowRegister(tcclComm_t comm, void* buff, size_t size, tcclWindow_t* w, int winFlags) {
+  if (w) *w = nullptr;
+  return guarded(comm, "tcclCommWindowRegister", [&] {
+    checkComm(comm);
+    if (!w) topocoll::fail(StatusCode::kInvalidArgument, "win is NULL");
+    *w = reinterpret_cast<tcclWindow_t>(comm->comm->registerWindow(buff, size, winFlags));
+  });
+}
+
+tcclResult_t tcclCommWindowDeregister(tcclComm_t comm, tcclWindow_t w) {
+  return guarded(comm, "tcclCommWindowDeregister", [&] {
+    checkComm(comm, /*managing=*/true);
+    comm->comm->deregisterWindow(win(w));
+  });
+}
+
+tcclResult_t tcclWinGetUserPtr(tcclComm_t comm, tcclWindow_t w, void** outUserPtr) {
+  return guarded(comm, "tcclWinGetUserPtr", [&] {
+    checkComm(comm, /*managing=*/true);
+    if (!outUserPtr) topocoll::fail(StatusCode::kInvalidArgument, "outUserPtr is NULL");
+    *outUserPtr = comm->comm->windowUserPtr(win(w));
+  });
+}
+
+tcclResult_t tcclPutSignal(const void* localbuff, size_t count, tcclDataType_t datatype, int peer,
+                           tcclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
+                           tcclComm_t comm, tcclStream_t stream) {
+  return guarded(comm, "tcclPutSignal", [&] {
+    checkComm(comm);
+    checkType(datatype);
+    checkOneSided(sigIdx, ctx, flags, stream);
+    const size_t es = topocoll::sizeOf(static_cast<DataType>(datatype));
+    if (count > SIZE_MAX / es) topocoll::fail(StatusCode::kInvalidArgument, "count {} is too large", count);
+    comm->comm->putSignal(localbuff, count * es, peer, win(peerWin), peerWinOffset);
+  });
+}
+
+tcclResult_t tcclSignal(int peer, int sigIdx, int ctx, unsigned int flags, tcclComm_t comm, tcclStream_t stream) {
+  return guarded(comm, "tcclSignal", [&] {
+    checkComm(comm);
+    checkOneSided(sigIdx, ctx, flags, stream);
+    comm->comm->signal(peer);
+  });
+}
+
+tcclResult_t tcclWaitSignal(int nDesc, tcclWaitSignalDesc_t* signalDescs, tcclComm_t comm, tcclStream_t stream) {
+  return guarded(comm, "tcclWaitSignal", [&] {
+    checkComm(comm);
+    if (nDesc <= 0 || !signalDescs)
+      topocoll::fail(StatusCode::kInvalidArgument, "nDesc is {} and signalDescs {}: at least one descriptor", nDesc,
+                     static_cast<void*>(signalDescs));
+    std::vector<Communicator::SignalWait> waits;
+    for (int i = 0; i < nDesc; ++i) {
+      const tcclWaitSignalDesc_t& d = signalDescs[i];
+      if (d.sigIdx != 0 || d.ctx != 0)
+        topocoll::fail(StatusCode::kInvalidArgument, "descriptor {} has sigIdx {} and ctx {} (both must be 0)", i,
+                       d.sigIdx, d.ctx);
+      waits.push_back({d.peer, d.opCnt});
+    }
+    checkOneSided(0, 0, 0, stream);
+    comm->comm->waitSignals(waits);
+  });
+}
+
 tcclResult_t tcclGroupStart(void) {
   topocoll::runtime::groupStart();
   return tcclSuccess;
@@ -867,6 +965,25 @@ namespace topocoll::runtime::capi {
 tcclResult_t refuse(tcclComm_t comm, const char* what, StatusCode code, const std::string& why) {
   return guarded(comm, what, [&] { fail(code, "{}", why); });
 }
+// The config's fields that the knobs did not set (NCCL's init: the environment wins), checked as NCCL checks them.
+void applyConfig(const CommConfig& cfg, int nranks, Config* knobs) {
+  if (knobs->maxP2pPeers <= 0 && cfg.maxP2pPeers > 0) {
+    knobs->maxP2pPeers = cfg.maxP2pPeers;
+    if (cfg.maxP2pPeers > nranks) {
+      TC_INFO(log::kInit, "Max P2P Peers {} is too high, capping to communicator size {}", cfg.maxP2pPeers, nranks);
+      knobs->maxP2pPeers = nranks;
+    }
+  }
+  if (knobs->netName.empty() && !cfg.netName.empty()) {
+    if (strcasecmp(cfg.netName.c_str(), "Socket") != 0)
+      fail(StatusCode::kInvalidUsage,
+           "config->netName is \"{}\": no network of that name here (topocoll's network is \"Socket\")",
+           cfg.netName);
+    knobs->netName = cfg.netName;
+  }
+  if (cfg.trafficClass >= 0) knobs->trafficClass = cfg.trafficClass;
+}
+
 tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int rank, const CommConfig& cfg) {
   const tcclResult_t rc = guarded(nullptr, "ncclCommInitRankConfig", [&] {
     if (!comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
@@ -879,6 +996,7 @@ tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int 
     // The config's channel bounds, unless NCCL_MIN_CTAS / NCCL_MAX_CTAS say otherwise (as NCCL's init does).
     if (opts.cfg.minCtas < 0) opts.cfg.minCtas = cfg.minCtas;
     if (opts.cfg.maxCtas < 0) opts.cfg.maxCtas = cfg.maxCtas;
+    applyConfig(cfg, nranks, &opts.cfg);
     auto c = std::make_unique<tcclComm>();
     c->config = cfg;
     if (cfg.blocking) {
@@ -903,6 +1021,30 @@ tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int 
     *comm = c.release();
   });
   return rc == tcclSuccess && !cfg.blocking ? tcclInProgress : rc;
+}
+
+tcclResult_t initRankScalable(tcclComm_t* comm, int nranks, int rank, int nId, const tcclUniqueId* ids,
+                              const CommConfig& cfg) {
+  const tcclResult_t rc = guarded(nullptr, "ncclCommInitRankScalable", [&] {
+    if (comm) *comm = nullptr;
+    if (nId < 1 || !ids)
+      topocoll::fail(StatusCode::kInvalidArgument, "nId is {} and commIds {}: at least one id is needed", nId,
+                     static_cast<const void*>(ids));
+    // One root serves every rank (its event loop takes thousands of registrations at once): the first id's. The
+    // roots of the other ids that this process started are stopped, as nobody joins them.
+    std::lock_guard<std::mutex> lk(rootsMu);
+    std::erase_if(roots, [&](const StartedRoot& r) {
+      for (int k = 1; k < nId; ++k)
+        if (std::memcmp(&r.id, &ids[k], sizeof(tcclUniqueId)) == 0 && std::memcmp(&ids[k], &ids[0], sizeof ids[0]))
+          return true;
+      return false;
+    });
+  });
+  if (rc != tcclSuccess) return rc;
+  if (nId > 1)
+    TC_INFO(topocoll::log::kInit, "ncclCommInitRankScalable: rank {} of {}: {} ids given; every rank registers with "
+            "the first id's root", rank, nranks, nId);
+  return initRank(comm, nranks, ids[0], rank, cfg);
 }
 
 tcclResult_t getConfig(tcclComm_t comm, CommConfig* cfg) {

@@ -15,10 +15,17 @@ struct CommConfig {
   bool blocking = true;
   std::string name;  // commName, in the log lines
   int minCtas = -1, maxCtas = -1;  // minCTAs / maxCTAs: channel bounds (NCCL_MIN_CTAS / NCCL_MAX_CTAS win)
+  int maxP2pPeers = -1;            // maxP2pPeers (NCCL_P2P_MAX_PEERS wins)
+  std::string netName;             // netName (NCCL_NET wins): "Socket", else the init fails
+  int trafficClass = -1;           // trafficClass: NET sockets' IP traffic class
+  int splitShare = 0;              // splitShare: accepted; children own their resources (docs/nccl-api.md)
 };
 
 /// tcclCommInitRank with `cfg`: non-blocking returns tcclInProgress at once with *comm set.
 tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int rank, const CommConfig& cfg);
+/// ncclCommInitRankScalable: `nId` ids of roots, every rank given the same; the first id's root serves every rank.
+tcclResult_t initRankScalable(tcclComm_t* comm, int nranks, int rank, int nId, const tcclUniqueId* ids,
+                              const CommConfig& cfg);
 /// The config of a communicator (children of split and shrink inherit their parent's); set replaces it.
 tcclResult_t getConfig(tcclComm_t comm, CommConfig* cfg);
 tcclResult_t setConfig(tcclComm_t comm, const CommConfig& cfg);

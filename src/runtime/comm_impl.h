@@ -34,6 +34,7 @@ namespace detail {
 using progress::Engine;
 using progress::OpPool;
 struct GroupShot;
+class OneSided;
 }  // namespace detail
 
 class CommImpl {
@@ -219,7 +220,10 @@ class CommImpl {
   std::unique_ptr<collectives::DeviceColl> devColl_;
   /// One collective at a time, in issue order: the collective lock and the collective thread (coll_queue.h).
   std::unique_ptr<detail::CollQueue> collQueue_;
-  std::vector<std::shared_ptr<std::vector<char>>> allToAllCopies_;  // inputs of in-place all-to-alls in flight
+  std::vector<std::shared_ptr<std::vector<char>>> allToAllCopies_;
+  detail::OneSided& oneSided();  // registrations, windows, signals (made on first use)
+  std::mutex oneSidedMu_;
+  std::unique_ptr<detail::OneSided> oneSided_;  // inputs of in-place all-to-alls in flight
 };
 
 }  // namespace topocoll::runtime

@@ -1,6 +1,7 @@
 // Communicator initialisation, phase by phase as NCCL 2.30.7's initTransportsRank (src/init.cc): peer info, nodes,
 // devices, this node's plan, the graph-info allgather, then the transports of the rings and trees.
 #include "comm_impl.h"
+#include "one_sided.h"
 #include "topocoll/runtime/communicator.h"
 
 #include <sched.h>

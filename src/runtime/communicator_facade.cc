@@ -1,5 +1,6 @@
 // runtime::Communicator, the public face: every call goes to the communicator's state and parts (comm_impl.h).
 #include "comm_impl.h"
+#include "one_sided.h"
 #include "topocoll/runtime/communicator.h"
 
 namespace topocoll::runtime {
@@ -110,5 +111,19 @@ StatusCode Communicator::asyncError(std::string* why) const {
   if (why) *why = w;
   return impl_->jobCode();
 }
+
+void* Communicator::registerBuffer(void* buf, size_t bytes) { return impl_->oneSided().registerBuffer(buf, bytes); }
+void Communicator::deregisterBuffer(void* handle) { impl_->oneSided().deregisterBuffer(handle); }
+size_t Communicator::registeredBytes() const { return impl_->oneSided().registeredBytes(); }
+Window* Communicator::registerWindow(void* buf, size_t bytes, int flags) {
+  return impl_->oneSided().registerWindow(buf, bytes, flags);
+}
+void Communicator::deregisterWindow(Window* w) { impl_->oneSided().deregisterWindow(w); }
+void* Communicator::windowUserPtr(Window* w) const { return impl_->oneSided().userPtr(w); }
+void Communicator::putSignal(const void* local, size_t bytes, int peer, Window* w, size_t offset) {
+  impl_->oneSided().putSignal(local, bytes, peer, w, offset);
+}
+void Communicator::signal(int peer) { impl_->oneSided().signal(peer); }
+void Communicator::waitSignals(const std::vector<SignalWait>& waits) { impl_->oneSided().waitSignals(waits); }
 
 }  // namespace topocoll::runtime

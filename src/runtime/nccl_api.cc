@@ -106,6 +106,16 @@ topocoll::runtime::capi::CommConfig commConfig(const ncclConfig_t* cfg, topocoll
     if (cfg->minCTAs != NCCL_CONFIG_UNDEF_INT) base.minCtas = cfg->minCTAs;
     if (cfg->maxCTAs != NCCL_CONFIG_UNDEF_INT) base.maxCtas = cfg->maxCTAs;
   }
+  auto has = [&](size_t offset, size_t bytes) { return cfg->size >= offset + bytes; };
+  if (has(offsetof(ncclConfig_t, netName), sizeof(cfg->netName)) && cfg->netName != NCCL_CONFIG_UNDEF_PTR &&
+      cfg->netName)
+    base.netName = cfg->netName;
+  if (has(offsetof(ncclConfig_t, splitShare), sizeof(int)) && cfg->splitShare != NCCL_CONFIG_UNDEF_INT)
+    base.splitShare = cfg->splitShare;
+  if (has(offsetof(ncclConfig_t, trafficClass), sizeof(int)) && cfg->trafficClass != NCCL_CONFIG_UNDEF_INT)
+    base.trafficClass = cfg->trafficClass;
+  if (has(offsetof(ncclConfig_t, maxP2pPeers), sizeof(int)) && cfg->maxP2pPeers != NCCL_CONFIG_UNDEF_INT)
+    base.maxP2pPeers = cfg->maxP2pPeers;
   return base;
 }
 
@@ -240,16 +250,15 @@ TC_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, nccl
             cfg.name, rank, nranks, cfg.blocking ? "" : " (non-blocking)");
   return rc;
 }
-// One id: the same as ncclCommInitRankConfig. Several roots (NCCL's scalable bootstrap) are not built yet.
+// Every rank gives the same ids; the first id's root serves them all (docs/nccl-api.md says why).
 TC_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                                 ncclUniqueId* commIds, ncclConfig_t* config) {
-  if (nId < 1 || !commIds)
-    return refused(nullptr, "ncclCommInitRankScalable", StatusCode::kInvalidArgument,
-                   fmt::format("nId is {} and commIds {}: at least one id is needed", nId, (void*)commIds));
-  if (nId > 1)
-    return notHere(nullptr, "ncclCommInitRankScalable",
-                   "ids from several roots (give one id: every rank registers with its root)");
-  return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+  if (std::string why = checkConfig(config); !why.empty())
+    return refused(nullptr, "ncclCommInitRankScalable", StatusCode::kInvalidArgument, why);
+  static_assert(sizeof(ncclUniqueId) == sizeof(tcclUniqueId));
+  return r(topocoll::runtime::capi::initRankScalable(reinterpret_cast<tcclComm_t*>(newcomm), nranks, myrank, nId,
+                                                     reinterpret_cast<const tcclUniqueId*>(commIds),
+                                                     commConfig(config)));
 }
 TC_EXPORT ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* id) {
   return r(topocoll::runtime::capi::growId(c(comm), reinterpret_cast<tcclUniqueId*>(id)));
@@ -315,22 +324,22 @@ TC_EXPORT ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat,
 TC_EXPORT void ncclResetDebugInit(void) {
   topocoll::log::configure(topocoll::log::settingsFromEnv(topocoll::Env::fromProcess()));
 }
-TC_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void*, size_t, void** handle) {
-  if (handle) *handle = nullptr;
-  return notHere(comm, "ncclCommRegister", "buffer registration");
+TC_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  return r(tcclCommRegister(c(comm), buff, size, handle));
 }
-TC_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void*) {
-  return notHere(comm, "ncclCommDeregister", "buffer registration");
+TC_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return r(tcclCommDeregister(c(comm), handle));
 }
-TC_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void*, size_t, ncclWindow_t* win, int) {
-  if (win) *win = nullptr;
-  return notHere(comm, "ncclCommWindowRegister", "memory windows");
+static_assert(NCCL_WIN_COLL_SYMMETRIC == TCCL_WIN_COLL_SYMMETRIC && NCCL_WIN_STRICT_ORDERING == TCCL_WIN_STRICT_ORDERING);
+TC_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                              int winFlags) {
+  return r(tcclCommWindowRegister(c(comm), buff, size, reinterpret_cast<tcclWindow_t*>(win), winFlags));
 }
-TC_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t) {
-  return notHere(comm, "ncclCommWindowDeregister", "memory windows");
+TC_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  return r(tcclCommWindowDeregister(c(comm), reinterpret_cast<tcclWindow_t>(win)));
 }
-TC_EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t, void**) {
-  return notHere(comm, "ncclWinGetUserPtr", "memory windows");
+TC_EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  return r(tcclWinGetUserPtr(c(comm), reinterpret_cast<tcclWindow_t>(win), outUserPtr));
 }
 TC_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
                                                 ncclScalarResidence_t residence, ncclComm_t comm) {
@@ -339,15 +348,21 @@ TC_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, n
                                     static_cast<tcclScalarResidence_t>(residence), c(comm)));
 }
 TC_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) { return r(tcclRedOpDestroy(o(op), c(comm))); }
-TC_EXPORT ncclResult_t ncclPutSignal(const void*, size_t, ncclDataType_t, int, ncclWindow_t, size_t, int, int,
-                                     unsigned int, ncclComm_t comm, cudaStream_t) {
-  return notHere(comm, "ncclPutSignal", "one-sided puts into memory windows");
+TC_EXPORT ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
+                                     ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                                     unsigned int flags, ncclComm_t comm, cudaStream_t stream) {
+  return r(tcclPutSignal(localbuff, count, t(datatype), peer, reinterpret_cast<tcclWindow_t>(peerWin), peerWinOffset,
+                         sigIdx, ctx, flags, c(comm), stream));
 }
-TC_EXPORT ncclResult_t ncclSignal(int, int, int, unsigned int, ncclComm_t comm, cudaStream_t) {
-  return notHere(comm, "ncclSignal", "one-sided signals");
+TC_EXPORT ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                                  cudaStream_t stream) {
+  return r(tcclSignal(peer, sigIdx, ctx, flags, c(comm), stream));
 }
-TC_EXPORT ncclResult_t ncclWaitSignal(int, ncclWaitSignalDesc_t*, ncclComm_t comm, cudaStream_t) {
-  return notHere(comm, "ncclWaitSignal", "one-sided signals");
+static_assert(sizeof(ncclWaitSignalDesc_t) == sizeof(tcclWaitSignalDesc_t) &&
+              offsetof(ncclWaitSignalDesc_t, ctx) == offsetof(tcclWaitSignalDesc_t, ctx));
+TC_EXPORT ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  return r(tcclWaitSignal(nDesc, reinterpret_cast<tcclWaitSignalDesc_t*>(signalDescs), c(comm), stream));
 }
 // The group closes and nothing runs; estimatedTime is the cost model's microseconds (docs/nccl-api.md compares it
 // with measured times). The struct is read up to the size it says it has, as NCCL does.

@@ -306,7 +306,9 @@ void p2pChannels(Connect& out, const Config& cfg) {
   int perPeer = pow2Up(out.p2pnChannelsPerPeer);
   p2pn = std::min(pow2Up(p2pn), kMaxChannels);
   if (out.nNodes > 1) {
-    const int groups = (out.nRanks + kP2pRanksPerGroup - 1) / kP2pRanksPerGroup;
+    // NCCL 2.30: the peers of one round are maxP2pPeers (ncclConfig_t / NCCL_P2P_MAX_PEERS), every rank by default.
+    const int peers = cfg.maxP2pPeers > 0 ? std::min(cfg.maxP2pPeers, out.nRanks) : out.nRanks;
+    const int groups = (peers + kP2pRanksPerGroup - 1) / kP2pRanksPerGroup;
     while (perPeer * groups > p2pn && perPeer > 1) perPeer /= 2;
   } else {
     perPeer = std::min(p2pn, perPeer);

@@ -238,6 +238,7 @@ class SocketNet : public Net {
       line += fmt::format(" [{}]{}:{}", i, ifs_[i].name, addrString(SocketAddress::from(ifs_[i].addr, ifs_[i].len)));
     }
     TC_INFO(log::kInit | log::kNet, "NET/Socket : Using{}", line);
+    trafficClass_ = cfg.trafficClass;
     nThreads_ = cfg.socketNthreads == -2 ? 0 : std::min(cfg.socketNthreads, kMaxThreads);
     int perThread = cfg.nsocksPerThread == -2 ? 1 : cfg.nsocksPerThread;
     nSocks_ = nThreads_ * perThread;
@@ -269,6 +270,19 @@ class SocketNet : public Net {
     std::string dpath = "/sys/class/net/" + p.name + "/device";
     if (::realpath(dpath.c_str(), real)) p.pciPath = real;
     return p;
+  }
+
+  // ncclConfig_t's trafficClass: the IP traffic class (TOS byte / IPv6 traffic class) of every NET socket.
+  void markTraffic(const Socket& sock) const {
+    if (trafficClass_ < 0) return;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    if (::getsockname(sock.fd(), reinterpret_cast<sockaddr*>(&local), &len) != 0) return;
+    const int tc = trafficClass_ & 0xff;
+    const int rc = local.ss_family == AF_INET6 ? ::setsockopt(sock.fd(), IPPROTO_IPV6, IPV6_TCLASS, &tc, sizeof tc)
+                                      : ::setsockopt(sock.fd(), IPPROTO_IP, IP_TOS, &tc, sizeof tc);
+    if (rc != 0)
+      TC_INFO(log::kNet, "NET/Socket : traffic class {}: setsockopt: {}", tc, std::strerror(errno));
   }
 
   std::unique_ptr<NetComm> listen(int dev, NetHandle* handle) override {
@@ -311,6 +325,7 @@ class SocketNet : public Net {
         }
         if (err != 0 && err != EINPROGRESS)
           fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(a), std::strerror(err));
+        markTraffic(sock);
         s->socks.push_back(std::move(sock));
         s->auth.emplace_back(keyOf(s->handle), Handshake::Role::kConnector);
         s->sent.push_back(0);
@@ -363,6 +378,7 @@ class SocketNet : public Net {
         break;
       }
       if (!s.valid()) break;
+      markTraffic(s);
       l.incoming.push_back({std::move(s), Handshake(l.key, Handshake::Role::kAcceptor), Hello{}, 0});
     }
     for (size_t i = 0; i < l.incoming.size();) {
@@ -527,6 +543,7 @@ class SocketNet : public Net {
 
   std::vector<netif::Interface> ifs_;
   int nThreads_ = 0, nSocks_ = 0;
+  int trafficClass_ = -1;
 };
 
 }  // namespace

@@ -84,6 +84,10 @@ TEST(Knobs, P2pChannels) {
   EXPECT_EQ(plan(kSeed, 2, {{"NCCL_MIN_P2P_NCHANNELS", "32"}}).connect.p2pnChannels, 32);
   // One 400G NIC per GPU is 50 GB/s: 50 / 14 -> 4 channels by default, 50 / 50 -> 1.
   EXPECT_EQ(plan(kSeed, 2, {{"NCCL_P2P_PER_CHANNEL_NET_BW", "50"}}).connect.p2pnChannelsPerPeer, 1);
+  // Across nodes the channels per peer halve until a round of peers (8 a round) fits p2pnChannels: 64 ranks are 8
+  // rounds (4 x 8 > 16: 2 per peer); NCCL_P2P_MAX_PEERS (ncclConfig_t's maxP2pPeers) = 8 is one round (4 per peer).
+  EXPECT_EQ(plan(kSeed, 8).connect.p2pnChannelsPerPeer, 2);
+  EXPECT_EQ(plan(kSeed, 8, {{"NCCL_P2P_MAX_PEERS", "8"}}).connect.p2pnChannelsPerPeer, 4);
 }
 
 // NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS and their legacy names (connect.cc, ncclMinNchannels/ncclMaxNchannels).

@@ -58,6 +58,10 @@ static int configRank(ncclUniqueId id, int rank, int blocking) {
   cfg.commName = "config-test";
   cfg.minCTAs = 1;
   cfg.maxCTAs = 4;
+  cfg.netName = "socket"; /* NCCL compares names without case */
+  cfg.trafficClass = 32;
+  cfg.maxP2pPeers = 64; /* capped to the communicator's size */
+  cfg.splitShare = 1;
   ncclComm_t comm = NULL;
   ncclResult_t rc = ncclCommInitRankConfig(&comm, 2, id, rank, &cfg);
   ncclResult_t state = ncclInProgress;
@@ -79,9 +83,10 @@ static int configRank(ncclUniqueId id, int rank, int blocking) {
   uint64_t mem = 1;
   if (ncclCommMemStats(comm, ncclStatGpuMemTotal, &mem) != ncclSuccess || mem != 0) return 13;
   if (ncclCommGetAsyncError(comm, &state) != ncclSuccess || state != ncclSuccess) return 14;
-  /* What is not built yet: refused with a message, never success. */
-  void* handle = (void*)1;
-  if (ncclCommRegister(comm, buf, sizeof buf, &handle) != ncclInvalidUsage || handle != NULL) return 15;
+  /* Registration of a heap buffer: recorded (only ncclMemAlloc memory is mapped by peers), then released. */
+  void* handle = NULL;
+  if (ncclCommRegister(comm, buf, sizeof buf, &handle) != ncclSuccess || handle == NULL) return 15;
+  if (ncclCommDeregister(comm, handle) != ncclSuccess) return 16;
   if (ncclCommDestroy(comm) != ncclSuccess) return 17;
   return 0;
 }
@@ -157,6 +162,9 @@ int main(void) {
   ctas.maxCTAs = 2;
   expectRefused(ncclCommInitRankConfig(&comm, 2, id, 0, &ctas), ncclInvalidArgument, "minCTAs", "minCTAs > maxCTAs");
   expectRefused(ncclCommInitRankScalable(&comm, 2, 0, 0, &id, NULL), ncclInvalidArgument, "nId", "no ids");
+  ncclConfig_t net = NCCL_CONFIG_INITIALIZER;
+  net.netName = "IB";
+  expectRefused(ncclCommInitRankConfig(&comm, 1, id, 0, &net), ncclInvalidUsage, "netName", "netName IB");
 
   /* Not built yet: ncclInvalidUsage naming why. */
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;

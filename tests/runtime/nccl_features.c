@@ -3,6 +3,7 @@
  * communicators.
  *
  *   nccl_features FEATURE [NRANKS...]     FEATURE: init split shrink premulsum abort manage grow simulate
+ *                                                 register signal scalable
  *
  * C99 against topocoll's nccl.h; exits 0 when every rank of every size passed, else prints what failed. */
 #define _GNU_SOURCE
@@ -19,6 +20,8 @@
 
 static int nRanks, myRank, blockingMode;
 static int growPipe[2]; /* grow: the existing rank 0 hands the grown communicator's id to the new ranks */
+static ncclUniqueId jobIds[3]; /* the job's ids: one, or three for "scalable" (ncclCommInitRankScalable) */
+static int nJobIds = 1;
 
 #define CHECK(cond, code)                                                                                    \
   do {                                                                                                       \
@@ -365,6 +368,122 @@ static int featureSimulate(ncclUniqueId id) {
   return 0;
 }
 
+/* Registration: ncclMemAlloc and heap buffers registered, collectives on them, and the refusals. */
+static int featureRegister(ncclUniqueId id) {
+  ncclComm_t comm = initComm(id, "features-register");
+  CHECK(comm != NULL, 10);
+  const size_t n = 1 << 18; /* 1 MiB of floats: the mapped path from 1 MiB */
+  float* shared = NULL;
+  CHECK(ncclMemAlloc((void**)&shared, n * sizeof(float)) == ncclSuccess && shared != NULL, 130);
+  float* heap = malloc(n * sizeof(float));
+  void *hs = NULL, *hh = NULL, *bad = (void*)1;
+  CHECK(ncclCommRegister(comm, shared, n * sizeof(float), &hs) == ncclSuccess && hs != NULL, 131);
+  CHECK(ncclCommRegister(comm, heap, n * sizeof(float), &hh) == ncclSuccess && hh != NULL && hh != hs, 132);
+  for (size_t i = 0; i < n; i++) shared[i] = (float)(myRank + 1), heap[i] = 0.0f;
+  CHECK(settle(comm, ncclAllReduce(shared, heap, n, ncclFloat32, ncclSum, comm, NULL)) == ncclSuccess, 133);
+  const float want = (float)(nRanks * (nRanks + 1) / 2);
+  for (size_t i = 0; i < n; i += 997) CHECK(heap[i] == want, 134);
+  CHECK(settle(comm, ncclAllReduce(shared, shared, n, ncclFloat32, ncclSum, comm, NULL)) == ncclSuccess, 135);
+  for (size_t i = 0; i < n; i += 997) CHECK(shared[i] == want, 136);
+  /* Overlapping, unmapped, NULL and empty ranges; a dead handle. */
+  CHECK(ncclCommRegister(comm, shared + 16, 64, &bad) == ncclInvalidArgument && bad == NULL, 137);
+  CHECK(strstr(ncclGetLastError(comm), "overlaps") != NULL, 137);
+  CHECK(ncclCommRegister(comm, (void*)(uintptr_t)4096, 4096, &bad) == ncclInvalidArgument, 138);
+  CHECK(strstr(ncclGetLastError(comm), "not mapped") != NULL, 138);
+  CHECK(ncclCommRegister(comm, NULL, 64, &bad) == ncclInvalidArgument, 139);
+  CHECK(ncclCommRegister(comm, heap, 0, &bad) == ncclInvalidArgument, 139);
+  CHECK(ncclCommDeregister(comm, hh) == ncclSuccess, 140);
+  CHECK(ncclCommDeregister(comm, hh) == ncclInvalidArgument, 141);
+  CHECK(ncclCommRegister(comm, heap + 8, 64, &hh) == ncclSuccess, 142); /* free again */
+  CHECK(ncclCommDeregister(comm, hh) == ncclSuccess && ncclCommDeregister(comm, hs) == ncclSuccess, 143);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess, 144);
+  CHECK(ncclMemFree(shared) == ncclSuccess, 145);
+  free(heap);
+  return 0;
+}
+
+/* Windows and one-sided signals: a ring of puts, signals from everyone, the refusals, a peer that ends. */
+static int featureSignal(ncclUniqueId id) {
+  ncclComm_t comm = initComm(id, "features-signal");
+  CHECK(comm != NULL, 10);
+  const size_t part = 256; /* ints per rank's slot */
+  const size_t bytes = (size_t)nRanks * part * sizeof(int) * 2;
+  int* wbuf = NULL;
+  CHECK(ncclMemAlloc((void**)&wbuf, bytes) == ncclSuccess, 150);
+  ncclWindow_t win = NULL;
+  CHECK(ncclCommWindowRegister(comm, wbuf, bytes, &win, NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess && win, 151);
+  void* user = NULL;
+  CHECK(ncclWinGetUserPtr(comm, win, &user) == ncclSuccess && user == wbuf, 152);
+  /* Each rank puts its stamp (from the second half of its window) into the next rank's slot of its own rank. */
+  int* src = wbuf + (size_t)nRanks * part;
+  for (size_t i = 0; i < part; i++) src[i] = myRank * 100000 + (int)i;
+  const int next = (myRank + 1) % nRanks, prev = (myRank + nRanks - 1) % nRanks;
+  CHECK(ncclPutSignal(src, part, ncclInt32, next, win, (size_t)myRank * part * sizeof(int), 0, 0, 0, comm, NULL) ==
+            ncclSuccess, 153);
+  ncclWaitSignalDesc_t d = {1, prev, 0, 0};
+  CHECK(ncclWaitSignal(1, &d, comm, NULL) == ncclSuccess, 154);
+  for (size_t i = 0; i < part; i++) CHECK(wbuf[(size_t)prev * part + i] == prev * 100000 + (int)i, 155);
+  /* A signal from every rank to every rank (itself included), twice; one wait with a descriptor per rank. */
+  for (int round = 0; round < 2; round++)
+    for (int q = 0; q < nRanks; q++) CHECK(ncclSignal(q, 0, 0, 0, comm, NULL) == ncclSuccess, 156);
+  ncclWaitSignalDesc_t all[8];
+  for (int q = 0; q < nRanks; q++) all[q].opCnt = 2, all[q].peer = q, all[q].sigIdx = 0, all[q].ctx = 0;
+  CHECK(ncclWaitSignal(nRanks, all, comm, NULL) == ncclSuccess, 157);
+  /* Refusals: NCCL's (signal index, context, flags, opCnt), a put past the peer's part, a source outside a
+   * symmetric window, a peer out of range, a heap window (every rank fails alike), a dead window. */
+  CHECK(ncclSignal(next, 1, 0, 0, comm, NULL) == ncclInvalidArgument, 158);
+  CHECK(ncclSignal(next, 0, 1, 0, comm, NULL) == ncclInvalidArgument, 158);
+  CHECK(ncclSignal(nRanks, 0, 0, 0, comm, NULL) == ncclInvalidArgument, 158);
+  ncclWaitSignalDesc_t zero = {0, prev, 0, 0};
+  CHECK(ncclWaitSignal(1, &zero, comm, NULL) == ncclInvalidArgument, 159);
+  CHECK(ncclPutSignal(src, part, ncclInt32, next, win, bytes, 0, 0, 0, comm, NULL) == ncclInvalidArgument, 160);
+  CHECK(strstr(ncclGetLastError(comm), "offset") != NULL, 160);
+  int heapSrc[4] = {0};
+  CHECK(ncclPutSignal(heapSrc, 4, ncclInt32, next, win, 0, 0, 0, 0, comm, NULL) == ncclInvalidArgument, 161);
+  CHECK(strstr(ncclGetLastError(comm), "NCCL_WIN_COLL_SYMMETRIC") != NULL, 161);
+  int* heap = malloc(4096);
+  ncclWindow_t hw = (ncclWindow_t)1;
+  CHECK(ncclCommWindowRegister(comm, heap, 4096, &hw, 0) == ncclInvalidArgument && hw == NULL, 162);
+  CHECK(strstr(ncclGetLastError(comm), "ncclMemAlloc") != NULL, 162);
+  free(heap);
+  CHECK(ncclCommWindowRegister(comm, wbuf, bytes, &hw, 0x10) == ncclInvalidArgument, 163);
+  /* The communicator still works after the refusals. */
+  CHECK(sumOver(comm, 1) == nRanks, 164);
+  /* A rank that ends before it signals: the waiting rank fails at once, naming it. */
+  if (nRanks >= 2) {
+    if (myRank == nRanks - 1) _exit(0);
+    if (myRank == 0) {
+      ncclWaitSignalDesc_t gone = {1, nRanks - 1, 0, 0};
+      CHECK(ncclWaitSignal(1, &gone, comm, NULL) == ncclRemoteError, 165);
+      CHECK(strstr(ncclGetLastError(comm), "ended") != NULL, 165);
+    }
+    CHECK(ncclCommAbort(comm) == ncclSuccess, 166);
+    return 0;
+  }
+  CHECK(ncclCommWindowDeregister(comm, win) == ncclSuccess, 167);
+  CHECK(ncclCommWindowDeregister(comm, win) == ncclInvalidArgument, 168);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess, 169);
+  CHECK(ncclMemFree(wbuf) == ncclSuccess, 169);
+  return 0;
+}
+
+/* ncclCommInitRankScalable with the ids of three roots (every rank the same ids), and the refusals. */
+static int featureScalable(ncclUniqueId id) {
+  (void)id;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = blockingMode;
+  ncclComm_t comm = NULL;
+  ncclResult_t rc = ncclCommInitRankScalable(&comm, nRanks, myRank, nJobIds, jobIds, &cfg);
+  CHECK(rc == ncclSuccess || (!blockingMode && rc == ncclInProgress), 170);
+  CHECK(comm != NULL && settle(comm, rc) == ncclSuccess, 171);
+  CHECK(sumOver(comm, myRank) == (long long)nRanks * (nRanks - 1) / 2, 172);
+  ncclComm_t none = NULL;
+  CHECK(ncclCommInitRankScalable(&none, nRanks, myRank, 0, jobIds, &cfg) == ncclInvalidArgument, 173);
+  CHECK(ncclCommInitRankScalable(&none, nRanks, myRank, 2, NULL, &cfg) == ncclInvalidArgument, 173);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess, 174);
+  return 0;
+}
+
 static int runRank(const char* feature, ncclUniqueId id) {
   if (!strcmp(feature, "init")) return featureInit(id);
   if (!strcmp(feature, "split")) return featureSplit(id);
@@ -374,7 +493,11 @@ static int runRank(const char* feature, ncclUniqueId id) {
   if (!strcmp(feature, "manage")) return featureManage(id);
   if (!strcmp(feature, "grow")) return featureGrow(id);
   if (!strcmp(feature, "simulate")) return featureSimulate(id);
-  fprintf(stderr, "unknown feature %s (init split shrink premulsum abort manage grow simulate)\n", feature);
+  if (!strcmp(feature, "register")) return featureRegister(id);
+  if (!strcmp(feature, "signal")) return featureSignal(id);
+  if (!strcmp(feature, "scalable")) return featureScalable(id);
+  fprintf(stderr, "unknown feature %s (init split shrink premulsum abort manage grow simulate register signal scalable)\n",
+          feature);
   return 2;
 }
 
@@ -389,18 +512,21 @@ static int ranksOfJob(const char* feature, int n, int blocking) {
     fflush(stderr);
     kids[r] = fork();
     if (kids[r] == 0) {
-      ncclUniqueId id;
-      if (read(pipes[r][0], &id, sizeof id) != (ssize_t)sizeof id) _exit(3);
+      nJobIds = strcmp(feature, "scalable") ? 1 : 3;
+      if (read(pipes[r][0], jobIds, sizeof jobIds[0] * nJobIds) != (ssize_t)(sizeof jobIds[0] * nJobIds)) _exit(3);
+      ncclUniqueId id = jobIds[0];
       nRanks = n;
       myRank = r;
       blockingMode = blocking;
       _exit(runRank(feature, id));
     }
   }
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
+  nJobIds = strcmp(feature, "scalable") ? 1 : 3;
+  for (int k = 0; k < nJobIds; k++)
+    if (ncclGetUniqueId(&jobIds[k]) != ncclSuccess) return 1;
+  const ssize_t idBytes = (ssize_t)(sizeof jobIds[0] * nJobIds);
   for (int r = 0; r < n; r++)
-    if (write(pipes[r][1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
+    if (write(pipes[r][1], jobIds, (size_t)idBytes) != idBytes) return 1;
   int bad = 0;
   for (int r = 0; r < n; r++) {
     int status = 0;

@@ -136,5 +136,7 @@ double copyTraffic(const std::string& test, int n, bool inPlace, double c);
 
 /// Throws Error(kRemoteError/...) with the library's message when a C API call fails.
 void check(tcclResult_t rc, const char* what);
+/// alltoallv_perf reads its traffic from NCCL_TESTS_ALLTOALLV_MATRIX_FILE (loaded and checked on first use).
+bool alltoallvMatrixMode();
 
 }  // namespace topocoll::perf

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "perf.h"
 #include "topocoll/status.h"
@@ -44,7 +46,69 @@ double alltoallvSpread() {
   }();
   return spread;
 }
+// Matrix mode (NCCL_TESTS_ALLTOALLV_MATRIX_FILE): bytes from rank i to j read from a square whitespace-separated
+// matrix (rows are lines), times NCCL_TESTS_ALLTOALLV_MATRIX_SCALE, aligned down to 16 bytes. Empty: not set.
+struct TrafficMatrix {
+  size_t dim = 0;
+  std::vector<size_t> bytes;  // dim x dim
+};
+const TrafficMatrix& trafficMatrix() {
+  static const TrafficMatrix m = [] {
+    TrafficMatrix t;
+    const char* file = std::getenv("NCCL_TESTS_ALLTOALLV_MATRIX_FILE");
+    if (!file || !*file) return t;
+    double scale = 1.0;
+    if (const char* e = std::getenv("NCCL_TESTS_ALLTOALLV_MATRIX_SCALE")) {
+      char* end = nullptr;
+      scale = std::strtod(e, &end);
+      if (end == e || *end || !(scale >= 0))
+        fail(StatusCode::kInvalidArgument, "NCCL_TESTS_ALLTOALLV_MATRIX_SCALE={}: expected a number >= 0", e);
+    }
+    std::ifstream in(file);
+    if (!in) fail(StatusCode::kInvalidArgument, "NCCL_TESTS_ALLTOALLV_MATRIX_FILE={}: cannot open it", file);
+    std::string line;
+    size_t row = 0;
+    while (std::getline(in, line)) {
+      std::istringstream cells(line);
+      std::string cell;
+      size_t col = 0;
+      while (cells >> cell) {
+        char* end = nullptr;
+        const double v = std::strtod(cell.c_str(), &end);
+        if (end == cell.c_str() || *end || !(v >= 0) || v * scale > 1e18)
+          fail(StatusCode::kInvalidArgument, "{}:{}: column {}: \"{}\" is not a byte count (a number >= 0)", file,
+               row + 1, col + 1, cell);
+        t.bytes.push_back(static_cast<size_t>(v * scale) & ~size_t{15});
+        ++col;
+      }
+      if (col == 0) continue;  // blank line
+      if (row == 0) t.dim = col;
+      if (col != t.dim)
+        fail(StatusCode::kInvalidArgument, "{}:{}: {} columns where the first row has {}", file, row + 1, col, t.dim);
+      ++row;
+    }
+    if (row == 0) fail(StatusCode::kInvalidArgument, "NCCL_TESTS_ALLTOALLV_MATRIX_FILE={}: no values", file);
+    if (row != t.dim)
+      fail(StatusCode::kInvalidArgument, "{}: {} rows of {} columns: the matrix must be square", file, row, t.dim);
+    return t;
+  }();
+  return m;
+}
+size_t matrixBytes(int i, int j, int n) {
+  const TrafficMatrix& m = trafficMatrix();
+  if (m.dim < static_cast<size_t>(n))
+    fail(StatusCode::kInvalidArgument,
+         "NCCL_TESTS_ALLTOALLV_MATRIX_FILE: a {}x{} matrix for {} ranks (it needs at least nranks rows)", m.dim, m.dim,
+         n);
+  return m.bytes[static_cast<size_t>(i) * m.dim + static_cast<size_t>(j)];
+}
+bool matrixMode() { return trafficMatrix().dim > 0; }
+}  // namespace
+bool alltoallvMatrixMode() { return matrixMode(); }
+namespace {
+
 size_t peerBytes(int i, int j, int n, size_t total) {
+  if (matrixMode()) return matrixBytes(i, j, n);
   if (n == 1) return total & ~size_t{15};
   const int distance = (j - i + n) % n;
   const double sumDistances = static_cast<double>(n) * (n - 1) / 2;
@@ -76,14 +140,19 @@ Layout exchanged(size_t count, size_t es, int n, bool peers) {
   size_t b = share(count, es, n, peers);
   return {b * n, b * n, b, 0, 0};
 }
-// The generated pattern is symmetric: every rank sends and receives what rank 0 sends.
+// The generated pattern is symmetric: every rank sends and receives what rank 0 sends. A matrix is not: the buffers
+// hold the busiest rank's send or receive bytes (nccl-tests reports that rank's).
 Layout exchangedUnevenly(size_t count, size_t es, int n, bool peers) {
   Layout l;
   l.paramCount = share(count, es, n, peers);
   l.elemSize = es;
-  size_t total = 0;
-  for (int j = 0; j < n; ++j) total += peerCount(0, j, n, l);
-  l.sendCount = l.recvCount = total;
+  size_t most = 0;
+  for (int i = 0; i < (matrixMode() ? n : 1); ++i) {
+    size_t sent = 0, received = 0;
+    for (int j = 0; j < n; ++j) sent += peerCount(i, j, n, l), received += peerCount(j, i, n, l);
+    most = std::max({most, sent, received});
+  }
+  l.sendCount = l.recvCount = most;
   return l;
 }
 

@@ -88,6 +88,7 @@ class Buffer {
   uint8_t* host(const uint8_t* at) { return p_ + (at - data()); }
   bool contains(const uint8_t* at) const { return at >= (device_ ? d_ : p_) && at < (device_ ? d_ : p_) + bytes_; }
   bool device() const { return device_; }
+  size_t size() const { return bytes_; }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
@@ -143,14 +144,18 @@ const char kHelp[] =
     "  -u,--unalign <elements>    buffers start this many elements past an aligned address (default 0)\n"
     "  -I,--per_iter_timing <0|1> time each iteration (the slowest rank's): i_min i_max i_p99 i_cv% columns\n"
     "  -K,--per_iter_skip <n>     leave the first n iterations out of -I's statistics\n"
+    "  -R,--local_register <0|1|2> 1: register both buffers (ncclCommRegister); 2: as symmetric windows\n"
+    "                             (ncclCommWindowRegister; needs ncclMemAlloc buffers, not --malloc)\n"
     "  -t,--nthreads 1 | -g,--ngpus 1 | -p,--parallel_init <0|1> | -y,--stream_null <0|1> | -V,--device_cta_count\n"
     "                             accepted as nccl-tests has them (one rank per process, NULL streams on host memory);\n"
-    "                             -t or -g above 1, -G above 0, -R above 0, -x and -D above 0 fail naming why\n"
+    "                             -t or -g above 1, -G above 0, -x and -D above 0 fail naming why\n"
     "  -h,--help                  this help\n"
     "Environment, as nccl-tests: NCCL_TESTS_SPLIT (\"AND 0x3\", \"&3\", \"OR 4\", \"MOD 2\", \"%2\", \"DIV 4\", \"/4\")\n"
     "  or NCCL_TESTS_SPLIT_MASK (hex) split the ranks by colour with ncclCommSplit and time each part (rank 0's is\n"
     "  printed); NCCL_TESTS_MIN_BW: the average bus bandwidth below 90% of it fails the run;\n"
-    "  NCCL_TESTS_ALLTOALLV_SPREAD (0..1, default 1): alltoallv_perf's distance weighting.\n"
+    "  NCCL_TESTS_ALLTOALLV_SPREAD (0..1, default 1): alltoallv_perf's distance weighting;\n"
+    "  NCCL_TESTS_ALLTOALLV_MATRIX_FILE: alltoallv_perf's bytes from rank i to j, a square whitespace-separated\n"
+    "  matrix of at least nranks rows (16-byte aligned down), times NCCL_TESTS_ALLTOALLV_MATRIX_SCALE; -b equals -e.\n"
     "topocoll's own:\n"
     "  -np <N>                    fork N ranks on this machine (otherwise the launcher's environment: mpirun, srun,\n"
     "                             torchrun's RANK/WORLD_SIZE, NCCL_COMM_ID)\n"
@@ -305,9 +310,6 @@ Options parse(int argc, char** argv, int first) {
              a, o.jsonFile);
     } else if (is("-R", "--local_register")) {
       o.localRegister = parseInt(a, next(), 0, 2);
-      if (o.localRegister)
-        fail(StatusCode::kInvalidUsage, "{} {}: buffer registration (ncclCommRegister, windows) is not supported by "
-             "topocoll yet; use 0", a, o.localRegister);
     } else if (is("-x", "--cta_policy")) {
       parseInt(a, next(), 0, 2);
       fail(StatusCode::kInvalidUsage, "{}: CTA policies schedule GPU thread blocks; topocoll's collectives run on "
@@ -315,8 +317,8 @@ Options parse(int argc, char** argv, int first) {
     } else if (is("-D", "--device_implementation")) {
       if (parseInt(a, next(), 0, 1 << 20) > 0)
         fail(StatusCode::kInvalidUsage,
-             "{}: device implementation (-D > 0) requires enabling symmetric memory registration (-R 2), which "
-             "topocoll does not support yet",
+             "{}: device implementations (-D > 0) are GPU kernels over symmetric memory; topocoll's collectives "
+             "run on host threads and have none",
              a);
     } else if (is("-V", "--device_cta_count"))
       parseInt(a, next(), 1, 128);  // only read with -D > 0
@@ -391,6 +393,49 @@ double overRanks(World& w, double v, int how) {
       return s / all.size();
   }
 }
+
+// nccl-tests' -R: 1 registers both buffers (ncclCommRegister), 2 registers them as symmetric windows
+// (ncclCommWindowRegister, collective); both are released when the test ends.
+class Registered {
+ public:
+  Registered(World& w, int mode, Buffer& sbuf, Buffer& rbuf) : w_(w), mode_(mode) {
+    if (mode_ == 0) return;
+    if (sbuf.device())
+      fail(StatusCode::kInvalidUsage, "-R {}: registration of device buffers is not supported (host buffers only)",
+           mode_);
+    for (Buffer* b : {&sbuf, &rbuf}) {
+      if (!w_.api) {  // the point-to-point tests run on the C++ communicator
+        if (mode_ == 1)
+          handles_.push_back(w_.cxx->registerBuffer(b->data(), b->size()));
+        else
+          cxxWindows_.push_back(w_.cxx->registerWindow(b->data(), b->size(), runtime::Communicator::kWinSymmetric));
+      } else if (mode_ == 1) {
+        void* h = nullptr;
+        check(tcclCommRegister(w_.api, b->data(), b->size(), &h), "tcclCommRegister");
+        handles_.push_back(h);
+      } else {
+        tcclWindow_t win = nullptr;
+        check(tcclCommWindowRegister(w_.api, b->data(), b->size(), &win, TCCL_WIN_COLL_SYMMETRIC),
+              "tcclCommWindowRegister");
+        windows_.push_back(win);
+      }
+    }
+  }
+  ~Registered() {
+    for (void* h : handles_) w_.api ? (void)tcclCommDeregister(w_.api, h) : w_.cxx->deregisterBuffer(h);
+    for (tcclWindow_t win : windows_) tcclCommWindowDeregister(w_.api, win);
+    for (runtime::Window* win : cxxWindows_) w_.cxx->deregisterWindow(win);
+  }
+  Registered(const Registered&) = delete;
+  Registered& operator=(const Registered&) = delete;
+
+ private:
+  World& w_;
+  int mode_;
+  std::vector<void*> handles_;
+  std::vector<tcclWindow_t> windows_;
+  std::vector<runtime::Window*> cxxWindows_;
+};
 
 // One size of one test in one mode (out of place or in place): buffers, counts and the operation.
 struct Run {
@@ -713,6 +758,10 @@ int runTests(World& w, const Options& o, const Test& test, const std::string& pr
     json["results"] = nlohmann::json::array();
   }
   std::vector<size_t> all = sizes(o);
+  // nccl-tests' matrix mode: the per-peer sizes come from the file, so one size only.
+  if (std::string(test.name) == "alltoallv_perf" && alltoallvMatrixMode() && all.size() != 1)
+    fail(StatusCode::kInvalidUsage, "alltoallv_perf with NCCL_TESTS_ALLTOALLV_MATRIX_FILE: the sizes come from the "
+         "matrix; give one size (-b equal to -e)");
   size_t maxBytes = 0, maxElem = 0;
   for (DataType t : o.types) maxElem = std::max(maxElem, sizeOf(t));
   for (size_t s : all) {
@@ -721,6 +770,7 @@ int runTests(World& w, const Options& o, const Test& test, const std::string& pr
   }
   const size_t extra = maxElem * (w.nRanks + o.unalign);
   Buffer sbuf(maxBytes + extra, o.malloc, o.device), rbuf(maxBytes + extra, o.malloc, o.device);
+  Registered registered(w, o.localRegister, sbuf, rbuf);
   std::vector<RedOp> ops = test.reduces ? o.ops : std::vector<RedOp>{RedOp::kSum};
   std::vector<int> roots;
   if (!test.rooted)

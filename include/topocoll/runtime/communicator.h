@@ -56,6 +56,9 @@ class ChannelLinks;
 
 namespace topocoll::runtime {
 
+/// A memory window (Communicator::registerWindow; NCCL's ncclWindow_t). Opaque.
+class Window;
+
 /// What every rank tells the others first (NCCL's ncclPeerInfo).
 using PeerInfo = transport::PeerInfo;
 
@@ -214,6 +217,36 @@ class TOPOCOLL_API Communicator {
   /// grown communicator (a root it started: createUniqueId), the others with null. Each keeps its rank in a
   /// communicator of `newSize` ranks; the new ranks join it with init(id, newSize, rank) for ranks nRanks() and up.
   std::unique_ptr<Communicator> grow(int newSize, const bootstrap::UniqueId* id);
+  // ---- Registration, windows and one-sided signals (NCCL's ncclCommRegister, ncclCommWindowRegister,
+  // ncclPutSignal, ncclSignal, ncclWaitSignal; docs/nccl-api.md "Registration and windows").
+  /// Local: records [buf, buf + bytes) (mapped memory, overlapping no other registration of this communicator, else
+  /// kInvalidArgument) and returns its handle. memAlloc memory is what peers in other processes map; the collectives
+  /// map it whether or not it is registered.
+  void* registerBuffer(void* buf, size_t bytes);
+  /// kInvalidArgument for a handle that is not a live registration of this communicator.
+  void deregisterBuffer(void* handle);
+  /// Bytes registered now (ncclCommMemStats).
+  size_t registeredBytes() const;
+  static constexpr int kWinSymmetric = 1;        // NCCL_WIN_COLL_SYMMETRIC
+  static constexpr int kWinStrictOrdering = 2;   // NCCL_WIN_STRICT_ORDERING
+  /// Collective: every rank registers its part of a window (memAlloc memory), in the same order; each rank maps
+  /// every peer's part it can (this host). Fails on every rank alike when a rank's arguments are wrong.
+  Window* registerWindow(void* buf, size_t bytes, int flags);
+  /// Local: the handle is dead afterwards (peers may still hold their mapping of this rank's part).
+  void deregisterWindow(Window* w);
+  void* windowUserPtr(Window* w) const;
+  /// Copies `bytes` from `local` (inside a kWinSymmetric window of this communicator) into rank `peer`'s part of `w`
+  /// at `offset`, then signals `peer`. Returns when the data is there (host memory: no stream). Peers of this host.
+  void putSignal(const void* local, size_t bytes, int peer, Window* w, size_t offset);
+  /// One signal to `peer` (signal index 0), no data.
+  void signal(int peer);
+  /// Waits until each peer's signals since the last waits reach `count` (and takes them), within TOPOCOLL_TIMEOUT;
+  /// a peer process that ended, an abort or the job's failure end it with an error.
+  struct SignalWait {
+    int peer = 0, count = 1;
+  };
+  void waitSignals(const std::vector<SignalWait>& waits);
+
   /// Any thread: every pending and later operation fails with kAborted; every wait returns.
   void abort();
   /// Any thread (a watchdog polling while another thread waits in a call): the failure that ended this
