@@ -1,6 +1,8 @@
 // The transport layer's pieces on their own: connect-record checks, NCCL's p2p split, the doorbell, the socket
 // network plugin, the proxy refusing strangers, and eager sends over a FIFO in local memory.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -544,6 +546,42 @@ TEST_P(SocketNet, MovesMessagesInOrderAndRefusesOversizedOnes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HelperThreads, SocketNet, ::testing::Values(0, 2));
+
+// ncclConfig_t's trafficClass: every NET socket, on both ends, carries it as its IP traffic class (IP_TOS).
+TEST(SocketNetTrafficClass, EverySocketOfAConnectionCarriesIt) {
+  Config cfg;
+  cfg.socketIfname = "lo";
+  cfg.trafficClass = 0x48;
+  cfg.nsocksPerThread = 2;
+  cfg.socketNthreads = 1;
+  auto tosOfNewSockets = [](const std::vector<bool>& before) {
+    std::vector<int> tos;
+    for (int fd = 0; fd < static_cast<int>(before.size()); ++fd) {
+      if (before[fd]) continue;
+      sockaddr_storage peer{};
+      socklen_t len = sizeof peer;
+      if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 || peer.ss_family != AF_INET) continue;
+      int v = -1;
+      socklen_t vl = sizeof v;
+      if (::getsockopt(fd, IPPROTO_IP, IP_TOS, &v, &vl) == 0) tos.push_back(v);
+    }
+    return tos;
+  };
+  std::vector<bool> before(1024);
+  for (int fd = 0; fd < 1024; ++fd) before[fd] = ::fcntl(fd, F_GETFD) != -1;
+  auto net = makeSocketNet(cfg);
+  NetHandle h;
+  auto listen = net->listen(0, &h);
+  std::unique_ptr<NetComm> state, send, recv;
+  ASSERT_TRUE(pollFor([&] {
+    if (!send) send = net->connect(0, h, &state);
+    if (!recv) recv = net->accept(*listen);
+    return send && recv;
+  }));
+  const std::vector<int> tos = tosOfNewSockets(before);
+  EXPECT_EQ(tos.size(), 6u);  // a control socket and 2 data sockets, on each end
+  for (int v : tos) EXPECT_EQ(v, 0x48);
+}
 
 // A stranger who reaches the listener's port but does not hold its key (which only the rank the handle was sent to
 // over the bootstrap has) fails the authentication on both ends: its connect throws, the listener drops it with a
