@@ -4,6 +4,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <random>
+#include <sstream>
 #include <cstring>
 #include <stdexcept>
 
@@ -311,7 +313,7 @@ struct Header {
 
 ProcessGroupTopocoll::ProcessGroupTopocoll(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                            std::chrono::milliseconds timeout)
-    : ProcessGroup(rank, size), timeout_(timeout), mailbox_(std::make_unique<Mailbox>()) {
+    : ProcessGroup(rank, size), store_(store), timeout_(timeout), mailbox_(std::make_unique<Mailbox>()) {
   tcclUniqueId id;
   if (rank == 0) {
     check(tcclGetUniqueId(&id), "tcclGetUniqueId");
@@ -365,6 +367,8 @@ const void* ProcessGroupTopocoll::gatherInputs(const std::vector<at::Tensor>& in
 c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::enqueue(Worker& worker, c10d::OpType type,
                                                             std::vector<at::Tensor> outputs,
                                                             std::function<void()> fn) {
+  // Gloo counts every operation it queues (sends and receives go around its queue, as here on sendWorker_).
+  if (&worker == collWorker_.get() && type != c10d::OpType::RECV && sequenceNum_) sequenceNum_->increment();
   auto task = c10::make_intrusive<Task>(&worker, getRank(), type, std::move(outputs), std::move(fn));
   worker.push(task);
   return task;
@@ -667,5 +671,94 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::recv(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::barrier(const c10d::BarrierOptions& opts) {
   return enqueue(*collWorker_, c10d::OpType::BARRIER, {}, [this]() { check(tcclBarrier(comm_, nullptr), "tcclBarrier"); });
 }
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  TORCH_CHECK(!inputs.empty(), "ProcessGroupTopocoll::allgather_coalesced: no input tensors");
+  TORCH_CHECK(static_cast<int>(outputLists.size()) == getSize(), "ProcessGroupTopocoll::allgather_coalesced: ",
+              outputLists.size(), " output lists, one per rank (", getSize(), ") expected");
+  for (auto& t : inputs) {
+    checkTensor(t, "an input tensor");
+    TORCH_CHECK(t.scalar_type() == inputs[0].scalar_type(),
+                "ProcessGroupTopocoll::allgather_coalesced: every tensor must have the same dtype");
+  }
+  for (auto& list : outputLists) {
+    TORCH_CHECK(list.size() == inputs.size(), "ProcessGroupTopocoll::allgather_coalesced: an output list has ",
+                list.size(), " tensors, ", inputs.size(), " expected (one per input)");
+    for (size_t i = 0; i < list.size(); ++i) checkSameLayout(inputs[i], list[i], "an output tensor");
+  }
+  std::vector<at::Tensor> ins = inputs, outs;
+  for (auto& list : outputLists) outs.insert(outs.end(), list.begin(), list.end());
+  return enqueue(*collWorker_, c10d::OpType::ALLGATHER_COALESCED, outs, [this, ins, outs]() {
+    size_t bytes = 0;
+    for (auto& t : ins) bytes += bytesOf(t);
+    // One buffer: this rank's inputs back to back, then every rank's after the allgather.
+    std::vector<char> flat(bytes * (getSize() + 1));
+    char* mine = flat.data() + bytes * getSize();
+    size_t at = 0;
+    for (auto& t : ins) std::memcpy(mine + at, t.data_ptr(), bytesOf(t)), at += bytesOf(t);
+    check(tcclAllGather(mine, flat.data(), bytes, tcclUint8, comm_, nullptr), "tcclAllGather (coalesced)");
+    for (int r = 0; r < getSize(); ++r) {
+      at = 0;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        const at::Tensor& o = outs[r * ins.size() + i];
+        std::memcpy(o.data_ptr(), flat.data() + r * bytes + at, bytesOf(o));
+        at += bytesOf(o);
+      }
+    }
+  });
+}
+
+void ProcessGroupTopocoll::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+  const std::string prefix = "topocoll/monitored_barrier/" + std::to_string(monitoredBarriers_++) + "/";
+  const auto ms = static_cast<long long>(timeout.count());
+  if (getRank() != 0) {
+    store_->set(prefix + std::to_string(getRank()), std::vector<uint8_t>{1});
+    try {
+      store_->wait({prefix + "done"}, timeout);
+    } catch (const std::exception&) {
+      TORCH_CHECK(false, "Rank ", getRank(), " was not released from monitoredBarrier by rank 0 within ", ms,
+                  " ms: rank 0 found a rank missing, or did not come itself");
+    }
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<int> missing;
+  for (int r = 1; r < getSize(); ++r) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      // Once the time is up, only ranks that arrived meanwhile pass (a wait of 1 ms each).
+      store_->wait({prefix + std::to_string(r)}, std::max(left, std::chrono::milliseconds(1)));
+    } catch (const std::exception&) {
+      missing.push_back(r);
+      if (!waitAllRanks) break;
+    }
+  }
+  if (missing.empty()) {
+    store_->set(prefix + "done", std::vector<uint8_t>{1});
+    return;
+  }
+  std::ostringstream ranks;
+  for (size_t i = 0; i < missing.size(); ++i) ranks << (i ? ", " : "") << missing[i];
+  TORCH_CHECK(false, missing.size() == 1 ? "Rank " : "Ranks ", ranks.str(), " failed to pass monitoredBarrier in ",
+              ms, " ms");
+}
+
+void ProcessGroupTopocoll::setSequenceNumberForGroup() {
+  const std::string key = "topocoll/sequence_number";
+  if (getRank() == 0) {
+    std::random_device rd;
+    const uint64_t seq = 1 + (static_cast<uint64_t>(rd()) & 0x7fffffff);
+    sequenceNum_ = c10d::SequenceNum(seq);
+    store_->set(key, c10d::toVec<uint8_t>(seq, sizeof(uint64_t)));
+  } else {
+    store_->wait({key}, timeout_);
+    sequenceNum_ = c10d::SequenceNum(c10d::fromVec<uint8_t>(store_->get(key)));
+  }
+}
+
+uint64_t ProcessGroupTopocoll::getSequenceNumberForGroup() { return sequenceNum_ ? sequenceNum_->get() : 0; }
 
 }  // namespace topocoll::torch_backend

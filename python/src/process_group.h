@@ -63,6 +63,19 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  /// Gloo's allgather_coalesced: every rank's list of tensors into outputs[rank] (one allgather of the flattened
+  /// list).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  /// Gloo's monitoredBarrier, over the store: rank 0 waits for every other rank's arrival within opts.timeout (the
+  /// group's when unset) and raises naming the first rank that did not come (every such rank with waitAllRanks);
+  /// the others raise when rank 0 does not release them within the timeout.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+  /// Rank 0 draws the group's sequence number and hands it to the others through the store (as Gloo); every
+  /// collective then counts one.
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
 
   /// The topocoll communicator (for tests and tools).
   tcclComm_t comm() const { return comm_; }
@@ -85,6 +98,8 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
   const void* gatherInputs(const std::vector<at::Tensor>& ins);
 
   tcclComm_t comm_ = nullptr;
+  c10::intrusive_ptr<c10d::Store> store_;
+  uint64_t monitoredBarriers_ = 0;  // monitoredBarrier calls so far (their store keys)
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Worker> collWorker_, sendWorker_;
   std::unique_ptr<Mailbox> mailbox_;

@@ -207,6 +207,45 @@ def test_pytorch_style_errors():
     _spawn(_errors, 2)
 
 
+def _contracts(rank, n, path):
+    import datetime
+    _init(rank, n, path)
+    pg = dist.distributed_c10d._get_default_group()
+    # Sequence numbers: rank 0 draws one, every rank agrees, each collective counts one (as Gloo).
+    pg._set_sequence_number_for_group()
+    s0 = pg._get_sequence_number_for_group()
+    seqs = [None] * n
+    dist.all_gather_object(seqs, s0)
+    assert len(set(seqs)) == 1 and s0 > 0, seqs
+    before = pg._get_sequence_number_for_group()
+    dist.all_reduce(torch.ones(4))
+    assert pg._get_sequence_number_for_group() == before + 1
+    # allgather_coalesced (Gloo's): a list of tensors of different shapes from every rank.
+    ins = [torch.full((3,), float(rank)), torch.arange(5, dtype=torch.float32) + 10 * rank]
+    outs = [[torch.zeros(3), torch.zeros(5)] for _ in range(n)]
+    dist.all_gather_coalesced(outs, ins)
+    for r in range(n):
+        _check("allgather_coalesced a", outs[r][0], torch.full((3,), float(r)))
+        _check("allgather_coalesced b", outs[r][1], torch.arange(5, dtype=torch.float32) + 10 * r)
+    # monitoredBarrier (Gloo's C++ contract; torch 1.13's Python wrapper refuses other backends by name).
+    pg.monitored_barrier(datetime.timedelta(seconds=30), wait_all_ranks=True)
+    if n >= 2:
+        # The last rank does not come: rank 0 names it within the timeout; the others are not released.
+        if rank != n - 1:
+            t0 = time.time()
+            want = f"Rank {n - 1} failed to pass monitoredBarrier" if rank == 0 else "not released"
+            with pytest.raises(RuntimeError, match=want):
+                pg.monitored_barrier(datetime.timedelta(seconds=1), wait_all_ranks=True)
+            assert time.time() - t0 < 20
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_process_group_contracts(n):
+    _spawn(_contracts, n)
+
+
 def test_planner_from_python():
     xml = os.environ.get("TOPOCOLL_TEST_TOPOLOGY")
     if not xml:
