@@ -97,6 +97,10 @@ TCCL_API tcclResult_t tcclGetVersion(int* version);
 TCCL_API tcclResult_t tcclGetUniqueId(tcclUniqueId* uniqueId);
 /* Joins communicator `commId` as `rank` of `nranks`. Collective. */
 TCCL_API tcclResult_t tcclCommInitRank(tcclComm_t* comm, int nranks, tcclUniqueId commId, int rank);
+/* tcclCommInitRank whose waits give up after `seconds` without progress (this communicator's TOPOCOLL_TIMEOUT,
+ * unless the environment sets TOPOCOLL_TIMEOUT, which wins): a framework's per-group timeout. Not in NCCL. */
+TCCL_API tcclResult_t tcclCommInitRankTimeout(tcclComm_t* comm, int nranks, tcclUniqueId commId, int rank,
+                                              double seconds);
 /* `ndev` ranks in this process, one communicator each (devlist: GPU of each rank, or NULL for host ranks). */
 TCCL_API tcclResult_t tcclCommInitAll(tcclComm_t* comms, int ndev, const int* devlist);
 /* Waits for the communicator's operations, then frees it. */

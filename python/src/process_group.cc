@@ -325,7 +325,10 @@ ProcessGroupTopocoll::ProcessGroupTopocoll(const c10::intrusive_ptr<c10d::Store>
                 bytes.size(), " bytes, ", TCCL_UNIQUE_ID_BYTES, " expected");
     std::memcpy(id.internal, bytes.data(), TCCL_UNIQUE_ID_BYTES);
   }
-  check(tcclCommInitRank(&comm_, size, id, rank), "tcclCommInitRank");
+  // The group's timeout (init_process_group / new_group timeout=) bounds every wait, as Gloo's; TOPOCOLL_TIMEOUT in
+  // the environment wins.
+  check(tcclCommInitRankTimeout(&comm_, size, id, rank, std::chrono::duration<double>(timeout).count()),
+        "tcclCommInitRankTimeout");
   collWorker_ = std::make_unique<Worker>(/*lazy=*/true);
   sendWorker_ = std::make_unique<Worker>(/*lazy=*/false);
 }
@@ -346,8 +349,9 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupTopocoll::create(const c10::i
 void ProcessGroupTopocoll::check(tcclResult_t rc, const char* what) const {
   if (rc == tcclSuccess) return;
   const char* detail = tcclGetLastError(comm_);
-  TORCH_CHECK(false, "topocoll ", what, " failed: ", tcclGetErrorString(rc), ": ",
-              detail && detail[0] ? detail : tcclGetLastError(nullptr));
+  // PyTorch's tests and users look for "Timed out" in a call that hit the group's timeout (Gloo's wording).
+  TORCH_CHECK(false, "topocoll ", what, " failed: ", rc == tcclTimeout ? "Timed out (the group's timeout): " : "",
+              tcclGetErrorString(rc), ": ", detail && detail[0] ? detail : tcclGetLastError(nullptr));
 }
 
 char* ProcessGroupTopocoll::staging(size_t bytes) {

@@ -239,6 +239,25 @@ def _contracts(rank, n, path):
             assert time.time() - t0 < 20
         dist.barrier()
     dist.destroy_process_group()
+    # The group's timeout bounds a call (PyTorch's test_barrier_timeout_*): rank 0's barrier alone raises once it
+    # passed, not at TOPOCOLL_TIMEOUT.
+    if n >= 2:
+        _barrier_timeout(rank, n, path + ".timeout")
+
+
+def _barrier_timeout(rank, n, path):
+    import datetime
+    dist.init_process_group("topocoll", init_method="file://" + path, rank=rank, world_size=n,
+                            timeout=datetime.timedelta(seconds=2))
+    dist.all_reduce(torch.ones(1))  # connected
+    if rank == 0:
+        t0 = time.time()
+        with pytest.raises(RuntimeError, match=" (Timed out|closed|timeout) "):
+            dist.barrier()
+        took = time.time() - t0
+        assert 1.9 <= took < 20, took
+    else:
+        time.sleep(4)  # alive past rank 0's timeout, so that it times out rather than sees them leave
 
 
 @pytest.mark.parametrize("n", [1, 3])

@@ -369,18 +369,16 @@ tcclResult_t tcclGetUniqueId(tcclUniqueId* uniqueId) {
 }
 
 tcclResult_t tcclCommInitRank(tcclComm_t* comm, int nranks, tcclUniqueId commId, int rank) {
-  return guarded(nullptr, "tcclCommInitRank", [&] {
-    if (!comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
-    *comm = nullptr;
-    if (nranks < 1) topocoll::fail(StatusCode::kInvalidArgument, "nranks {} must be at least 1", nranks);
-    if (rank < 0 || rank >= nranks) topocoll::fail(StatusCode::kInvalidArgument, "rank {} is out of range [0, {})", rank, nranks);
-    topocoll::bootstrap::UniqueId id;
-    std::memcpy(id.bytes.data(), commId.internal, TCCL_UNIQUE_ID_BYTES);
-    auto opts = topocoll::runtime::InitOptions::fromEnv(topocoll::Env::fromProcess());
-    auto c = std::make_unique<tcclComm>();
-    c->comm = Communicator::init(id, nranks, rank, opts);
-    *comm = c.release();
-  });
+  return topocoll::runtime::capi::initRank(comm, nranks, commId, rank, {}, "tcclCommInitRank");
+}
+
+tcclResult_t tcclCommInitRankTimeout(tcclComm_t* comm, int nranks, tcclUniqueId commId, int rank, double seconds) {
+  if (!(seconds > 0) || seconds > 86400)
+    return topocoll::runtime::capi::refuse(nullptr, "tcclCommInitRankTimeout", StatusCode::kInvalidArgument,
+                                           fmt::format("timeout {} s: expected seconds in (0, 86400]", seconds));
+  topocoll::runtime::capi::CommConfig cfg;
+  cfg.timeoutSec = seconds;
+  return topocoll::runtime::capi::initRank(comm, nranks, commId, rank, cfg, "tcclCommInitRankTimeout");
 }
 
 tcclResult_t tcclCommInitAll(tcclComm_t* comms, int ndev, const int* devlist) {
@@ -974,6 +972,7 @@ void applyConfig(const CommConfig& cfg, int nranks, Config* knobs) {
       knobs->maxP2pPeers = nranks;
     }
   }
+  if (cfg.timeoutSec > 0 && !Env::fromProcess().get("TOPOCOLL_TIMEOUT")) knobs->timeoutSec = cfg.timeoutSec;
   if (knobs->netName.empty() && !cfg.netName.empty()) {
     if (strcasecmp(cfg.netName.c_str(), "Socket") != 0)
       fail(StatusCode::kInvalidUsage,
@@ -984,19 +983,21 @@ void applyConfig(const CommConfig& cfg, int nranks, Config* knobs) {
   if (cfg.trafficClass >= 0) knobs->trafficClass = cfg.trafficClass;
 }
 
-tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int rank, const CommConfig& cfg) {
-  const tcclResult_t rc = guarded(nullptr, "ncclCommInitRankConfig", [&] {
+tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int rank, const CommConfig& cfg,
+                      const char* what) {
+  const tcclResult_t rc = guarded(nullptr, what, [&] {
     if (!comm) topocoll::fail(StatusCode::kInvalidArgument, "comm is NULL");
     *comm = nullptr;
     if (nranks < 1) topocoll::fail(StatusCode::kInvalidArgument, "nranks {} must be at least 1", nranks);
     if (rank < 0 || rank >= nranks) topocoll::fail(StatusCode::kInvalidArgument, "rank {} is out of range [0, {})", rank, nranks);
     bootstrap::UniqueId uid;
     std::memcpy(uid.bytes.data(), id.internal, TCCL_UNIQUE_ID_BYTES);
-    auto opts = InitOptions::fromEnv(Env::fromProcess());  // bad knobs fail here, in the caller's thread
+    Config knobs = Config::fromEnv(Env::fromProcess());  // bad knobs fail here, in the caller's thread
     // The config's channel bounds, unless NCCL_MIN_CTAS / NCCL_MAX_CTAS say otherwise (as NCCL's init does).
-    if (opts.cfg.minCtas < 0) opts.cfg.minCtas = cfg.minCtas;
-    if (opts.cfg.maxCtas < 0) opts.cfg.maxCtas = cfg.maxCtas;
-    applyConfig(cfg, nranks, &opts.cfg);
+    if (knobs.minCtas < 0) knobs.minCtas = cfg.minCtas;
+    if (knobs.maxCtas < 0) knobs.maxCtas = cfg.maxCtas;
+    applyConfig(cfg, nranks, &knobs);
+    const auto opts = InitOptions::fromConfig(knobs);
     auto c = std::make_unique<tcclComm>();
     c->config = cfg;
     if (cfg.blocking) {

@@ -19,10 +19,12 @@ struct CommConfig {
   std::string netName;             // netName (NCCL_NET wins): "Socket", else the init fails
   int trafficClass = -1;           // trafficClass: NET sockets' IP traffic class
   int splitShare = 0;              // splitShare: accepted; children own their resources (docs/nccl-api.md)
+  double timeoutSec = -1;          // the communicator's TOPOCOLL_TIMEOUT unless the environment sets it (-1: unset)
 };
 
 /// tcclCommInitRank with `cfg`: non-blocking returns tcclInProgress at once with *comm set.
-tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int rank, const CommConfig& cfg);
+tcclResult_t initRank(tcclComm_t* comm, int nranks, const tcclUniqueId& id, int rank, const CommConfig& cfg,
+                      const char* what = "ncclCommInitRankConfig");
 /// ncclCommInitRankScalable: `nId` ids of roots, every rank given the same; the first id's root serves every rank.
 tcclResult_t initRankScalable(tcclComm_t* comm, int nranks, int rank, int nId, const tcclUniqueId* ids,
                               const CommConfig& cfg);
