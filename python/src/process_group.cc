@@ -29,13 +29,50 @@ tcclDataType_t toTccl(const at::Tensor& t) {
     case at::kFloat: return tcclFloat32;
     case at::kDouble: return tcclFloat64;
     case at::kBFloat16: return tcclBfloat16;
+    case at::kBool: return tcclUint8;  // one byte, 0 or 1 (toTccl(op, t) maps the ops)
     default:
       TORCH_CHECK(false, "ProcessGroupTopocoll does not support tensors of dtype ", t.scalar_type(),
-                  " (supported: int8, uint8, int32, int64, float16, bfloat16, float32, float64)");
+                  " (supported: bool, int8, uint8, int32, int64, float16, bfloat16, float32, float64; complex "
+                  "tensors reach backends as real views)");
   }
 }
 
+// Gloo's bitwise ops (integers and bool): they run as an allgather and a fold here (topocoll has no such op).
+bool bitwise(const c10d::ReduceOp& op) {
+  return op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR || op.op_ == c10d::ReduceOp::BXOR;
+}
+
+void checkBitwise(const c10d::ReduceOp& op, const at::Tensor& t) {
+  TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/true), "ProcessGroupTopocoll: cannot use ReduceOp.",
+              op.op_ == c10d::ReduceOp::BAND ? "BAND" : op.op_ == c10d::ReduceOp::BOR ? "BOR" : "BXOR",
+              " with non-integral dtype ", t.scalar_type());
+}
+
+// `all` holds every rank's copy of t (rank r's at row r): their bitwise fold, written into t.
+void foldBitwise(const c10d::ReduceOp& op, const at::Tensor& all, at::Tensor& t) {
+  at::Tensor acc = all[0].clone();
+  for (int64_t r = 1; r < all.size(0); ++r) {
+    if (op.op_ == c10d::ReduceOp::BAND)
+      acc.bitwise_and_(all[r]);
+    else if (op.op_ == c10d::ReduceOp::BOR)
+      acc.bitwise_or_(all[r]);
+    else
+      acc.bitwise_xor_(all[r]);
+  }
+  t.view({-1}).copy_(acc);
+}
+
 tcclRedOp_t toTccl(const c10d::ReduceOp& op, const at::Tensor& t) {
+  if (t.scalar_type() == at::kBool) {
+    // Gloo's bool: a sum or a max is "any", a product or a min is "all".
+    switch (op.op_) {
+      case c10d::ReduceOp::SUM:
+      case c10d::ReduceOp::MAX: return tcclMax;
+      case c10d::ReduceOp::PRODUCT:
+      case c10d::ReduceOp::MIN: return tcclMin;
+      default: break;
+    }
+  }
   switch (op.op_) {
     case c10d::ReduceOp::SUM: return tcclSum;
     case c10d::ReduceOp::PRODUCT: return tcclProd;
@@ -43,8 +80,9 @@ tcclRedOp_t toTccl(const c10d::ReduceOp& op, const at::Tensor& t) {
     case c10d::ReduceOp::MAX: return tcclMax;
     case c10d::ReduceOp::AVG: return tcclAvg;
     default:
-      TORCH_CHECK(false, "ProcessGroupTopocoll does not support ReduceOp ", static_cast<int>(op.op_),
-                  " (BAND, BOR, BXOR and PREMUL_SUM are not topocoll operations; use SUM, PRODUCT, MIN, MAX or AVG)");
+      TORCH_CHECK(false, "ProcessGroupTopocoll does not support ReduceOp ", static_cast<int>(op.op_), " on ",
+                  t.scalar_type(), " tensors here (SUM, PRODUCT, MIN, MAX, AVG; BAND, BOR, BXOR on integers and "
+                  "bool with all_reduce and reduce)");
   }
 }
 
@@ -52,7 +90,7 @@ void checkTensor(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.device().is_cpu(), "ProcessGroupTopocoll: ", what, " is on ", t.device(),
               "; only CPU tensors are supported by this build");
   TORCH_CHECK(t.is_contiguous(), "ProcessGroupTopocoll: ", what, " must be contiguous (call .contiguous())");
-  TORCH_CHECK(!t.is_sparse(), "ProcessGroupTopocoll: ", what, " is sparse; only dense tensors are supported");
+  TORCH_CHECK(!t.is_sparse(), "ProcessGroupTopocoll: ", what, " is sparse; only all_reduce takes sparse tensors");
   noteTensorUse(t.data_ptr(), t.nbytes());  // a large tensor not on huge pages is collapsed onto them once reused
 }
 
@@ -392,8 +430,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::broadcast(std::vector<at::T
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::allreduce(std::vector<at::Tensor>& tensors,
                                                               const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].is_sparse()) return sparseAllreduce(tensors[0], opts);
   checkSingle(tensors, "allreduce");
   at::Tensor t = tensors[0];
+  if (bitwise(opts.reduceOp)) {
+    checkBitwise(opts.reduceOp, t);
+    return enqueue(*collWorker_, c10d::OpType::ALLREDUCE, tensors, [this, t, op = opts.reduceOp]() mutable {
+      at::Tensor all = at::empty({getSize(), t.numel()}, t.options());
+      check(tcclAllGather(t.data_ptr(), all.data_ptr(), t.numel(), toTccl(t), comm_, nullptr), "tcclAllGather");
+      foldBitwise(op, all, t);
+    });
+  }
   tcclRedOp_t op = toTccl(opts.reduceOp, t);
   return enqueue(*collWorker_, c10d::OpType::ALLREDUCE, tensors, [this, t, op]() {
     own(t);
@@ -425,6 +472,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::reduce(std::vector<at::Tens
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "ProcessGroupTopocoll::reduce: root ", opts.rootRank,
               " out of range");
   at::Tensor t = tensors[0];
+  if (bitwise(opts.reduceOp)) {
+    checkBitwise(opts.reduceOp, t);
+    return enqueue(*collWorker_, c10d::OpType::REDUCE, tensors, [this, t, op = opts.reduceOp,
+                                                                 root = opts.rootRank]() mutable {
+      at::Tensor all = at::empty({getSize(), t.numel()}, t.options());
+      check(tcclAllGather(t.data_ptr(), all.data_ptr(), t.numel(), toTccl(t), comm_, nullptr), "tcclAllGather");
+      if (getRank() == root) foldBitwise(op, all, t);
+    });
+  }
   tcclRedOp_t op = toTccl(opts.reduceOp, t);
   return enqueue(*collWorker_, c10d::OpType::REDUCE, tensors, [this, t, op, root = opts.rootRank]() {
     own(t);
@@ -764,5 +820,60 @@ void ProcessGroupTopocoll::setSequenceNumberForGroup() {
 }
 
 uint64_t ProcessGroupTopocoll::getSequenceNumberForGroup() { return sequenceNum_ ? sequenceNum_->get() : 0; }
+
+// Gloo's sparse all_reduce (SUM of COO tensors): each rank coalesces its tensor; the ranks allgather their counts
+// of non-zeros, then their indices and values (padded to the largest count); each rank sums the whole set and
+// coalesces it. The input becomes the result, as Gloo's does.
+c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::sparseAllreduce(at::Tensor& tensor,
+                                                                    const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensor.device().is_cpu(), "ProcessGroupTopocoll: the sparse tensor is on ", tensor.device(),
+              "; only CPU tensors are supported by this build");
+  TORCH_CHECK(tensor.layout() == at::kSparse, "ProcessGroupTopocoll: only COO sparse tensors are supported");
+  TORCH_CHECK(opts.reduceOp.op_ == c10d::ReduceOp::SUM, "ProcessGroupTopocoll: sparse all_reduce supports SUM only");
+  at::Tensor values = tensor._values();
+  toTccl(values);
+  at::Tensor t = tensor;
+  return enqueue(*collWorker_, c10d::OpType::ALLREDUCE, {tensor}, [this, t]() mutable {
+    at::Tensor in = t.coalesce();
+    at::Tensor idx = in._indices().contiguous(), val = in._values().contiguous();
+    const int64_t n = getSize(), sparseDims = idx.size(0);
+    // Counts, and the value shape past the first dimension, must agree (checked on the gathered meta).
+    at::Tensor meta = at::empty({2}, at::kLong);
+    meta[0] = idx.size(1);
+    meta[1] = sparseDims;
+    at::Tensor metas = at::empty({n, 2}, at::kLong);
+    check(tcclAllGather(meta.data_ptr(), metas.data_ptr(), 2, tcclInt64, comm_, nullptr), "tcclAllGather (sizes)");
+    int64_t most = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      TORCH_CHECK(metas[r][1].item<int64_t>() == sparseDims, "ProcessGroupTopocoll: sparse all_reduce: rank ", r,
+                  " has ", metas[r][1].item<int64_t>(), " sparse dimensions, this rank ", sparseDims);
+      most = std::max(most, metas[r][0].item<int64_t>());
+    }
+    std::vector<int64_t> valShape = val.sizes().vec();
+    valShape[0] = most;
+    at::Tensor myIdx = at::zeros({sparseDims, most}, at::kLong), myVal = at::zeros(valShape, val.options());
+    if (idx.size(1) > 0) {
+      myIdx.narrow(1, 0, idx.size(1)).copy_(idx);
+      myVal.narrow(0, 0, val.size(0)).copy_(val);
+    }
+    std::vector<int64_t> allValShape = valShape;
+    allValShape.insert(allValShape.begin(), n);
+    at::Tensor allIdx = at::empty({n, sparseDims, most}, at::kLong), allVal = at::empty(allValShape, val.options());
+    if (most > 0) {
+      check(tcclAllGather(myIdx.data_ptr(), allIdx.data_ptr(), myIdx.numel(), tcclInt64, comm_, nullptr),
+            "tcclAllGather (indices)");
+      check(tcclAllGather(myVal.data_ptr(), allVal.data_ptr(), myVal.numel(), toTccl(myVal), comm_, nullptr),
+            "tcclAllGather (values)");
+    }
+    std::vector<at::Tensor> idxs, vals;
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t k = metas[r][0].item<int64_t>();
+      idxs.push_back(allIdx[r].narrow(1, 0, k));
+      vals.push_back(allVal[r].narrow(0, 0, k));
+    }
+    at::Tensor sum = at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), t.sizes()).coalesce();
+    t.copy_(sum);
+  });
+}
 
 }  // namespace topocoll::torch_backend

@@ -87,6 +87,7 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
 
   // Queues `fn` on `worker` and returns the Work that completes when it has run (fn's outputs become the Work's
   // result and its future's value).
+  c10::intrusive_ptr<c10d::Work> sparseAllreduce(at::Tensor& tensor, const c10d::AllreduceOptions& opts);
   c10::intrusive_ptr<c10d::Work> enqueue(Worker& worker, c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void()> fn);
   void check(tcclResult_t rc, const char* what) const;

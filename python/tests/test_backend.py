@@ -189,9 +189,11 @@ def _errors(rank, n, path):
     # CUDA tensors get "only CPU tensors are supported by this build"; there is no CUDA device here to try it on
     # (PyTorch's dispatcher refuses meta and other devices before they reach a backend).
     with pytest.raises(RuntimeError, match="does not support tensors of dtype"):
-        dist.all_reduce(torch.zeros(3, dtype=torch.bool))
-    with pytest.raises(RuntimeError, match="does not support ReduceOp"):
-        dist.all_reduce(torch.zeros(3, dtype=torch.int32), op=dist.ReduceOp.BAND)
+        dist.broadcast(torch.zeros(3, dtype=torch.complex32), 0)
+    with pytest.raises(RuntimeError, match="non-integral dtype"):
+        dist.all_reduce(torch.zeros(3), op=dist.ReduceOp.BAND)
+    with pytest.raises(RuntimeError, match="SUM only"):
+        dist.all_reduce(torch.zeros(3).to_sparse(), op=dist.ReduceOp.MAX)
     with pytest.raises(RuntimeError, match="different dtypes|same dtype"):
         dist.all_gather([torch.zeros(3), torch.zeros(3, dtype=torch.float64)], torch.zeros(3))
     with pytest.raises(RuntimeError, match="elements"):
@@ -209,8 +211,40 @@ def test_pytorch_style_errors():
 
 def _contracts(rank, n, path):
     import datetime
-    _init(rank, n, path)
+    gloo = _init(rank, n, path)
     pg = dist.distributed_c10d._get_default_group()
+    # Bitwise ops on integers and bool (Gloo's), and bool's sum/max ("any") and product/min ("all"); every rank's
+    # input is known here, so the reference is folded locally (Gloo 1.13 refuses bool).
+    def inp(r, dtype):
+        return (torch.arange(37) * (r + 3) % 7).to(dtype)
+    folds = {dist.ReduceOp.BAND: torch.bitwise_and, dist.ReduceOp.BOR: torch.bitwise_or,
+             dist.ReduceOp.BXOR: torch.bitwise_xor, dist.ReduceOp.SUM: torch.logical_or,
+             dist.ReduceOp.MAX: torch.logical_or, dist.ReduceOp.PRODUCT: torch.logical_and,
+             dist.ReduceOp.MIN: torch.logical_and}
+    for dtype in [torch.bool, torch.uint8, torch.int32, torch.int64]:
+        ops = [dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
+        if dtype == torch.bool:
+            ops += [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+        for op in ops:
+            want = inp(0, dtype)
+            for r in range(1, n):
+                want = folds[op](want, inp(r, dtype)).to(dtype)
+            a = inp(rank, dtype)
+            dist.all_reduce(a, op=op)
+            _check(f"all_reduce {op} {dtype}", a, want)
+            if dtype != torch.bool and op != dist.ReduceOp.BXOR:
+                continue
+            a = inp(rank, dtype)
+            dist.reduce(a, n - 1, op=op)
+            _check(f"reduce {op} {dtype}", a, want if rank == n - 1 else inp(rank, dtype))
+    # Sparse all_reduce (COO, SUM): different non-zeros on each rank, duplicates inside one rank, an empty rank.
+    i = torch.tensor([[0, 2, 2, rank % 4], [1, 0, 0, 3]])
+    v = torch.tensor([1.0, 2.0, 3.0, float(rank)])
+    sp = torch.sparse_coo_tensor(i, v, (4, 5)) if rank != 1 else torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0), (4, 5))
+    a, b = sp.clone(), sp.clone()
+    dist.all_reduce(a)
+    dist.all_reduce(b, group=gloo)
+    _check("sparse all_reduce", a.to_dense(), b.to_dense())
     # Sequence numbers: rank 0 draws one, every rank agrees, each collective counts one (as Gloo).
     pg._set_sequence_number_for_group()
     s0 = pg._get_sequence_number_for_group()
