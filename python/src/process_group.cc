@@ -128,6 +128,28 @@ bool consecutive(const std::vector<at::Tensor>& ts) {
   return true;
 }
 
+const char* profilingTitle(c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::BROADCAST: return "topocoll:broadcast";
+    case c10d::OpType::ALLREDUCE: return "topocoll:all_reduce";
+    case c10d::OpType::ALLREDUCE_COALESCED: return "topocoll:all_reduce_coalesced";
+    case c10d::OpType::REDUCE: return "topocoll:reduce";
+    case c10d::OpType::ALLGATHER: return "topocoll:all_gather";
+    case c10d::OpType::_ALLGATHER_BASE: return "topocoll:_all_gather_base";
+    case c10d::OpType::ALLGATHER_COALESCED: return "topocoll:all_gather_coalesced";
+    case c10d::OpType::GATHER: return "topocoll:gather";
+    case c10d::OpType::SCATTER: return "topocoll:scatter";
+    case c10d::OpType::REDUCE_SCATTER: return "topocoll:reduce_scatter";
+    case c10d::OpType::_REDUCE_SCATTER_BASE: return "topocoll:_reduce_scatter_base";
+    case c10d::OpType::ALLTOALL_BASE: return "topocoll:all_to_all_base";
+    case c10d::OpType::ALLTOALL: return "topocoll:all_to_all";
+    case c10d::OpType::SEND: return "topocoll:send";
+    case c10d::OpType::RECV: return "topocoll:recv";
+    case c10d::OpType::BARRIER: return "topocoll:barrier";
+    default: return "topocoll:op";
+  }
+}
+
 }  // namespace
 
 // A Work run by the group's Worker (or by the thread that waits for it); its future carries the output tensors.
@@ -136,8 +158,12 @@ class ProcessGroupTopocoll::Task : public c10d::Work {
   // Queued or running, a Task counts as peer access in flight (transport::notePeerAccess): a fork() meanwhile
   // copies the shareable tensors into the child rather than making the parent's copy-on-write, since a peer may be
   // writing into them.
+  // The profiler sees each operation as "topocoll:<op>" with its tensors' shapes, as Gloo's "gloo:<op>" events.
   Task(Worker* worker, int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> fn)
-      : Work(rank, type), worker_(worker), fn_(std::move(fn)), outputs_(std::move(outputs)) {
+      : Work(rank, type, profilingTitle(type), c10::optional<std::vector<at::Tensor>>(outputs)),
+        worker_(worker),
+        fn_(std::move(fn)),
+        outputs_(std::move(outputs)) {
     transport::notePeerAccess(1);
   }
   ~Task() override {

@@ -237,6 +237,13 @@ def _contracts(rank, n, path):
             a = inp(rank, dtype)
             dist.reduce(a, n - 1, op=op)
             _check(f"reduce {op} {dtype}", a, want if rank == n - 1 else inp(rank, dtype))
+    # The profiler sees each operation as "topocoll:<op>" with its shapes (Gloo's events are "gloo:<op>").
+    with torch.profiler.profile(record_shapes=True) as prof:
+        dist.all_reduce(torch.ones(6, 2))
+        dist.broadcast(torch.ones(3), 0)
+    names = {e.name: e for e in prof.events()}
+    assert "topocoll:all_reduce" in names and "topocoll:broadcast" in names, sorted(names)
+    assert names["topocoll:all_reduce"].input_shapes == [[6, 2]], names["topocoll:all_reduce"].input_shapes
     # Sparse all_reduce (COO, SUM): different non-zeros on each rank, duplicates inside one rank, an empty rank.
     i = torch.tensor([[0, 2, 2, rank % 4], [1, 0, 0, 3]])
     v = torch.tensor([1.0, 2.0, 3.0, float(rank)])
