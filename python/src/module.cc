@@ -79,6 +79,17 @@ PYBIND11_MODULE(_C, m) {
   m.def("_create_process_group", &topocoll::torch_backend::ProcessGroupTopocoll::create, py::arg("store"),
         py::arg("rank"), py::arg("size"), py::arg("timeout"),
         "The constructor torch.distributed.Backend.register_backend calls.");
+  m.def(
+      "_create_process_group_as",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const std::chrono::duration<float>& timeout,
+         const std::string& profilingName) {
+        auto pg = topocoll::torch_backend::ProcessGroupTopocoll::create(store, rank, size, timeout);
+        static_cast<topocoll::torch_backend::ProcessGroupTopocoll*>(pg.get())->setProfilingName(profilingName);
+        return pg;
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("profiling_name"),
+      "A process group whose profiler events are named <profiling_name>:<op> (\"gloo\": for a test suite that "
+      "believes it runs Gloo).");
   m.def("_install_cpu_allocator", &installAllocator,
         "Installs PyTorch's CPU allocator (blocks from 2 MiB shareable when TOPOCOLL_TORCH_SHAREABLE is 1, else "
         "2 MiB-aligned with MADV_HUGEPAGE when TOPOCOLL_TORCH_HUGEPAGES, or THP_MEM_ALLOC_ENABLE, is 1); returns "

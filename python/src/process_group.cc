@@ -128,19 +128,43 @@ bool consecutive(const std::vector<at::Tensor>& ts) {
   return true;
 }
 
-const char* profilingTitle(c10d::OpType type) {
+// Gloo's event names, for setProfilingName("gloo").
+const char* glooTitle(c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::BROADCAST: return "gloo:broadcast";
+    case c10d::OpType::ALLREDUCE: return "gloo:all_reduce";
+    case c10d::OpType::ALLREDUCE_COALESCED: return "gloo:all_reduce";
+    case c10d::OpType::REDUCE: return "gloo:reduce";
+    case c10d::OpType::ALLGATHER: return "gloo:all_gather";
+    case c10d::OpType::_ALLGATHER_BASE: return "gloo:all_gather_into_tensor";
+    case c10d::OpType::ALLGATHER_COALESCED: return "gloo:all_gather";
+    case c10d::OpType::GATHER: return "gloo:gather";
+    case c10d::OpType::SCATTER: return "gloo:scatter";
+    case c10d::OpType::REDUCE_SCATTER: return "gloo:reduce_scatter";
+    case c10d::OpType::_REDUCE_SCATTER_BASE: return "gloo:reduce_scatter_tensor";
+    case c10d::OpType::ALLTOALL_BASE: return "gloo:all_to_all_base";
+    case c10d::OpType::ALLTOALL: return "gloo:all_to_all";
+    case c10d::OpType::SEND: return "gloo:send";
+    case c10d::OpType::RECV: return "gloo:recv";
+    case c10d::OpType::BARRIER: return "gloo:barrier";
+    default: return "gloo:op";
+  }
+}
+
+const char* profilingTitle(c10d::OpType type, bool gloo) {
+  if (gloo) return glooTitle(type);
   switch (type) {
     case c10d::OpType::BROADCAST: return "topocoll:broadcast";
     case c10d::OpType::ALLREDUCE: return "topocoll:all_reduce";
-    case c10d::OpType::ALLREDUCE_COALESCED: return "topocoll:all_reduce_coalesced";
+    case c10d::OpType::ALLREDUCE_COALESCED: return "topocoll:all_reduce";
     case c10d::OpType::REDUCE: return "topocoll:reduce";
     case c10d::OpType::ALLGATHER: return "topocoll:all_gather";
-    case c10d::OpType::_ALLGATHER_BASE: return "topocoll:_all_gather_base";
-    case c10d::OpType::ALLGATHER_COALESCED: return "topocoll:all_gather_coalesced";
+    case c10d::OpType::_ALLGATHER_BASE: return "topocoll:all_gather_into_tensor";
+    case c10d::OpType::ALLGATHER_COALESCED: return "topocoll:all_gather";
     case c10d::OpType::GATHER: return "topocoll:gather";
     case c10d::OpType::SCATTER: return "topocoll:scatter";
     case c10d::OpType::REDUCE_SCATTER: return "topocoll:reduce_scatter";
-    case c10d::OpType::_REDUCE_SCATTER_BASE: return "topocoll:_reduce_scatter_base";
+    case c10d::OpType::_REDUCE_SCATTER_BASE: return "topocoll:reduce_scatter_tensor";
     case c10d::OpType::ALLTOALL_BASE: return "topocoll:all_to_all_base";
     case c10d::OpType::ALLTOALL: return "topocoll:all_to_all";
     case c10d::OpType::SEND: return "topocoll:send";
@@ -159,8 +183,9 @@ class ProcessGroupTopocoll::Task : public c10d::Work {
   // copies the shareable tensors into the child rather than making the parent's copy-on-write, since a peer may be
   // writing into them.
   // The profiler sees each operation as "topocoll:<op>" with its tensors' shapes, as Gloo's "gloo:<op>" events.
-  Task(Worker* worker, int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> fn)
-      : Work(rank, type, profilingTitle(type), c10::optional<std::vector<at::Tensor>>(outputs)),
+  Task(Worker* worker, int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> fn,
+       bool glooEvents, const std::vector<at::Tensor>& profiled)
+      : Work(rank, type, profilingTitle(type, glooEvents), c10::optional<std::vector<at::Tensor>>(profiled)),
         worker_(worker),
         fn_(std::move(fn)),
         outputs_(std::move(outputs)) {
@@ -434,10 +459,14 @@ const void* ProcessGroupTopocoll::gatherInputs(const std::vector<at::Tensor>& in
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::enqueue(Worker& worker, c10d::OpType type,
                                                             std::vector<at::Tensor> outputs,
-                                                            std::function<void()> fn) {
+                                                            std::function<void()> fn,
+                                                            const std::vector<at::Tensor>* inputs) {
   // Gloo counts every operation it queues (sends and receives go around its queue, as here on sendWorker_).
   if (&worker == collWorker_.get() && type != c10d::OpType::RECV && sequenceNum_) sequenceNum_->increment();
-  auto task = c10::make_intrusive<Task>(&worker, getRank(), type, std::move(outputs), std::move(fn));
+  // The profiler records the inputs' shapes (Gloo's); in place, those are the outputs.
+  const std::vector<at::Tensor> profiled = inputs ? *inputs : outputs;
+  auto task = c10::make_intrusive<Task>(&worker, getRank(), type, std::move(outputs), std::move(fn), glooEvents_,
+                                        profiled);
   worker.push(task);
   return task;
 }
@@ -523,7 +552,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::allgather(std::vector<std::
   for (auto& o : outputs[0]) checkSameLayout(inputs[0], o, "an output tensor");
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = outputs[0];
-  return enqueue(*collWorker_, c10d::OpType::ALLGATHER, outs, [this, in, outs]() {
+  return enqueue(
+      *collWorker_, c10d::OpType::ALLGATHER, outs, [this, in, outs]() {
     if (consecutive(outs)) {
       check(tcclAllGather(in.data_ptr(), outs[0].data_ptr(), in.numel(), toTccl(in), comm_, nullptr), "tcclAllGather");
       return;
@@ -532,7 +562,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::allgather(std::vector<std::
     char* flat = staging(bytes * outs.size());
     check(tcclAllGather(in.data_ptr(), flat, in.numel(), toTccl(in), comm_, nullptr), "tcclAllGather");
     for (size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data_ptr(), flat + r * bytes, bytes);
-  });
+      },
+      &inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -544,10 +575,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::_allgather_base(at::Tensor&
   TORCH_CHECK(output.numel() == input.numel() * getSize(), "ProcessGroupTopocoll::_allgather_base: the output has ",
               output.numel(), " elements, ", input.numel() * getSize(), " expected (input x world size)");
   at::Tensor in = input, out = output;
+  const std::vector<at::Tensor> inputs{input};
   return enqueue(*collWorker_, c10d::OpType::_ALLGATHER_BASE, {output}, [this, in, out]() {
     own(in), own(out);
     check(tcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), toTccl(in), comm_, nullptr), "tcclAllGather");
-  });
+  }, &inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -793,7 +825,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::allgather_coalesced(
         at += bytesOf(o);
       }
     }
-  });
+  }, &inputs);
 }
 
 void ProcessGroupTopocoll::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
@@ -805,18 +837,23 @@ void ProcessGroupTopocoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
     try {
       store_->wait({prefix + "done"}, timeout);
     } catch (const std::exception&) {
-      TORCH_CHECK(false, "Rank ", getRank(), " was not released from monitoredBarrier by rank 0 within ", ms,
-                  " ms: rank 0 found a rank missing, or did not come itself");
+      // Gloo's words (PyTorch's tests match them).
+      TORCH_CHECK(false, "Rank ", getRank(), " successfully reached monitoredBarrier, but received errors while "
+                  "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.");
     }
     return;
   }
+  // As Gloo: each rank gets the time left of the timeout, and when none is left rank 0 says it timed out itself;
+  // with waitAllRanks each rank gets the whole timeout, so that every late rank is named.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<int> missing;
   for (int r = 1; r < getSize(); ++r) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = waitAllRanks ? timeout
+                             : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now());
+    TORCH_CHECK(left.count() > 0, "Rank 0 timed out in monitoredBarrier after ", ms, " ms.");
     try {
-      // Once the time is up, only ranks that arrived meanwhile pass (a wait of 1 ms each).
-      store_->wait({prefix + std::to_string(r)}, std::max(left, std::chrono::milliseconds(1)));
+      store_->wait({prefix + std::to_string(r)}, left);
     } catch (const std::exception&) {
       missing.push_back(r);
       if (!waitAllRanks) break;
@@ -900,6 +937,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::sparseAllreduce(at::Tensor&
     at::Tensor sum = at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), t.sizes()).coalesce();
     t.copy_(sum);
   });
+}
+
+void ProcessGroupTopocoll::setProfilingName(const std::string& name) {
+  TORCH_CHECK(name == "topocoll" || name == "gloo", "ProcessGroupTopocoll: profiling name \"", name,
+              "\": expected \"topocoll\" or \"gloo\"");
+  glooEvents_ = name == "gloo";
 }
 
 }  // namespace topocoll::torch_backend

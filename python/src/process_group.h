@@ -77,6 +77,8 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
 
+  /// Profiler events named "<name>:<op>": "topocoll" (the default) or "gloo" (a suite that believes it runs Gloo).
+  void setProfilingName(const std::string& name);
   /// The topocoll communicator (for tests and tools).
   tcclComm_t comm() const { return comm_; }
 
@@ -89,7 +91,7 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
   // result and its future's value).
   c10::intrusive_ptr<c10d::Work> sparseAllreduce(at::Tensor& tensor, const c10d::AllreduceOptions& opts);
   c10::intrusive_ptr<c10d::Work> enqueue(Worker& worker, c10d::OpType type, std::vector<at::Tensor> outputs,
-                                         std::function<void()> fn);
+                                         std::function<void()> fn, const std::vector<at::Tensor>* inputs = nullptr);
   void check(tcclResult_t rc, const char* what) const;
   void recvTagged(at::Tensor& tensor, int src, int tag);
   // The list forms' staging buffer (tensors that are not consecutive pieces of one buffer), kept between calls: only
@@ -99,6 +101,7 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
   const void* gatherInputs(const std::vector<at::Tensor>& ins);
 
   tcclComm_t comm_ = nullptr;
+  bool glooEvents_ = false;  // profiler events "gloo:<op>" (setProfilingName)
   c10::intrusive_ptr<c10d::Store> store_;
   uint64_t monitoredBarriers_ = 0;  // monitoredBarrier calls so far (their store keys)
   std::chrono::milliseconds timeout_;
