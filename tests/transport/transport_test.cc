@@ -495,6 +495,19 @@ void complete(Net& net, NetRequest* s, NetRequest* r, size_t* got) {
   }));
 }
 
+// A listener of `net` on device 0 and a connection to it: the sending end and the accepted end.
+bool connectPair(Net& net, std::unique_ptr<NetComm>* listen, std::unique_ptr<NetComm>* send,
+                 std::unique_ptr<NetComm>* recv) {
+  NetHandle h;
+  *listen = net.listen(0, &h);
+  std::unique_ptr<NetComm> state;
+  return pollFor([&] {
+    if (!*send) *send = net.connect(0, h, &state);
+    if (!*recv) *recv = net.accept(**listen);
+    return *send && *recv;
+  });
+}
+
 class SocketNet : public ::testing::TestWithParam<int> {};
 
 TEST_P(SocketNet, MovesMessagesInOrderAndRefusesOversizedOnes) {
@@ -506,14 +519,8 @@ TEST_P(SocketNet, MovesMessagesInOrderAndRefusesOversizedOnes) {
   ASSERT_GE(net->devices(), 1);
   EXPECT_STREQ(net->name(), "Socket");
   EXPECT_EQ(net->getProperties(0).name, "lo");
-  NetHandle h;
-  auto listen = net->listen(0, &h);
-  std::unique_ptr<NetComm> state, send, recv;
-  ASSERT_TRUE(pollFor([&] {
-    if (!send) send = net->connect(0, h, &state);
-    if (!recv) recv = net->accept(*listen);
-    return send && recv;
-  }));
+  std::unique_ptr<NetComm> listen, send, recv;
+  ASSERT_TRUE(connectPair(*net, &listen, &send, &recv));
   for (size_t size : {size_t{0}, size_t{1}, size_t{128}, size_t{129}, size_t{70000}, size_t{3} << 20}) {
     std::vector<uint8_t> out(size), in(size + 16, 0);
     for (size_t i = 0; i < size; ++i) out[i] = static_cast<uint8_t>(i * 13 + size);
@@ -570,14 +577,8 @@ TEST(SocketNetTrafficClass, EverySocketOfAConnectionCarriesIt) {
   std::vector<bool> before(1024);
   for (int fd = 0; fd < 1024; ++fd) before[fd] = ::fcntl(fd, F_GETFD) != -1;
   auto net = makeSocketNet(cfg);
-  NetHandle h;
-  auto listen = net->listen(0, &h);
-  std::unique_ptr<NetComm> state, send, recv;
-  ASSERT_TRUE(pollFor([&] {
-    if (!send) send = net->connect(0, h, &state);
-    if (!recv) recv = net->accept(*listen);
-    return send && recv;
-  }));
+  std::unique_ptr<NetComm> listen, send, recv;
+  ASSERT_TRUE(connectPair(*net, &listen, &send, &recv));
   const std::vector<int> tos = tosOfNewSockets(before);
   EXPECT_EQ(tos.size(), 6u);  // a control socket and 2 data sockets, on each end
   for (int v : tos) EXPECT_EQ(v, 0x48);
