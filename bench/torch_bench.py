@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""torch.distributed through "topocoll" and "gloo" in the same run: all_reduce, all_gather, reduce_scatter and
-broadcast from 8 B to 64 MiB (float32), N processes on this host, nccl-tests columns, ratios per size, and an SVG of
-busbw against size. Each backend runs in its own set of processes, one after the other, per collective.
+"""torch.distributed through "topocoll" (in both tensor modes: PyTorch's allocator, the default, and shareable
+tensors, topocoll.torch.use_shareable_tensors()) and "gloo" in the same run: all_reduce, all_gather, reduce_scatter
+and broadcast from 8 B to 64 MiB (float32), N processes on this host, nccl-tests columns, ratios to Gloo per size,
+and an SVG of busbw against size. Each backend and mode runs in its own set of processes, one after the other, per
+collective.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py -n 2 4 --capi build --out docs/img/torch-busbw.svg
 
@@ -11,7 +13,7 @@ back-to-back calls after a warm-up; busbw = size/time x (2(n-1)/n all_reduce, (n
 1 broadcast). Gloo 1.13 has no reduce_scatter: its column is "-". Rank r is bound to CPU r (--bind 1, the default, as
 topocoll-perf -np and mpirun bind): unbound, two ranks that share a core on a loaded host pay a scheduler round trip
 per small operation, whatever the backend. --capi DIR also runs DIR/topocoll-perf (the C API, same sizes, same
-timing protocol: -T) and prints the backend's time over the C API's (in place for all_reduce and broadcast, out of
+timing protocol: -T) and prints the first mode's time over the C API's (in place for all_reduce and broadcast, out of
 place for the _base forms of all_gather and reduce_scatter, as torch calls them).
 """
 import argparse
@@ -58,9 +60,11 @@ def _op(coll, n, size, backend):
 def _worker(rank, n, path, backend, coll, sizes, seconds, bind, q):
     if bind:
         os.sched_setaffinity(0, {rank % os.cpu_count()})
-    if backend == "topocoll":
-        import topocoll.torch  # noqa: F401
-    dist.init_process_group(backend, init_method="file://" + path, rank=rank, world_size=n)
+    if backend.startswith("topocoll"):
+        import topocoll.torch
+        if backend == "topocoll-shareable":
+            topocoll.torch.use_shareable_tensors()  # before any tensor is made
+    dist.init_process_group(backend.split("-")[0], init_method="file://" + path, rank=rank, world_size=n)
     rows = []
     for size in sizes:
         if backend == "gloo" and coll == "reduce_scatter":
@@ -121,8 +125,8 @@ def svg(results, path):
     colors = {"all_reduce": "#e6194b", "all_gather": "#3cb44b", "reduce_scatter": "#4363d8", "broadcast": "#f58231"}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
            f'<rect width="{W}" height="{H}" fill="white"/>',
-           f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="14">busbw vs size: topocoll (solid) and gloo '
-           f'(dashed), torch.distributed on CPU</text>']
+           f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="14">busbw vs size: topocoll default (solid), '
+           f'topocoll shareable (dotted) and gloo (dashed), torch.distributed on CPU</text>']
     for e in range(int(y0), int(y1) + 1):
         out.append(f'<line x1="{L}" x2="{W - 20}" y1="{Y(e)}" y2="{Y(e)}" stroke="#ddd"/>'
                    f'<text x="{L - 5}" y="{Y(e) + 4}" text-anchor="end">{10 ** e:g} GB/s</text>')
@@ -138,7 +142,7 @@ def svg(results, path):
             continue
         d = " ".join(f"{'M' if i == 0 else 'L'}{X(math.log2(s)):.1f},{Y(math.log10(bw)):.1f}"
                      for i, (s, _, bw) in enumerate(rows))
-        dash = ' stroke-dasharray="5,4"' if backend == "gloo" else ""
+        dash = {"gloo": ' stroke-dasharray="5,4"', "topocoll-shareable": ' stroke-dasharray="1,3"'}.get(backend, "")
         width = 2 if n == 2 else 1
         out.append(f'<path d="{d}" fill="none" stroke="{colors[coll]}" stroke-width="{width}"{dash}/>')
         if backend == "topocoll":
@@ -158,27 +162,42 @@ def main():
     ap.add_argument("--bind", type=int, default=1, choices=[0, 1], help="bind rank r to CPU r (default 1)")
     ap.add_argument("--capi", metavar="BUILD", help="also time the C API: BUILD/topocoll-perf")
     ap.add_argument("--out", help="write the busbw plot (SVG) here")
+    ap.add_argument("--modes", nargs="+", default=["default", "shareable"], choices=["default", "shareable"],
+                    help="topocoll's tensor modes (docs/pytorch.md, \"Tensors and allocators\"): default (PyTorch's "
+                         "allocator) and shareable (use_shareable_tensors()); default both")
     args = ap.parse_args()
     # 4x steps, plus 1 MiB and the largest size itself (issue 12's targets are "from 1 MiB" and "to 64 MiB")
     sizes = sorted({s for s in SIZES if s <= args.max} | {s for s in (1 << 20, args.max) if 8 <= s <= args.max})
     results = {}
     print(f"# torch {torch.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, bind {args.bind}")
+    names = {"default": "topocoll", "shareable": "topocoll-shareable"}
+    backends = [names[m] for m in args.modes] + ["gloo"]
     for n in args.n:
         for coll in args.c:
-            for backend in ("topocoll", "gloo"):
+            for backend in backends:
                 rows = run(backend, coll, n, sizes, args.T, args.bind)
                 results[(backend, n, coll)] = [(s, t, s / t / 1e9 * FACTOR[coll](n)) for s, t in rows]
             capi = run_capi(args.capi, coll, n, sizes, args.T, args.bind) if args.capi else []
             print(f"\n# {coll}, {n} processes (load {os.getloadavg()[0]:.2f})")
-            print(f"{'size':>12} {'topocoll us':>12} {'busbw GB/s':>10} {'gloo us':>12} {'busbw GB/s':>10} "
-                  f"{'speedup':>8}" + (f" {'C API us':>10} {'torch/C':>8}" if capi else ""))
+            head = f"{'size':>12}"
+            for m in args.modes:
+                head += f" {m + ' us':>14} {'busbw GB/s':>10}"
+            head += f" {'gloo us':>12} {'busbw GB/s':>10}" + "".join(f" {m[:5] + '/gloo':>11}" for m in args.modes)
+            print(head + (f" {'C API us':>10} {'torch/C':>8}" if capi else ""))
             gl = {s: (t, bw) for s, t, bw in results[("gloo", n, coll)]}
-            for i, (s, t, bw) in enumerate(results[("topocoll", n, coll)]):
+            cols = [{s: (t, bw) for s, t, bw in results[(names[m], n, coll)]} for m in args.modes]
+            for i, s in enumerate(sizes):
+                if not all(s in c for c in cols):
+                    continue
+                line = f"{s:>12}"
+                for c in cols:
+                    line += f" {c[s][0] * 1e6:>14.2f} {c[s][1]:>10.3f}"
                 g = gl.get(s)
-                line = (f"{s:>12} {t * 1e6:>12.2f} {bw:>10.3f} "
-                        + (f"{g[0] * 1e6:>12.2f} {g[1]:>10.3f} {g[0] / t:>8.1f}x" if g else f"{'-':>12} {'-':>10} {'-':>8}"))
+                line += f" {g[0] * 1e6:>12.2f} {g[1]:>10.3f}" if g else f" {'-':>12} {'-':>10}"
+                for c in cols:
+                    line += f" {g[0] / c[s][0]:>10.1f}x" if g else f" {'-':>11}"
                 if i < len(capi):
-                    line += f" {capi[i] * 1e6:>10.2f} {t / capi[i]:>8.2f}"
+                    line += f" {capi[i] * 1e6:>10.2f} {cols[0][s][0] / capi[i]:>8.2f}"
                 print(line)
             sys.stdout.flush()
     if args.out:

@@ -118,8 +118,9 @@ struct TOPOCOLL_API Config {
   std::string hostThresholds;      // TOPOCOLL_HOST_THRESHOLDS (tuning::HostThresholds overrides: name=bytes,...)
   std::string hostTuning;          // TOPOCOLL_HOST_TUNING (the host cost model's constants: bench/host_calibrate's JSON)
   // PyTorch backend
-  int torchHugePages = 1;          // TOPOCOLL_TORCH_HUGEPAGES (THP_MEM_ALLOC_ENABLE): 2 MiB-aligned MADV_HUGEPAGE tensors
-  int torchShareable = 1;          // TOPOCOLL_TORCH_SHAREABLE: tensors from 2 MiB in shareable (memfd) memory
+  int torchHugePages = 0;          // TOPOCOLL_TORCH_HUGEPAGES (THP_MEM_ALLOC_ENABLE): 2 MiB-aligned MADV_HUGEPAGE tensors
+  int torchShareable = 0;          // TOPOCOLL_TORCH_SHAREABLE: tensors from 1 MiB in shareable (memfd) memory
+  long long torchStaging = 1 << 20;  // TOPOCOLL_TORCH_STAGING: private tensors from this size through shareable staging
   // Debug (the logger reads these itself; they are here so that bad values fail at the API edge)
   std::string debug;               // NCCL_DEBUG
   std::string debugSubsys;         // NCCL_DEBUG_SUBSYS

@@ -308,6 +308,7 @@ bool installCpuAllocator(bool hugePages, bool shareable) {
 CpuAllocatorStats cpuAllocatorStats() {
   CpuAllocatorStats s;
   s.installed = gInstalled.load();
+  s.hugePages = gHugeOn.load();
   s.collapses = gCollapses.load(std::memory_order_relaxed);
   s.collapsesOk = gCollapsesOk.load(std::memory_order_relaxed);
   s.hugeAllocs = gHugeAllocs.load(std::memory_order_relaxed);

@@ -36,6 +36,7 @@ void reshareWholeBlock(const void* base, std::size_t storageBytes, const void* d
 
 struct CpuAllocatorStats {
   bool installed = false;
+  bool hugePages = false;           // huge-page blocks on (TOPOCOLL_TORCH_HUGEPAGES=1, use_huge_pages())
   std::uint64_t collapses = 0;      // MADV_COLLAPSE calls made by noteTensorUse
   std::uint64_t collapsesOk = 0;    // ... that succeeded
   std::uint64_t hugeAllocs = 0;  // allocations made 2 MiB-aligned with MADV_HUGEPAGE since installation

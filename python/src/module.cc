@@ -4,6 +4,8 @@
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "cpu_allocator.h"
 #include "process_group.h"
 #include "topocoll/config.h"
@@ -39,13 +41,15 @@ std::string planJson(const std::string& topoPath, int nodes, int gpusPerNode, co
   }
 }
 
-// Installs the CPU allocator when TOPOCOLL_TORCH_HUGEPAGES (or THP_MEM_ALLOC_ENABLE) or TOPOCOLL_TORCH_SHAREABLE says so;
-// returns whether huge pages are on (topocoll.torch.HUGEPAGES).
-bool installAllocator() {
+// Installs the CPU allocator with huge pages and/or shareable blocks: each argument given says what it turns on, one
+// not given (None) follows its knob (TOPOCOLL_TORCH_HUGEPAGES or THP_MEM_ALLOC_ENABLE; TOPOCOLL_TORCH_SHAREABLE; both
+// 0 by default, so that importing the backend changes no allocator). Returns whether huge pages are on.
+bool installAllocator(std::optional<bool> hugePages, std::optional<bool> shareable) {
   try {
     const auto cfg = topocoll::Config::fromEnv(topocoll::Env::fromProcess());
-    return topocoll::torch_backend::installCpuAllocator(cfg.torchHugePages != 0, cfg.torchShareable != 0) &&
-           cfg.torchHugePages != 0;
+    bool huge = hugePages.value_or(cfg.torchHugePages != 0);
+    topocoll::torch_backend::installCpuAllocator(huge, shareable.value_or(cfg.torchShareable != 0));
+    return topocoll::torch_backend::cpuAllocatorStats().hugePages;
   } catch (const topocoll::Error& err) {
     throw py::value_error(err.what());
   }
@@ -55,6 +59,7 @@ py::dict allocatorStats() {
   auto s = topocoll::torch_backend::cpuAllocatorStats();
   py::dict d;
   d["installed"] = s.installed;
+  d["huge_pages"] = s.hugePages;
   d["huge_allocs"] = s.hugeAllocs;
   d["huge_frees"] = s.hugeFrees;
   d["huge_bytes"] = s.hugeBytes;
@@ -90,10 +95,12 @@ PYBIND11_MODULE(_C, m) {
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("profiling_name"),
       "A process group whose profiler events are named <profiling_name>:<op> (\"gloo\": for a test suite that "
       "believes it runs Gloo).");
-  m.def("_install_cpu_allocator", &installAllocator,
-        "Installs PyTorch's CPU allocator (blocks from 2 MiB shareable when TOPOCOLL_TORCH_SHAREABLE is 1, else "
-        "2 MiB-aligned with MADV_HUGEPAGE when TOPOCOLL_TORCH_HUGEPAGES, or THP_MEM_ALLOC_ENABLE, is 1); returns "
-        "whether it is installed with huge pages on.");
+  m.def("_install_cpu_allocator", &installAllocator, py::arg("huge_pages") = py::none(),
+        py::arg("shareable") = py::none(),
+        "Installs PyTorch's CPU allocator with huge pages (blocks from 2 MiB 2 MiB-aligned with MADV_HUGEPAGE) and/or "
+        "shareable blocks (from 1 MiB, memfd memory the peers map); an argument left None follows its knob "
+        "(TOPOCOLL_TORCH_HUGEPAGES or THP_MEM_ALLOC_ENABLE, TOPOCOLL_TORCH_SHAREABLE: 0 by default, and nothing is "
+        "installed). Returns whether huge pages are on.");
   m.def("_cpu_allocator_stats", &allocatorStats, "The CPU allocator's counters (for tests).");
   m.def("_peer_mappings_cached", &topocoll::transport::peerMappingsCached,
         "Peers' shareable buffers mapped in this process now (for tests).");

@@ -10,6 +10,9 @@
 #include <stdexcept>
 
 #include "cpu_allocator.h"
+#include "topocoll/config.h"
+#include "topocoll/env.h"
+#include "topocoll/status.h"
 #include "topocoll/transport/peer_memory.h"
 
 namespace topocoll::torch_backend {
@@ -17,6 +20,9 @@ namespace topocoll::torch_backend {
 namespace {
 
 constexpr const char* kUniqueIdKey = "topocoll_unique_id";
+// The staging buffer grows to this many bytes at most for private tensors (stageFor; DDP's 25 MiB buckets fit);
+// larger ones run on the tensors: there the two copies cost what mapping saves (docs/pytorch.md).
+constexpr size_t kStageMax = size_t(32) << 20;
 
 // PyTorch dtype -> topocoll type; types topocoll lacks (bool, complex) are refused with the dtype's name.
 tcclDataType_t toTccl(const at::Tensor& t) {
@@ -420,12 +426,18 @@ ProcessGroupTopocoll::ProcessGroupTopocoll(const c10::intrusive_ptr<c10d::Store>
         "tcclCommInitRankTimeout");
   collWorker_ = std::make_unique<Worker>(/*lazy=*/true);
   sendWorker_ = std::make_unique<Worker>(/*lazy=*/false);
+  try {
+    stageMin_ = Config::fromEnv(Env::fromProcess()).torchStaging;
+  } catch (const Error& e) {
+    TORCH_CHECK(false, "ProcessGroupTopocoll: ", e.what());
+  }
 }
 
 ProcessGroupTopocoll::~ProcessGroupTopocoll() {
   collWorker_.reset();  // drains what was queued
   sendWorker_.reset();
   tcclCommDestroy(comm_);
+  if (staging_) tcclMemFree(staging_);
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupTopocoll::create(const c10::intrusive_ptr<c10d::Store>& store,
@@ -444,8 +456,21 @@ void ProcessGroupTopocoll::check(tcclResult_t rc, const char* what) const {
 }
 
 char* ProcessGroupTopocoll::staging(size_t bytes) {
-  if (staging_.size() < bytes) staging_.resize(bytes);
-  return staging_.data();
+  if (stagingBytes_ < bytes) {
+    if (staging_) tcclMemFree(staging_);
+    staging_ = nullptr;
+    stagingBytes_ = 0;
+    size_t grown = (bytes + (size_t(2) << 20) - 1) & ~((size_t(2) << 20) - 1);  // whole 2 MiB: fewer regrowths
+    check(tcclMemAlloc(&staging_, grown), "tcclMemAlloc (the group's staging buffer)");
+    stagingBytes_ = grown;
+  }
+  return static_cast<char*>(staging_);
+}
+
+char* ProcessGroupTopocoll::stageFor(const at::Tensor& t, size_t bytes) {
+  if (stageMin_ < 0 || getSize() == 1 || bytes < static_cast<size_t>(stageMin_) || bytes > kStageMax) return nullptr;
+  if (transport::regionOf(t.data_ptr(), bytesOf(t)).fd >= 0) return nullptr;  // the peers map it already
+  return staging(bytes);
 }
 
 const void* ProcessGroupTopocoll::gatherInputs(const std::vector<at::Tensor>& ins) {
@@ -499,6 +524,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::allreduce(std::vector<at::T
   tcclRedOp_t op = toTccl(opts.reduceOp, t);
   return enqueue(*collWorker_, c10d::OpType::ALLREDUCE, tensors, [this, t, op]() {
     own(t);
+    size_t bytes = bytesOf(t);
+    if (char* s = stageFor(t, bytes)) {  // copy in, all-reduce on mapped memory in place, copy out
+      std::memcpy(s, t.data_ptr(), bytes);
+      check(tcclAllReduce(s, s, t.numel(), toTccl(t), op, comm_, nullptr), "tcclAllReduce");
+      std::memcpy(t.data_ptr(), s, bytes);
+      return;
+    }
     check(tcclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), toTccl(t), op, comm_, nullptr), "tcclAllReduce");
   });
 }
@@ -786,8 +818,39 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::recv(std::vector<at::Tensor
                  [this, t, srcRank, tag]() mutable { recvTagged(t, srcRank, tag); });
 }
 
+// A barrier whose BarrierOptions.timeout is shorter than the group's (Gloo honours it per call) meets over the store:
+// after its earlier operations, each rank sets its key and waits for every other rank's until the deadline, then
+// raises "Timed out" naming the ranks that did not arrive. The communicator is not involved, so the group stays
+// usable. Otherwise it is the communicator's barrier, bounded by the group's timeout.
 c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::barrier(const c10d::BarrierOptions& opts) {
-  return enqueue(*collWorker_, c10d::OpType::BARRIER, {}, [this]() { check(tcclBarrier(comm_, nullptr), "tcclBarrier"); });
+  if (opts.timeout == c10d::kUnsetTimeout || opts.timeout >= timeout_ || getSize() == 1)
+    return enqueue(*collWorker_, c10d::OpType::BARRIER, {},
+                   [this]() { check(tcclBarrier(comm_, nullptr), "tcclBarrier"); });
+  const std::string prefix = "topocoll/timed_barrier/" + std::to_string(timedBarriers_++) + "/";
+  return enqueue(*collWorker_, c10d::OpType::BARRIER, {}, [this, prefix, timeout = opts.timeout]() {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    store_->set(prefix + std::to_string(getRank()), std::vector<uint8_t>{1});
+    std::vector<int> missing;
+    for (int r = 0; r < getSize(); ++r) {
+      if (r == getRank()) continue;
+      auto left = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                             deadline - std::chrono::steady_clock::now()));
+      if (!missing.empty() && !store_->check({prefix + std::to_string(r)})) {
+        missing.push_back(r);  // the deadline has passed: the rest are only looked at
+        continue;
+      }
+      try {
+        store_->wait({prefix + std::to_string(r)}, left);
+      } catch (const std::exception&) {
+        missing.push_back(r);
+      }
+    }
+    if (missing.empty()) return;
+    std::ostringstream ranks;
+    for (size_t i = 0; i < missing.size(); ++i) ranks << (i ? ", " : "") << missing[i];
+    TORCH_CHECK(false, "ProcessGroupTopocoll::barrier: Timed out after ", timeout.count(), " ms (the call's timeout): ",
+                missing.size() == 1 ? "rank " : "ranks ", ranks.str(), " did not arrive");
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::allgather_coalesced(

@@ -94,9 +94,16 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
                                          std::function<void()> fn, const std::vector<at::Tensor>* inputs = nullptr);
   void check(tcclResult_t rc, const char* what) const;
   void recvTagged(at::Tensor& tensor, int src, int tag);
-  // The list forms' staging buffer (tensors that are not consecutive pieces of one buffer), kept between calls: only
-  // the collectives' Worker touches it, one operation at a time.
+  // The collectives' staging buffer: shareable memory (tcclMemAlloc, which the peers map) kept between calls and
+  // grown to the largest operation that used it. The list forms stage the tensors that are not consecutive pieces
+  // of one buffer in it, and stageFor() the large private tensors of an all-reduce. Only the collectives' Worker
+  // touches it, one operation at a time.
   char* staging(size_t bytes);
+  // Where an all-reduce of `bytes` bytes of private tensor `t` (not shareable memory: PyTorch's own allocator, which
+  // the peers cannot map) runs instead: the staging buffer when TOPOCOLL_TORCH_STAGING allows that size, the group
+  // has peers, and the buffer may grow that large (kStageMax); nullptr: on the tensor itself. (Staging measured
+  // slower than the FIFOs for reduce and reduce-scatter, which have no all-gather phase to gain from mapping.)
+  char* stageFor(const at::Tensor& t, size_t bytes);
   // The inputs of a list form as one buffer: the tensors themselves when consecutive, else copied into staging().
   const void* gatherInputs(const std::vector<at::Tensor>& ins);
 
@@ -104,10 +111,13 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
   bool glooEvents_ = false;  // profiler events "gloo:<op>" (setProfilingName)
   c10::intrusive_ptr<c10d::Store> store_;
   uint64_t monitoredBarriers_ = 0;  // monitoredBarrier calls so far (their store keys)
+  uint64_t timedBarriers_ = 0;      // barriers with a timeout of their own so far (their store keys)
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Worker> collWorker_, sendWorker_;
   std::unique_ptr<Mailbox> mailbox_;
-  std::vector<char> staging_;
+  void* staging_ = nullptr;  // tcclMemAlloc'd
+  size_t stagingBytes_ = 0;
+  long long stageMin_ = -1;  // TOPOCOLL_TORCH_STAGING
 };
 
 }  // namespace topocoll::torch_backend

@@ -1,9 +1,9 @@
-"""The huge-page CPU allocator `import topocoll.torch` installs (TOPOCOLL_TORCH_HUGEPAGES, THP_MEM_ALLOC_ENABLE;
-with TOPOCOLL_TORCH_SHAREABLE=0, as large tensors are shareable by default: test_shareable.py):
-tensors from 2 MiB start on a 2 MiB boundary and are advised huge, smaller ones are c10's; every block is freed
-(no growth over many alloc/free rounds); the knob and PyTorch's name turn it off; a forked child allocates and
-frees; tensors made before the import free after it; collectives on such tensors give Gloo's results. Each case runs
-in a fresh interpreter, so that the environment decides."""
+"""The huge-page CPU allocator (TOPOCOLL_TORCH_HUGEPAGES=1, THP_MEM_ALLOC_ENABLE=1 or topocoll.torch.use_huge_pages();
+off by default: importing the backend changes no allocator): tensors from 2 MiB start on a 2 MiB boundary and are
+advised huge, smaller ones are c10's; every block is freed (no growth over many alloc/free rounds); the knob, PyTorch's
+name and the call turn it on, nothing else does; a forked child allocates and frees; tensors made before the import
+free after it; collectives on such tensors, and on PyTorch's own (the default: large ones staged), give Gloo's
+results. Each case runs in a fresh interpreter, so that the environment decides."""
 import os
 import subprocess
 import sys
@@ -23,8 +23,8 @@ MIB = 1 << 20
 
 
 def _run(code, **env):
-    # These are the huge-page allocator's cases (test_shareable.py: the default, shareable large tensors).
-    return run_fresh(code, {"TOPOCOLL_TORCH_SHAREABLE": "0"}, **env)
+    # These are the huge-page allocator's cases (test_shareable.py: shareable large tensors).
+    return run_fresh(code, {"TOPOCOLL_TORCH_HUGEPAGES": "1"}, **env)
 
 
 def _thp_mode():
@@ -75,16 +75,22 @@ def test_no_growth_over_many_allocations_and_frees():
     """))
 
 
-@pytest.mark.parametrize("env", [{"TOPOCOLL_TORCH_HUGEPAGES": "0"}, {"THP_MEM_ALLOC_ENABLE": "0"},
+@pytest.mark.parametrize("env", [{}, {"TOPOCOLL_TORCH_HUGEPAGES": "0"}, {"THP_MEM_ALLOC_ENABLE": "1"},
                                  {"THP_MEM_ALLOC_ENABLE": "0", "TOPOCOLL_TORCH_HUGEPAGES": "1"}])
 def test_knob_and_pytorchs_name(env):
-    on = env.get("TOPOCOLL_TORCH_HUGEPAGES", "0") == "1"  # the knob's own name wins over PyTorch's
-    _run(f"""
+    # Off unless asked: the knob's own name wins over PyTorch's.
+    on = env.get("TOPOCOLL_TORCH_HUGEPAGES", env.get("THP_MEM_ALLOC_ENABLE", "0")) == "1"
+    run_fresh(f"""
         import torch, topocoll.torch as tt, topocoll._C as C
         assert tt.HUGEPAGES == {on} and C._cpu_allocator_stats()["installed"] == {on}
         t = torch.ones(4 << 20)
         assert C._cpu_allocator_stats()["huge_allocs"] == {int(on)}
-    """, **env)
+        if not {on}:  # the program asks for it
+            assert tt.use_huge_pages() and tt.HUGEPAGES and C._cpu_allocator_stats()["installed"]
+            u = torch.ones(4 << 20)
+            assert C._cpu_allocator_stats()["huge_allocs"] == 1 and u.data_ptr() % (2 << 20) == 0
+            assert not tt.SHAREABLE
+    """, {}, **env)
 
 
 def test_bad_knob_value_fails_at_import():
@@ -116,24 +122,30 @@ def test_tensors_from_before_the_import_and_a_forked_child():
     """)
 
 
-def _large(rank, n, path):
+def _large(rank, n, path, huge):
+    if huge:
+        topocoll.torch.use_huge_pages()
     dist.init_process_group("topocoll", init_method="file://" + path, rank=rank, world_size=n)
     gloo = dist.new_group(backend="gloo")
     import topocoll._C as C
-    assert C._cpu_allocator_stats()["installed"]
+    assert C._cpu_allocator_stats()["installed"] == huge and not C._cpu_allocator_stats()["shareable"]
     for count in ((3 * MIB) // 4 + 7, (9 * MIB) // 4 + 1):
         for dtype in (torch.float32, torch.int32, torch.float64):
             x = ((torch.arange(count, dtype=torch.int64) * (rank + 3)) % 11).to(dtype)
-            assert x.clone().data_ptr() % (2 * MIB) == 0
+            assert (x.clone().data_ptr() % (2 * MIB) == 0) == huge
+            assert not C._shareable_at(x.data_ptr(), x.numel() * x.element_size())
             compare_with_gloo(x, n, gloo)
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_collectives_on_huge_page_tensors_match_gloo(n, monkeypatch):
-    monkeypatch.setenv("TOPOCOLL_TORCH_SHAREABLE", "0")  # the spawned ranks' environment
+# Huge pages at 2 ranks; PyTorch's own tensors (the default: reductions from TOPOCOLL_TORCH_STAGING's 1 MiB go
+# through the group's staging buffer) at 3.
+@pytest.mark.parametrize("n,huge", [(2, True), (3, False)])
+def test_collectives_on_huge_page_and_private_tensors_match_gloo(n, huge, monkeypatch):
+    for k in ("TOPOCOLL_TORCH_SHAREABLE", "TOPOCOLL_TORCH_HUGEPAGES", "THP_MEM_ALLOC_ENABLE", "TOPOCOLL_TORCH_STAGING"):
+        monkeypatch.delenv(k, raising=False)  # the spawned ranks' environment
     with tempfile.TemporaryDirectory() as d:
-        mp.spawn(_large, args=(n, os.path.join(d, "init")), nprocs=n, join=True)
+        mp.spawn(_large, args=(n, os.path.join(d, "init"), huge), nprocs=n, join=True)
 
 
 def test_tensor_from_before_the_import_is_collapsed_after_three_uses():

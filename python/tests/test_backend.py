@@ -280,6 +280,26 @@ def _contracts(rank, n, path):
                 pg.monitored_barrier(datetime.timedelta(seconds=1), wait_all_ranks=True)
             assert time.time() - t0 < 20
         dist.barrier()
+        # A barrier's own timeout (BarrierOptions.timeout, shorter than the group's, as Gloo honours it): the last
+        # rank does not come; the others raise "Timed out" naming it after about 1 s, and the group still works.
+        if rank != n - 1:
+            opts = dist.BarrierOptions()
+            opts.timeout = datetime.timedelta(seconds=1)
+            t0 = time.time()
+            with pytest.raises(RuntimeError, match=f"Timed out after 1000 ms .*: rank {n - 1} did not arrive"):
+                pg.barrier(opts).wait()
+            assert 0.9 <= time.time() - t0 < 20
+        else:  # comes late: the others' keys are there, it passes (the calls stay matched)
+            time.sleep(1.5)
+            opts = dist.BarrierOptions()
+            opts.timeout = datetime.timedelta(seconds=1)
+            pg.barrier(opts).wait()
+        opts = dist.BarrierOptions()
+        opts.timeout = datetime.timedelta(seconds=60)
+        pg.barrier(opts).wait()  # everyone comes: passes
+        t = torch.full((4,), float(rank))
+        dist.all_reduce(t)
+        _check("all_reduce after a timed-out barrier", t, torch.full((4,), float(n * (n - 1) // 2)))
     dist.destroy_process_group()
     # The group's timeout bounds a call (PyTorch's test_barrier_timeout_*): rank 0's barrier alone raises once it
     # passed, not at TOPOCOLL_TIMEOUT.

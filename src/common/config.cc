@@ -470,19 +470,27 @@ std::vector<Knob> buildRegistry() {
       "boundary with madvise(MADV_HUGEPAGE), so that the kernel backs them with transparent huge pages and a peer "
       "pulling them pins 2 MiB pages, not 4 KiB ones (as PyTorch 2.x's THP_MEM_ALLOC_ENABLE=1), and moves a tensor of "
       "4 MiB or more that is not on them (made before the import) onto them with MADV_COLLAPSE at its third use in a "
-      "collective; 0: PyTorch's own allocator, no collapse. PyTorch's name THP_MEM_ALLOC_ENABLE is read when this one "
-      "is not set",
+      "collective (topocoll.torch.use_huge_pages() does the same from the program); 0 (default): PyTorch's own "
+      "allocator, no collapse. PyTorch's name THP_MEM_ALLOC_ENABLE is read when this one is not set",
       {"THP_MEM_ALLOC_ENABLE"}));
   r.push_back(intKnob<&Config::torchShareable>(
       "TOPOCOLL_TORCH_SHAREABLE", "torch", 0, 1,
-      "1 (default): `import topocoll.torch` installs PyTorch's CPU allocator that puts tensors of 1 MiB and more in "
+      "1: `import topocoll.torch` installs PyTorch's CPU allocator that puts tensors of 1 MiB and more in "
       "shareable memory (memfd, as ncclMemAlloc's; at most a quarter of RLIMIT_NOFILE of them, each holds a "
       "descriptor), keeping up to 256 MiB of freed blocks for reuse, so that the collectives copy straight out of and "
-      "into peers' tensors through mappings instead of process_vm_readv (1.2-3.4x from 1 MiB). fork() keeps "
-      "anonymous memory's meaning: the tensors alive then become copy-on-write in the parent (nothing copied; a "
-      "collective on a whole such tensor makes it shareable again with one copy), or, while an operation is in "
-      "flight, are copied into the child at once. memfd memory is on 4 KiB pages unless shmem_enabled allows huge "
-      "ones, and TOPOCOLL_TORCH_HUGEPAGES applies to the other tensors only. 0: tensors stay private memory"));
+      "into peers' tensors through mappings, with no staging copy (topocoll.torch.use_shareable_tensors() does the "
+      "same from the program). fork() keeps anonymous memory's meaning: the tensors alive then become copy-on-write "
+      "in the parent (nothing copied; a collective on a whole such tensor makes it shareable again with one copy), "
+      "or, while an operation is in flight, are copied into the child at once. 0 (default): PyTorch's allocator "
+      "stays; large tensors go through the group's staging buffer (TOPOCOLL_TORCH_STAGING)"));
+  r.push_back(sizeKnob<&Config::torchStaging>(
+      "TOPOCOLL_TORCH_STAGING", "torch", -1, 1ll << 40,
+      "all_reduce of a private tensor (PyTorch's own allocator: the peers cannot map it) of this many bytes and "
+      "more: the tensor is copied into the process group's shareable staging buffer, the all-reduce runs there in "
+      "place on mapped memory, and the result is copied back (one buffer per group, grown to the largest such "
+      "operation up to 32 MiB, kept; 1.5-2.4x the busbw of the FIFO path at 2-32 MiB, 2 ranks); -1: never, the "
+      "all-reduce runs on the tensor itself through the transports' FIFOs. Other collectives always run on the "
+      "tensors (staging measured slower for them)"));
   r.push_back(intKnob<&Config::nsocksPerThread>("NCCL_NSOCKS_PERTHREAD", "transport", -2, 64,
                                                 "NET/Socket: data sockets per helper thread (-2: 1)"));
   r.push_back(intKnob<&Config::socketNthreads>("NCCL_SOCKET_NTHREADS", "transport", -2, 16,

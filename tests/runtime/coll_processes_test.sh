@@ -80,7 +80,7 @@ sizes reducescatter-pair 2 - 15 "every op" reduce_scatter_perf -l 131070,131072,
 sizes broadcast-from-the-root 4 - 12 "every root" broadcast_perf -l 65535,65536,3145731 -d int8 -r all
 # ReduceScatter between more than 2 ranks from 256 KiB of a rank's output: every rank pulls its block of every peer's
 # input (every op, in place and out of place, around the threshold, odd sizes).
-sizes reducescatter-from-every-peer 3 sanitize 15 "every op" reduce_scatter_perf -l 786429,786432,9437187 -d int8 -o sum,prod,max,min,avg
+sizes reducescatter-from-every-peer 3 sanitize 15 "every op" reduce_scatter_perf -l 786429,786432,3145731 -d int8 -o sum,prod,max,min,avg
 # AllReduce between more than 2 ranks from 128 KiB a rank (512 KiB at 4 ranks): reduce-scatter as above, then every
 # rank pulls the others' reduced blocks out of their outputs (every op, in place and out of place, around the
 # threshold, odd sizes).
@@ -114,7 +114,7 @@ sizes mapped-outputs-broadcast-4 4 - 4 "every root, odd blocks" broadcast_perf -
 # From 16 MiB, between 3 and 8 ranks, in one pass with non-temporal stores (copyToMany; streamed-pulls-allgather
 # crosses it too).
 sizes mapped-outputs-broadcast-3 3 heavy 3 "every root, odd blocks" broadcast_perf -l 16777219 -d int8 -r all
-sizes heap-buffers 4 sanitize 5 "every op" reduce_scatter_perf -l 4194311 -d int8 -o sum,prod,max,min,avg --malloc
+sizes heap-buffers 4 sanitize 5 "every op" reduce_scatter_perf -l 1048583 -d int8 -o sum,prod,max,min,avg --malloc
 scenario copying-reductions 2 - withEnv TOPOCOLL_MAP_PEER_BUFFERS=0 nRanks copying-reductions 2 5 "every op" \
   all_reduce_perf -l 4194311 -d int8 -o sum,prod,max,min,avg
 
