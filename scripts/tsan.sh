@@ -2,10 +2,11 @@
 # ThreadSanitizer run of the executables whose tests start threads (bootstrap, transports, proxy, engine, ranks as
 # threads): builds them with -DTOPOCOLL_TSAN=ON in build-tsan (or $1) and runs each; any TSan report fails the run
 # (halt_on_error). Suppressions: tests/tsan.supp (see there). docs/reliability.md, "Sanitizers", says what is covered.
-#   scripts/tsan.sh [build-dir]
+#   scripts/tsan.sh [build-dir] [--build-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-tsan}
+BUILD_ONLY=${2:-}
 TESTS=(bootstrap_test runtime_c_api_test runtime_communicator_test progress_engine_test runtime_p2p_test
        runtime_p2p_mailbox_test transport_test runtime_collectives_test runtime_coll_property_test runtime_split_test
        runtime_one_sided_test)
@@ -40,6 +41,7 @@ CC=${TSAN_CC:-gcc} CXX=${TSAN_CXX:-g++} cmake -S . -B "$BUILD" -G Ninja -DCMAKE_
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
   -DTOPOCOLL_TSAN=ON -DTOPOCOLL_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target "${TESTS[@]}"
+[ "$BUILD_ONLY" = --build-only ] && exit 0
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}"
 failed=()
 for t in "${TESTS[@]}"; do
