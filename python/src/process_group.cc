@@ -125,6 +125,13 @@ size_t bytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.
 
 // Whether equally sized tensors are consecutive pieces of one buffer (torch.empty(n * k).chunk(n), ...): a list form
 // then runs as its _base form on them, with no staging copy.
+// "1, 4, 7": the ranks a barrier names.
+std::string joinRanks(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  return out.str();
+}
+
 bool consecutive(const std::vector<at::Tensor>& ts) {
   size_t bytes = bytesOf(ts[0]);
   if (bytes == 0) return true;
@@ -846,10 +853,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::barrier(const c10d::Barrier
       }
     }
     if (missing.empty()) return;
-    std::ostringstream ranks;
-    for (size_t i = 0; i < missing.size(); ++i) ranks << (i ? ", " : "") << missing[i];
     TORCH_CHECK(false, "ProcessGroupTopocoll::barrier: Timed out after ", timeout.count(), " ms (the call's timeout): ",
-                missing.size() == 1 ? "rank " : "ranks ", ranks.str(), " did not arrive");
+                missing.size() == 1 ? "rank " : "ranks ", joinRanks(missing), " did not arrive");
   });
 }
 
@@ -926,10 +931,8 @@ void ProcessGroupTopocoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
     store_->set(prefix + "done", std::vector<uint8_t>{1});
     return;
   }
-  std::ostringstream ranks;
-  for (size_t i = 0; i < missing.size(); ++i) ranks << (i ? ", " : "") << missing[i];
-  TORCH_CHECK(false, missing.size() == 1 ? "Rank " : "Ranks ", ranks.str(), " failed to pass monitoredBarrier in ",
-              ms, " ms");
+  TORCH_CHECK(false, missing.size() == 1 ? "Rank " : "Ranks ", joinRanks(missing),
+              " failed to pass monitoredBarrier in ", ms, " ms");
 }
 
 void ProcessGroupTopocoll::setSequenceNumberForGroup() {
