@@ -101,16 +101,12 @@ KNOWN = {
     "test_ddp_logging_data_cpu": "torch._shard import fails under Python 3.11 (Debian's torch 1.13)",
     "test_static_graph_api_cpu": "torch._shard import fails under Python 3.11 (Debian's torch 1.13)",
     "test_DistributedDataParallelCPU_grad_is_view": "torch._shard import fails under Python 3.11 (Debian's torch)",
-    # No any-source receive in topocoll's runtime yet (docs/pytorch.md).
-    "test_send_recv_any_source": "recv_anysource is not built",
-    "test_send_recv_any_source_autograd_profiler": "recv_anysource is not built",
-    "test_send_recv_any_source_torch_profiler": "recv_anysource is not built",
 }
 
 # CI's representative subset (under a minute a mode at 2 ranks): collectives, async work, sparse, timeouts.
 CI_SUBSET = [
     "test_all_reduce_sum", "test_all_gather_coalesced_simple", "test_broadcast", "test_reduce_sum", "test_scatter",
-    "test_isend", "test_sparse_all_reduce_sum", "test_barrier_timeout_global", "test_monitored_barrier_gloo",
+    "test_isend", "test_send_recv_any_source", "test_sparse_all_reduce_sum", "test_barrier_timeout_global", "test_monitored_barrier_gloo",
     "test_get_backend",
 ]
 

@@ -204,6 +204,12 @@ TCCL_API tcclResult_t tcclSend(const void* sendbuff, size_t count, tcclDataType_
                       tcclStream_t stream);
 TCCL_API tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int peer, tcclComm_t comm,
                       tcclStream_t stream);
+/* A receive from whichever of the nPeers ranks in `peers` sends first (not in NCCL; MPI's MPI_ANY_SOURCE, PyTorch's
+   recv from any source): blocks until one of them sends to this rank, receives that message (its count and
+   datatype must match, as for tcclRecv), and writes the sender's rank to *source. Peers are served in turn. Not in a
+   group; no other receive from these peers may be under way. Host memory. */
+TCCL_API tcclResult_t tcclRecvAny(void* recvbuff, size_t count, tcclDataType_t datatype, const int* peers,
+                                  int nPeers, int* source, tcclComm_t comm);
 
 /* Operations between GroupStart and GroupEnd are issued together: any order of sends and receives completes. */
 TCCL_API tcclResult_t tcclGroupStart(void);

@@ -159,6 +159,7 @@ const char* glooTitle(c10d::OpType type) {
     case c10d::OpType::ALLTOALL: return "gloo:all_to_all";
     case c10d::OpType::SEND: return "gloo:send";
     case c10d::OpType::RECV: return "gloo:recv";
+    case c10d::OpType::RECVANYSOURCE: return "gloo:recvAnySource";
     case c10d::OpType::BARRIER: return "gloo:barrier";
     default: return "gloo:op";
   }
@@ -182,6 +183,7 @@ const char* profilingTitle(c10d::OpType type, bool gloo) {
     case c10d::OpType::ALLTOALL: return "topocoll:all_to_all";
     case c10d::OpType::SEND: return "topocoll:send";
     case c10d::OpType::RECV: return "topocoll:recv";
+    case c10d::OpType::RECVANYSOURCE: return "topocoll:recvAnySource";
     case c10d::OpType::BARRIER: return "topocoll:barrier";
     default: return "topocoll:op";
   }
@@ -236,9 +238,16 @@ class ProcessGroupTopocoll::Task : public c10d::Work {
   bool isCompleted() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
+  // A receive from any rank: its sender, once it ran (Work::source_rank()).
+  void setSource(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
+  int sourceRank() const override {
+    const int r = source_ ? source_->load(std::memory_order_acquire) : -1;
+    return r >= 0 ? r : Work::sourceRank();  // not such a receive, or not run yet: torch's own refusal
+  }
 
  private:
   Worker* worker_;
+  std::shared_ptr<std::atomic<int>> source_;
   std::function<void()> fn_;
   std::vector<at::Tensor> outputs_;
   // The future exists once somebody asks for it (most calls never do: it costs allocations per operation).
@@ -494,7 +503,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::enqueue(Worker& worker, c10
                                                             std::function<void()> fn,
                                                             const std::vector<at::Tensor>* inputs) {
   // Gloo counts every operation it queues (sends and receives go around its queue, as here on sendWorker_).
-  if (&worker == collWorker_.get() && type != c10d::OpType::RECV && sequenceNum_) sequenceNum_->increment();
+  if (&worker == collWorker_.get() && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE &&
+      sequenceNum_)
+    sequenceNum_->increment();
   // The profiler records the inputs' shapes (Gloo's); in place, those are the outputs.
   const std::vector<at::Tensor> profiled = inputs ? *inputs : outputs;
   auto task = c10::make_intrusive<Task>(&worker, getRank(), type, std::move(outputs), std::move(fn), glooEvents_,
@@ -790,30 +801,62 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::send(std::vector<at::Tensor
   });
 }
 
+// The payload of a message from `src` whose header said (`msgTag`, `bytes`): into `t` when the tag is the one asked
+// for (true), else parked for a later receive of that tag (false).
+bool ProcessGroupTopocoll::takePayload(at::Tensor& t, int src, int tag, int64_t msgTag, uint64_t bytes) {
+  const uint64_t want = static_cast<uint64_t>(t.numel() * t.element_size());
+  if (msgTag == tag && bytes == want) {
+    check(tcclRecv(t.data_ptr(), bytes, tcclUint8, src, comm_, nullptr), "tcclRecv");
+    return true;
+  }
+  std::vector<char> payload(bytes);
+  check(tcclRecv(payload.data(), bytes, tcclUint8, src, comm_, nullptr), "tcclRecv");
+  if (msgTag == tag) deliverParked(t, src, tag, payload);  // the size differs: named there
+  else mailbox_->pending[{src, static_cast<int>(msgTag)}].push_back(std::move(payload));
+  return msgTag == tag;
+}
+
+void ProcessGroupTopocoll::deliverParked(at::Tensor& t, int src, int tag, const std::vector<char>& payload) {
+  const uint64_t want = static_cast<uint64_t>(t.numel() * t.element_size());
+  TORCH_CHECK(payload.size() == want, "ProcessGroupTopocoll::recv: rank ", src, " sent ", payload.size(),
+              " bytes with tag ", tag, ", this receive expects ", want);
+  std::memcpy(t.data_ptr(), payload.data(), want);
+}
+
 void ProcessGroupTopocoll::recvTagged(at::Tensor& t, int src, int tag) {
-  uint64_t want = static_cast<uint64_t>(t.numel() * t.element_size());
-  auto deliver = [&](const char* data, uint64_t bytes) {
-    TORCH_CHECK(bytes == want, "ProcessGroupTopocoll::recv: rank ", src, " sent ", bytes, " bytes with tag ", tag,
-                ", this receive expects ", want);
-    std::memcpy(t.data_ptr(), data, bytes);
-  };
   auto& box = mailbox_->pending[{src, tag}];
   if (!box.empty()) {
-    deliver(box.front().data(), box.front().size());
+    std::vector<char> payload = std::move(box.front());
     box.pop_front();
-    return;
+    return deliverParked(t, src, tag, payload);
   }
   while (true) {
     Header h{};
     check(tcclRecv(&h, sizeof(h), tcclUint8, src, comm_, nullptr), "tcclRecv (header)");
-    if (h.tag == tag && h.bytes == want) {
-      check(tcclRecv(t.data_ptr(), h.bytes, tcclUint8, src, comm_, nullptr), "tcclRecv");
-      return;
-    }
-    std::vector<char> payload(h.bytes);
-    check(tcclRecv(payload.data(), h.bytes, tcclUint8, src, comm_, nullptr), "tcclRecv");
-    if (h.tag == tag) return deliver(payload.data(), h.bytes);  // size mismatch: named by deliver
-    mailbox_->pending[{src, static_cast<int>(h.tag)}].push_back(std::move(payload));
+    if (takePayload(t, src, tag, h.tag, h.bytes)) return;
+  }
+}
+
+// From any rank: a message of this tag parked earlier comes first (lowest rank first); otherwise the first header
+// that arrives from any other rank (tcclRecvAny), its payload parked when its tag is another one. Gloo's
+// recvAnysource matches the same way: by tag, whichever rank's message is first.
+int ProcessGroupTopocoll::recvAnyTagged(at::Tensor& t, int tag) {
+  for (auto& [key, box] : mailbox_->pending) {
+    if (key.second != tag || box.empty()) continue;
+    std::vector<char> payload = std::move(box.front());
+    box.pop_front();
+    deliverParked(t, key.first, tag, payload);
+    return key.first;
+  }
+  std::vector<int> others;
+  for (int r = 0; r < getSize(); ++r)
+    if (r != getRank()) others.push_back(r);
+  while (true) {
+    Header h{};
+    int src = -1;
+    check(tcclRecvAny(&h, sizeof(h), tcclUint8, others.data(), static_cast<int>(others.size()), &src, comm_),
+          "tcclRecvAny (header)");
+    if (takePayload(t, src, tag, h.tag, h.bytes)) return src;
   }
 }
 
@@ -823,6 +866,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::recv(std::vector<at::Tensor
   at::Tensor t = tensors[0];
   return enqueue(*collWorker_, c10d::OpType::RECV, tensors,
                  [this, t, srcRank, tag]() mutable { recvTagged(t, srcRank, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTopocoll::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  checkSingle(tensors, "recvAnysource");
+  TORCH_CHECK(getSize() > 1, "ProcessGroupTopocoll::recvAnysource: a group of one rank has no other rank to receive "
+              "from");
+  at::Tensor t = tensors[0];
+  auto source = std::make_shared<std::atomic<int>>(-1);
+  auto work = enqueue(*collWorker_, c10d::OpType::RECVANYSOURCE, tensors, [this, t, tag, source]() mutable {
+    source->store(recvAnyTagged(t, tag), std::memory_order_release);
+  });
+  static_cast<Task*>(work.get())->setSource(std::move(source));
+  return work;
 }
 
 // A barrier whose BarrierOptions.timeout is shorter than the group's (Gloo honours it per call) meets over the store:

@@ -62,6 +62,7 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   /// Gloo's allgather_coalesced: every rank's list of tensors into outputs[rank] (one allgather of the flattened
   /// list).
@@ -94,6 +95,9 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
                                          std::function<void()> fn, const std::vector<at::Tensor>* inputs = nullptr);
   void check(tcclResult_t rc, const char* what) const;
   void recvTagged(at::Tensor& tensor, int src, int tag);
+  int recvAnyTagged(at::Tensor& tensor, int tag);  // returns the sender
+  bool takePayload(at::Tensor& tensor, int src, int tag, int64_t msgTag, uint64_t bytes);
+  void deliverParked(at::Tensor& tensor, int src, int tag, const std::vector<char>& payload);
   // The collectives' staging buffer: shareable memory (tcclMemAlloc, which the peers map) kept between calls and
   // grown to the largest operation that used it. The list forms stage the tensors that are not consecutive pieces
   // of one buffer in it, and stageFor() the large private tensors of an all-reduce. Only the collectives' Worker

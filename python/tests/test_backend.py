@@ -268,6 +268,32 @@ def _contracts(rank, n, path):
     for r in range(n):
         _check("allgather_coalesced a", outs[r][0], torch.full((3,), float(r)))
         _check("allgather_coalesced b", outs[r][1], torch.arange(5, dtype=torch.float32) + 10 * r)
+    # Receives from any rank (recvAnysource, Work.source_rank()), matched by tag as Gloo's: every other rank sends
+    # rank 0 a tag-7 message then a tag-5 one; rank 0 asks for the tag-5 ones first (the tag-7 ones that come first
+    # are parked), then for the tag-7 ones with irecv.
+    if n >= 2:
+        if rank == 0:
+            got = set()
+            with torch.profiler.profile(record_shapes=True) as prof:
+                for _ in range(n - 1):
+                    t = torch.zeros(3)
+                    src = dist.recv(t, tag=5)
+                    _check(f"recv from any rank (from {src})", t, torch.full((3,), 100.0 + src))
+                    got.add(src)
+            assert got == set(range(1, n)), got
+            assert any(e.name == "topocoll:recvAnySource" for e in prof.events())
+            got = set()
+            for _ in range(n - 1):
+                t = torch.zeros(3)
+                w = dist.irecv(t, tag=7)
+                w.wait()
+                src = w._source_rank()
+                _check(f"irecv from any rank (from {src})", t, torch.full((3,), float(src)))
+                got.add(src)
+            assert got == set(range(1, n)), got
+        else:
+            dist.send(torch.full((3,), float(rank)), 0, tag=7)
+            dist.send(torch.full((3,), 100.0 + rank), 0, tag=5)
     # monitoredBarrier (Gloo's C++ contract; torch 1.13's Python wrapper refuses other backends by name).
     pg.monitored_barrier(datetime.timedelta(seconds=30), wait_all_ranks=True)
     if n >= 2:

@@ -186,6 +186,16 @@ struct TcpBootstrap::Impl {
 
   // Polls `own` (the caller's sockets) together with the listener, the incoming connections and the root for up to
   // `ms`, handles what arrived on the latter, and throws when the job failed.
+  // What arrived so far, without waiting (a failure of the job is kept: the next receive, or failedElsewhere(),
+  // says so).
+  void serveArrived() {
+    try {
+      std::vector<pollfd> none;
+      service(none, 0);
+    } catch (const Error&) {
+    }
+  }
+
   void service(std::vector<pollfd>& own, int ms) {
     pump(own, ms);
     throwIfFailed();
@@ -572,11 +582,7 @@ bool TcpBootstrap::tryRecvAny(int tag, int* from, void* data, size_t size) {
   Impl& I = *impl_;
   std::unique_lock<std::mutex> lock(I.mu, std::try_to_lock);
   if (!lock.owns_lock()) return false;
-  try {
-    std::vector<pollfd> none;
-    I.service(none, 0);
-  } catch (const Error&) {  // the job failed: failedElsewhere() says so
-  }
+  I.serveArrived();
   for (auto it = I.unexpected.begin(); it != I.unexpected.end();) {
     if (it->tag != tag) {
       ++it;
@@ -589,6 +595,16 @@ bool TcpBootstrap::tryRecvAny(int tag, int* from, void* data, size_t size) {
       return true;
     }
   }
+  return false;
+}
+
+bool TcpBootstrap::hasMessage(int peer, int tag) {
+  Impl& I = *impl_;
+  std::unique_lock<std::mutex> lock(I.mu, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  I.serveArrived();
+  for (const auto& m : I.unexpected)
+    if (m.rank == peer && m.tag == tag) return true;
   return false;
 }
 

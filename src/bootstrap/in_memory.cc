@@ -124,6 +124,12 @@ class InMemoryBootstrap : public Bootstrap {
     return false;
   }
 
+  bool hasMessage(int peer, int tag) override {
+    std::lock_guard<std::mutex> lock(g_->mu);
+    auto it = g_->mail.find({peer, rank_, tag});
+    return it != g_->mail.end() && !it->second.empty();
+  }
+
   bool failedElsewhere(std::string* why, std::chrono::milliseconds wait) override {
     std::unique_lock<std::mutex> lock(g_->mu);
     g_->cv.wait_for(lock, wait, [&] { return !g_->failure.empty(); });

@@ -792,6 +792,20 @@ tcclResult_t tcclRecv(void* recvbuff, size_t count, tcclDataType_t datatype, int
       });
 }
 
+tcclResult_t tcclRecvAny(void* recvbuff, size_t count, tcclDataType_t datatype, const int* peers, int nPeers,
+                         int* source, tcclComm_t comm) {
+  return issue(
+      comm, "tcclRecvAny",
+      [&] {
+        checkType(datatype);
+        checkBuf(recvbuff, bytesOf(count, datatype), "recvbuff");
+        if (!source) topocoll::fail(StatusCode::kInvalidArgument, "source is NULL");
+        if (nPeers > 0 && !peers) topocoll::fail(StatusCode::kInvalidArgument, "peers is NULL");
+        for (int i = 0; i < nPeers; ++i) checkRank(comm, peers[i], "peers[i]");
+      },
+      [=] { *source = comm->comm->recvAny(recvbuff, count, dt(datatype), peers, nPeers); });
+}
+
 tcclResult_t tcclRedOpCreatePreMulSum(tcclRedOp_t* op, void* scalar, tcclDataType_t datatype,
                                       tcclScalarResidence_t residence, tcclComm_t comm) {
   return guarded(comm, "tcclRedOpCreatePreMulSum", [&] {

@@ -68,6 +68,9 @@ class CommImpl {
   Request irecv(void* buf, size_t count, DataType type, int peer) { return p2p_->irecv(buf, count, type, peer); }
   void send(const void* buf, size_t count, DataType type, int peer) { p2p_->send(buf, count, type, peer); }
   void recv(void* buf, size_t count, DataType type, int peer) { p2p_->recv(buf, count, type, peer); }
+  int recvAny(void* buf, size_t count, DataType type, const int* peers, int nPeers) {
+    return p2p_->recvAny(buf, count, type, peers, nPeers);
+  }
 
   Request iallReduce(const void* sendbuff, void* recvbuff, size_t count, DataType type, RedOp op);
   Request ibroadcast(const void* sendbuff, void* recvbuff, size_t count, DataType type, int root);

@@ -48,6 +48,10 @@ void Communicator::send(const void* buf, size_t count, DataType type, int peer) 
 }
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) { impl_->recv(buf, count, type, peer); }
 
+int Communicator::recvAny(void* buf, size_t count, DataType type, const int* peers, int nPeers) {
+  return impl_->recvAny(buf, count, type, peers, nPeers);
+}
+
 Request Communicator::iallReduce(const void* s, void* r, size_t n, DataType t, RedOp op) {
   return impl_->iallReduce(s, r, n, t, op);
 }

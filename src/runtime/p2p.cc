@@ -23,6 +23,8 @@
 #include "topocoll/status.h"
 #include "topocoll/transport/oneshot.h"
 #include "topocoll/transport/peer_memory.h"
+#include "topocoll/transport/primitives.h"
+#include "topocoll/bootstrap/bootstrap.h"
 
 #ifdef TOPOCOLL_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -361,6 +363,77 @@ void detail::PointToPoint::recv(void* buf, size_t count, DataType type, int peer
   if (tryShot(false, buf, count, type, peer)) return;
   if (tryInline(false, buf, count, type, peer)) return;
   issue(makeOp(false, buf, count, type, peer), true);
+}
+
+bool detail::PointToPoint::messageWaiting(int peer) {
+  const std::vector<transport::Connector*>& conns = conns_.p2pConnectors(peer, Side::kRecv);
+  if (conns.empty()) return false;
+  transport::ConnInfo& ci = conns[0]->conn;
+  transport::ShotMessage m;
+  if (ci.p2pShot.area && transport::ShotBox(ci.p2pShot, ci.wake).peek(&m)) return true;
+  if (ci.drive) {  // NET: move the connection in this thread (its proxy leaves an idle one alone), then look
+    ci.drive->take();
+    ci.drive->drive();
+    const bool arrived = ci.drive->stepArrived();
+    ci.drive->release();
+    return arrived;
+  }
+  return transport::messageArrived(ci);
+}
+
+int detail::PointToPoint::recvAny(void* buf, size_t count, DataType type, const int* peers, int nPeers) {
+  if (detail::inGroup())
+    fail(StatusCode::kInvalidUsage, "rank {}: a receive from any rank cannot join a group (it blocks until one sends)",
+         rank_);
+  if (nPeers <= 0 || !peers)
+    fail(StatusCode::kInvalidArgument, "rank {}: a receive from any rank needs at least one rank to receive from",
+         rank_);
+  for (int i = 0; i < nPeers; ++i)
+    if (peers[i] < 0 || peers[i] >= nRanks_ || peers[i] == rank_)
+      fail(StatusCode::kInvalidArgument, "rank {}: receive from any rank: rank {} (peers[{}]) {}", rank_, peers[i], i,
+           peers[i] == rank_ ? "is this rank" : fmt::format("is not in the communicator ({} ranks)", nRanks_));
+  transport::Context& ctx = conns_.context();
+  const auto start = std::chrono::steady_clock::now();
+  auto nextJobCheck = start;
+  int idle = 0;
+  while (true) {
+    if (aborted()) fail(StatusCode::kAborted, "rank {}: receive from any rank on an aborted communicator", rank_);
+    int gone = 0;
+    for (int k = 0; k < nPeers; ++k) {
+      const int at = (anyNext_ + k) % nPeers, p = peers[at];
+      if (ctx.peerGone && (*ctx.peerGone)[p].load(std::memory_order_relaxed)) {
+        ++gone;
+        continue;
+      }
+      // A peer that sends to this rank for the first time connects first: its connect records wait here.
+      if (!conns_.connected(p)) {
+        if (!transport::peerConnecting(ctx, p, 0)) continue;
+        conns_.ensureConnected(p);
+      }
+      if (!messageWaiting(p)) continue;
+      anyNext_ = (at + 1) % nPeers;
+      recv(buf, count, type, p);
+      return p;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (gone == nPeers) {
+      const int p = peers[0];
+      fail(StatusCode::kRemoteError, "rank {}: receive from any rank: every rank it could come from is gone ({})",
+           rank_, transport::peerGoneWhy(p, (*ctx.peerGone)[p].load()));
+    }
+    if (now - start > ctx.timeout)
+      fail(StatusCode::kTimeout, "rank {}: receive from any rank: none of {} rank(s) sent within {} ms", rank_, nPeers,
+           ctx.timeout.count());
+    if (now >= nextJobCheck) {  // another rank's failure of the job, as the bootstrap heard it
+      std::string why;
+      if (ctx.bootstrap && ctx.bootstrap->failedElsewhere(&why))
+        fail(StatusCode::kRemoteError, "rank {}: receive from any rank: {}", rank_, why);
+      nextJobCheck = now + std::chrono::milliseconds(100);
+    }
+    // Spin a little (a message often comes at once), then sleep, up to 100 us between looks.
+    if (++idle < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(std::min(100, idle - 63)));
+  }
 }
 
 void detail::PointToPoint::post(std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker) {

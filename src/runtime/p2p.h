@@ -50,6 +50,12 @@ class PointToPoint {
   Request irecv(void* buf, size_t count, DataType type, int peer);
   void send(const void* buf, size_t count, DataType type, int peer);
   void recv(void* buf, size_t count, DataType type, int peer);
+  /// A blocking receive from whichever of `peers` sends first (MPI's MPI_ANY_SOURCE; PyTorch's recvAnysource): waits
+  /// until a message from one of them arrives, or one connects to this rank to send, then receives it as recv()
+  /// does; returns its sender. Peers are looked at in turn, starting after the last one served. No receive from
+  /// these peers may be under way meanwhile (nothing else receives on this communicator: NCCL's rule that one
+  /// thread uses it at a time).
+  int recvAny(void* buf, size_t count, DataType type, const int* peers, int nPeers);
 
   // What a group does with this communicator's sends and receives (groups.cc).
   void post(std::vector<std::shared_ptr<progress::Op>>& ops, bool wakeWorker);
@@ -93,6 +99,8 @@ class PointToPoint {
   bool deviceBuffer(const void* buf) const;
   /// GPU ranks: the stream of device copies, made at the first one.
   void* deviceStream();
+  /// Whether a message from connected `peer` waits in its mailbox lane or the FIFO of its first connector.
+  bool messageWaiting(int peer);
   bool aborted() const { return ctx_.aborted && ctx_.aborted->load(std::memory_order_relaxed); }
 
   Context ctx_;
@@ -115,6 +123,7 @@ class PointToPoint {
   // [recv, send][peer]: sends to / receives from the peer so far, both paths (the mailbox messages' index). The
   // sending and the receiving thread may differ: each counter has one writer at a time.
   std::unique_ptr<std::atomic<uint32_t>[]> index_[2];
+  int anyNext_ = 0;  // recvAny: where its next look starts among its peers
 };
 
 }  // namespace detail

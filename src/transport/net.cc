@@ -166,6 +166,12 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
     }
   }
 
+  bool stepArrived() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (side_ != Side::kRecv) return false;
+    return phase_ == 2 || phase_ == 3 || posted_ > fifo_.sm()->head.value.load(std::memory_order_acquire);
+  }
+
   void waitFds(std::vector<pollfd>& fds) override {
     std::lock_guard<std::mutex> lock(mu_);
     socketFds(fds);

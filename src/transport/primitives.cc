@@ -858,4 +858,10 @@ bool Transfer::recvSingle() {
   return true;
 }
 
+bool messageArrived(const ConnInfo& ci) {
+  const uint64_t step = ci.step;
+  if (ci.tail && ci.tail->load(std::memory_order_acquire) > step) return true;
+  return ci.buffs[kProtoLL] && llValid(llSlot(ci, step)[0].load(std::memory_order_acquire), step);
+}
+
 }  // namespace topocoll::transport

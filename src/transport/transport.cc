@@ -126,6 +126,21 @@ void checkWait(const Context& ctx, Clock::time_point deadline, const std::string
 
 }  // namespace
 
+namespace {
+// The bootstrap tag of round `round`'s connect records, and of the exchange that ends the setup.
+int recordTag(int round, int graphTag) { return (round << 8) + graphTag; }
+int doneTag(int round, int graphTag) { return (round << 8) + (1 << 7) + graphTag; }
+}  // namespace
+
+bool peerConnecting(const Context& ctx, int peer, int graphTag) {
+  const int n = ctx.nRanks, me = ctx.rank;
+  if (n == 1 || peer == me || !ctx.bootstrap) return false;
+  // The peer's round with this rank as its send peer, and the one with this rank as its receive peer.
+  const int asSend = (me - peer + n) % n, asRecv = (peer - me + n) % n;
+  return ctx.bootstrap->hasMessage(peer, recordTag(asSend, graphTag)) ||
+         (asRecv != asSend && ctx.bootstrap->hasMessage(peer, recordTag(asRecv, graphTag)));
+}
+
 void setupConnections(Context& ctx, std::vector<Channel>& channels, const ConnectMasks& masks, int connIndex,
                       int graphTag) {
   const int n = ctx.nRanks, me = ctx.rank;
@@ -158,7 +173,7 @@ void setupConnections(Context& ctx, std::vector<Channel>& channels, const Connec
     size_t k = 0;
     for (Connector* c : r.recvConns) selectTransport(ctx, *c, &r.data[k++]);
     for (Connector* c : r.sendConns) selectTransport(ctx, *c, &r.data[k++]);
-    const int tag = (i << 8) + graphTag;
+    const int tag = recordTag(i, graphTag);
     const size_t nr = r.recvConns.size(), ns = r.sendConns.size();
     if (r.sendPeer == r.recvPeer) {
       bs.send(r.recvPeer, tag, r.data.data(), sizeof(ConnectRecord) * (nr + ns));
@@ -221,7 +236,7 @@ void setupConnections(Context& ctx, std::vector<Channel>& channels, const Connec
   char none = 0;  // one byte: empty messages trip some bootstraps (memcpy from an empty buffer)
   for (const Round& r : rounds) {
     int i = (r.sendPeer - me + n) % n;
-    const int tag = (i << 8) + (1 << 7) + graphTag;
+    const int tag = doneTag(i, graphTag);
     bool s = !r.sendConns.empty(), v = !r.recvConns.empty();
     if (r.recvPeer != r.sendPeer) {
       if (s) bs.send(r.sendPeer, tag, &none, 1);

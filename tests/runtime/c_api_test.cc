@@ -145,6 +145,26 @@ TEST_P(CApi, GroupedSendRecvInAnyOrder) {
   }));
 }
 
+// Every rank sends its rank to rank 0, which takes them from any rank and learns each sender (tcclRecvAny).
+TEST_P(CApi, ReceivesFromAnyRankNameTheirSender) {
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks";
+  expectAll(onRanks(comms_, [&](int r, tcclComm_t c) {
+    if (r > 0) return tcclSend(&r, 1, tcclInt32, 0, c, nullptr);
+    std::vector<int> peers, seen(n_, 0);
+    for (int q = 1; q < n_; ++q) peers.push_back(q);
+    int x = -1, src = -1;
+    EXPECT_EQ(tcclRecvAny(&x, 1, tcclInt32, peers.data(), n_ - 1, nullptr, c), tcclInvalidArgument);
+    EXPECT_NE(std::string(tcclGetLastError(c)).find("source is NULL"), std::string::npos) << tcclGetLastError(c);
+    EXPECT_EQ(tcclRecvAny(&x, 1, tcclInt32, nullptr, 1, &src, c), tcclInvalidArgument);
+    for (int q = 1; q < n_; ++q) {
+      tcclResult_t rc = tcclRecvAny(&x, 1, tcclInt32, peers.data(), n_ - 1, &src, c);
+      if (rc != tcclSuccess) return rc;
+      if (x != src || src < 1 || src >= n_ || seen[src]++) return tcclInternalError;
+    }
+    return tcclSuccess;
+  }));
+}
+
 TEST_P(CApi, BadArgumentsGiveNcclsResultCodes) {
   tcclComm_t c = comms_[0];
   int x = 0;

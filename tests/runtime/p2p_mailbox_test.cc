@@ -18,6 +18,8 @@
 namespace topocoll::runtime {
 namespace {
 
+using testing::expectError;
+using testing::expectNoErrors;
 using testing::force;
 using testing::runRanks;
 using testing::Transport;
@@ -31,10 +33,6 @@ std::vector<uint8_t> message(int src, int dst, size_t bytes, int salt) {
   std::vector<uint8_t> v(bytes);
   for (size_t i = 0; i < bytes; ++i) v[i] = pattern(src, dst, i, salt);
   return v;
-}
-
-void expectNoErrors(const std::vector<std::string>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 void check(bool ok, const std::string& what) {

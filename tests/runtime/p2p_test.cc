@@ -16,6 +16,8 @@
 namespace topocoll::runtime {
 namespace {
 
+using testing::expectError;
+using testing::expectNoErrors;
 using testing::force;
 using testing::runRanks;
 using testing::Transport;
@@ -23,10 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 uint8_t pattern(int src, int dst, size_t i, int salt) {
   return static_cast<uint8_t>(src * 131 + dst * 31 + i * 7 + (i >> 9) + salt * 13);
-}
-
-void expectNoErrors(const std::vector<std::string>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 // One grouped all-to-all of `count` elements of `t` (every rank sends to and receives from every rank, itself
@@ -502,15 +500,6 @@ TEST(BadInput, ClearErrors) {
       2, [](int r, InitOptions& o) { force(Transport::kP2p, r, o.cfg); },
       [](Communicator& c, int r) {
         int x = 0;
-        auto expectError = [](auto f, StatusCode code, const char* text) {
-          try {
-            f();
-            ADD_FAILURE() << "no error, expected " << text;
-          } catch (const Error& e) {
-            EXPECT_EQ(e.code(), code) << e.what();
-            EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-          }
-        };
         expectError([&] { c.send(&x, 1, DataType::kInt32, 2); }, StatusCode::kInvalidArgument, "no such rank");
         expectError([&] { c.recv(&x, 1, DataType::kInt32, -1); }, StatusCode::kInvalidArgument, "no such rank");
         expectError([&] { c.send(nullptr, 4, DataType::kInt32, 1 - r); }, StatusCode::kInvalidArgument, "null buffer");
@@ -518,6 +507,17 @@ TEST(BadInput, ClearErrors) {
                     "unknown data type");
         expectError([&] { c.send(&x, SIZE_MAX / 2, DataType::kInt64, 1 - r); }, StatusCode::kInvalidArgument,
                     "overflows");
+        const int self[] = {r}, outside[] = {1 - r, 2};  // receives from any rank
+        expectError([&] { c.recvAny(&x, 1, DataType::kInt32, self, 1); }, StatusCode::kInvalidArgument,
+                    "is this rank");
+        expectError([&] { c.recvAny(&x, 1, DataType::kInt32, outside, 2); }, StatusCode::kInvalidArgument,
+                    "rank 2 (peers[1]) is not in the communicator");
+        expectError([&] { c.recvAny(&x, 1, DataType::kInt32, outside, 0); }, StatusCode::kInvalidArgument,
+                    "at least one rank");
+        groupStart();
+        expectError([&] { c.recvAny(&x, 1, DataType::kInt32, outside, 1); }, StatusCode::kInvalidUsage,
+                    "cannot join a group");
+        groupEnd();
         expectError([] { groupEnd(); }, StatusCode::kInvalidUsage, "without groupStart");
         groupStart();
         Request q = c.isend(&x, 1, DataType::kInt32, 1 - r);

@@ -55,6 +55,23 @@ inline std::vector<std::string> runRanks(int n, const std::function<void(int, ru
   return errors;
 }
 
+/// Every rank's body ended without an error (runRanks's result).
+inline void expectNoErrors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+/// `f` throws an Error of `code` whose message contains `text`.
+template <typename F>
+void expectError(F&& f, StatusCode code, const char* text) {
+  try {
+    f();
+    ADD_FAILURE() << "no error, expected " << text;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
 /// The communicators of `n` ranks of one host in this process, made by `n` threads at once over one in-memory group
 /// (init is collective), for a test that then drives several of them from one thread (NCCL's single-process
 /// multi-GPU pattern).

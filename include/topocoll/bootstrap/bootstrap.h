@@ -58,6 +58,12 @@ class Bootstrap {
     (void)tag, (void)from, (void)data, (void)size;
     return false;
   }
+  /// Whether a message of `tag` from `peer` arrived and waits for a recv (nothing is taken); never waits, never
+  /// blocks behind another thread's receiving call (false then: ask again).
+  virtual bool hasMessage(int peer, int tag) {
+    (void)peer, (void)tag;
+    return false;
+  }
   /// The secret of a communicator made from this one (split, shrink), for `context`: only this job's ranks can
   /// compute it (AuthKey::child of the job's secret).
   virtual AuthKey childKey(std::string_view context) const = 0;
@@ -132,6 +138,7 @@ class TcpBootstrap : public Bootstrap {
   void abort(const std::string& reason) override;
   bool failedElsewhere(std::string* why, std::chrono::milliseconds wait = {}) override;
   bool tryRecvAny(int tag, int* from, void* data, size_t size) override;
+  bool hasMessage(int peer, int tag) override;
   AuthKey childKey(std::string_view context) const override;
   std::string childRootHost() const override;
   void sendSurvivor(int peer, int tag, const void* data, size_t size) override;

@@ -156,6 +156,11 @@ class TOPOCOLL_API Communicator {
   /// isend(...).wait(); inside a group, issued and completed by groupEnd().
   void send(const void* buf, size_t count, DataType type, int peer);
   void recv(void* buf, size_t count, DataType type, int peer);
+  /// A blocking receive from whichever of the `nPeers` ranks in `peers` sends first (MPI_ANY_SOURCE): returns the
+  /// sender's rank. The message must match `count` and `type` as for recv(). Not in a group; no other receive from
+  /// these peers may be under way. Fails kTimeout after TOPOCOLL_TIMEOUT with no sender, kRemoteError when every
+  /// one of them is gone.
+  int recvAny(void* buf, size_t count, DataType type, const int* peers, int nPeers);
 
   // ---- Collectives (NCCL's argument order). Every rank calls the same collectives in the same order, with the same
   // count, type, op and root; they complete in that order. In place when the send buffer is the receive buffer

@@ -233,6 +233,10 @@ class Transfer {
   std::string error_;
 };
 
+/// Receiver side of a FIFO: whether the sender's next message began to arrive (an LL header or a Simple step past
+/// this side's step); nothing is taken. Only while no receive on the connection is under way.
+bool messageArrived(const ConnInfo& ci);
+
 /// NCCL's p2p split: how many channels a message of `bytes` uses (ncclP2pChannels... in addP2pToPlan), with
 /// nChannelsMin/Max from the communicator, and part bounds (ncclP2pPartBounds).
 int p2pParts(size_t bytes, size_t chunkBytes, int nNodes, int nChannelsMin, int nChannelsMax);

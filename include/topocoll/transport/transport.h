@@ -124,6 +124,9 @@ class CallerDrive {
   virtual void waitFds(std::vector<pollfd>& fds) = 0;
   /// A last move (acknowledgements out), then the connection is the proxy's again (woken if it has work there).
   virtual void release() = 0;
+  /// Receiving side, between take() and release(): whether the sender's next step began to arrive (its header is
+  /// in, whether or not its data landed). A receive from any rank looks with it (nothing is taken).
+  virtual bool stepArrived() = 0;
   /// A transfer over the connection failed while the proxy may be moving its bytes from or into the user's buffer:
   /// waits out a move under way, then nobody moves the connection any more (broken with `why`). After it returns,
   /// nothing of the connection touches the user's buffers.
@@ -316,6 +319,11 @@ struct ConnectMasks {
   bool empty() const;
   std::vector<uint64_t> recv, send;
 };
+
+/// Whether `peer`'s connect records for its connections with this rank (setupConnections of `graphTag`) arrived and
+/// wait for this rank's side of the exchange: the peer is connecting to this rank. Never blocks (bootstrap::
+/// Bootstrap::hasMessage).
+bool peerConnecting(const Context& ctx, int peer, int graphTag);
 
 /// NCCL's ncclTransportP2pSetup: for i = 1 .. nRanks-1, with recvPeer = rank - i and sendPeer = rank + i, set up
 /// the recv connectors to recvPeer then the send connectors to sendPeer of every marked channel (selectTransport
