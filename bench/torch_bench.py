@@ -57,6 +57,26 @@ def _op(coll, n, size, backend):
     return lambda: dist._reduce_scatter_base(out, inp), per * n * 4
 
 
+def time_op(fn, seconds, max_iters=10000):
+    """The mean time of `fn` over a loop of about `seconds` after a warm-up, the maximum over ranks."""
+    fn()
+    dist.barrier()
+    t0 = time.perf_counter()
+    fn()
+    est = torch.tensor([max(time.perf_counter() - t0, 1e-6)])
+    dist.all_reduce(est, op=dist.ReduceOp.MAX)  # every rank must run the same number of iterations
+    iters = int(min(max(seconds / est.item(), 3), max_iters))
+    for _ in range(min(iters // 10 + 1, 20)):
+        fn()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    mine = torch.tensor([(time.perf_counter() - t0) / iters])
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    return mine.item()
+
+
 def _worker(rank, n, path, backend, coll, sizes, seconds, bind, q):
     if bind:
         os.sched_setaffinity(0, {rank % os.cpu_count()})
@@ -70,22 +90,7 @@ def _worker(rank, n, path, backend, coll, sizes, seconds, bind, q):
         if backend == "gloo" and coll == "reduce_scatter":
             break
         fn, real = _op(coll, n, size, backend)
-        fn()
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        est = torch.tensor([max(time.perf_counter() - t0, 1e-6)])
-        dist.all_reduce(est, op=dist.ReduceOp.MAX)  # every rank must run the same number of iterations
-        iters = int(min(max(seconds / est.item(), 3), 10000))
-        for _ in range(min(iters // 10 + 1, 20)):
-            fn()
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        mine = torch.tensor([(time.perf_counter() - t0) / iters])
-        dist.all_reduce(mine, op=dist.ReduceOp.MAX)
-        rows.append((real, mine.item()))
+        rows.append((real, time_op(fn, seconds)))
     if rank == 0:
         q.put(rows)
     dist.destroy_process_group()

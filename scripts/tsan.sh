@@ -8,8 +8,8 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build-tsan}
 BUILD_ONLY=${2:-}
 TESTS=(bootstrap_test runtime_c_api_test runtime_communicator_test progress_engine_test runtime_p2p_test
-       runtime_p2p_mailbox_test transport_test runtime_collectives_test runtime_coll_property_test runtime_split_test
-       runtime_one_sided_test)
+       runtime_p2p_mailbox_test runtime_p2p_any_test transport_test runtime_collectives_test runtime_coll_property_test
+       runtime_split_test runtime_one_sided_test)
 # Not here: the single-threaded tests (collectives_reduce_test's reduction kernels, bootstrap_wire_test's parsers:
 # nothing for TSan to find; the ASan stage runs them), and runtime_p2p_big_test (64 MiB of every type per transport:
 # the transfers and hand-overs runtime_p2p_test runs under TSan at smaller sizes, at TSan's cost per byte).

@@ -644,7 +644,7 @@ bool Transfer::recvStart() {
   // eager one) completes as soon as its lines are written, so the sender's next message may be Simple and move the
   // tail past our step. Lines first and tail second, a receiver could miss lines written just after its look, see
   // that later tail and take the old header in our step's Simple slot for the message (size mismatch, one message
-  // behind the sender: coll_netns_test's rare reduce_scatter-types failure). A tail past our step read first
+  // behind the sender: the cross-host collectives test's rare reduce_scatter-types failure). A tail past our step read first
   // (acquire) makes the sender's earlier lines visible to the look that follows.
   const uint64_t tail = ci_.tail->load(std::memory_order_acquire);
   if (test_hooks::recvStartBetweenLooks) test_hooks::recvStartBetweenLooks();

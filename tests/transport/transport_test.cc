@@ -275,7 +275,7 @@ TEST(PostedReceive, LetsAMatchingSendCompleteWithoutTheAck) {
   EXPECT_TRUE(s3.finished() && !s3.failed()) << s3.error();
 }
 
-// The interleaving behind coll_netns_test's rare reduce_scatter-types failure: the receiver looks for its step's
+// The interleaving behind the cross-host collectives test's rare reduce_scatter-types failure: the receiver looks for its step's
 // header; the sender's LL message for that step lands just after its look at the LL lines and completes at once
 // (the receive is posted), and the sender's next message, Simple, publishes a tail past the step. The receiver must
 // take the LL message, not the old header left in that step's Simple slot (here an 8-byte message of an earlier

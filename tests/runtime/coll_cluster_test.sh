@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Collectives across hosts for real: an emulated cluster (scripts/cluster.py: each host its own network, UTS, IPC,
+# mount and PID namespaces, eth0 on a bridge shaped at 2 Gbit/s), no NCCL_HOSTID. Checks that the ranks see one
+# host each (P2P inside a host, NET/Socket between hosts, by hostname as NCCL detects them), then runs every
+# collective of topocoll-perf at 2 hosts x 2 ranks and 2 x 1 with every result checked (-c 1; a wrong element fails
+# the run), every type and op, and each algorithm/protocol forced. Exits 77 (skipped) where namespaces are not
+# permitted. The cluster is removed on exit.
+set -u
+P=${TOPOCOLL_PERF:?}
+name=ct$$
+CLUSTER="python3 $(dirname "$0")/../../scripts/cluster.py --name ${name:0:5}"
+tmp=$(mktemp -d)
+cleanup() { $CLUSTER down > /dev/null 2>&1; rm -rf "$tmp"; }
+trap cleanup EXIT
+fails=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+
+$CLUSTER up 2 2gbit || exit $?
+
+# run NAME H R "KNOBS" PERF_ARGS...: R ranks on each of H hosts; rank 0's output in $tmp/NAME/rank0.log
+run() {
+  local name=$1 hosts=$2 ranks=$3 knobs=$4
+  shift 4
+  if $CLUSTER run "$hosts" "$ranks" --quiet --timeout 120 --output "$tmp/$name" -- \
+      env TOPOCOLL_TIMEOUT=60 NCCL_DEBUG=INFO $knobs "$P" "$@" &&
+    grep -q "Out of bounds values : 0 OK" "$tmp/$name/rank0.log"; then
+    ok "$name ($(grep -cE '^ +[0-9]' "$tmp/$name/rank0.log") sizes, results checked)"
+  else
+    bad "$name" "$(grep -vE '^ +[0-9]' "$tmp/$name"/rank*.log | grep -v '#' | tail -4)"
+  fi
+}
+
+# Hosts as NCCL detects them (hostname and boot id): rank 0 lists ranks on two hosts, reaches its host's other rank
+# over P2P or SHM and the other host over NET/Socket through eth0, with no knob.
+run hosts 2 2 "" all_reduce_perf -b 8 -e 8 -n 1 -w 0 -c 1
+log=$tmp/hosts/rank0.log
+if grep -qE "Rank +2 .* on +${name:0:5}host1 " "$log" && grep -qE "via (P2P|SHM)/" "$log" &&
+  grep -qE "via NET/Socket/0" "$log" && grep -q "NET/Socket : Using \[0\]eth0" "$log"; then
+  ok "two hosts detected, P2P/SHM inside, NET/Socket over eth0 between"
+else
+  bad "hosts" "$(grep -E 'Rank|via|NET/Socket' "$log" | head -8)"
+fi
+
+for t in all_reduce_perf broadcast_perf reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf sendrecv_perf; do
+  run "$t" 2 2 "" "$t" -l 8,4100,1M -n 2 -w 1 -c 1
+done
+run all_reduce-2x1 2 1 "" all_reduce_perf -l 8,4100,1M -n 2 -w 1 -c 1
+# Every type and op through the reductions, and each algorithm/protocol forced.
+run all_reduce-types 2 2 "" all_reduce_perf -l 1K -d all -o all -n 1 -w 0 -c 1
+run reduce_scatter-types 2 2 "" reduce_scatter_perf -l 1K -d all -o all -n 1 -w 0 -c 1
+for f in "ring simple" "ring ll" "tree simple" "tree ll"; do
+  set -- $f
+  run "all_reduce-$1-$2" 2 2 "NCCL_ALGO=$1 NCCL_PROTO=$2" all_reduce_perf -l 8,64K,2M -n 2 -w 1 -c 1
+done
+echo "$fails failure(s)"
+[ $fails -eq 0 ]
