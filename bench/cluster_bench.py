@@ -20,6 +20,9 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+import cluster as cl  # noqa: E402  (scripts/cluster.py: its state, addresses and rates)
+
 CLUSTER = [sys.executable, os.path.join(HERE, "..", "scripts", "cluster.py")]
 FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
           "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
@@ -114,8 +117,7 @@ else:
 
 def round_trip(args):
     """An 8-byte TCP ping-pong between host 0 and host 1 (Python's sockets: an upper bound of the kernel's)."""
-    st = json.load(open(f"/run/topocoll-cluster/{args.name}/state.json"))
-    addr = f"10.80.{st['net']}.1"
+    addr = cl.address(cl.load(args.name), 0, 0)
     port = 29400
     srv = subprocess.Popen(CLUSTER + ["--name", args.name, "exec", "0", "--", sys.executable, "-c", PINGPONG,
                                       "server", addr, str(port), "0"], stdout=subprocess.DEVNULL)
@@ -162,7 +164,10 @@ def main():
         p = cluster(a, "up", str(hosts), a.rate, check=False)
         if p.returncode != 0:
             sys.exit(f"cluster_bench: {p.stderr.strip()}")
-    rate_gbs = float(re.fullmatch(r"(\d+(?:\.\d+)?)gbit", a.rate).group(1)) / 8 if a.rate.endswith("gbit") else None
+    try:
+        rate_gbs = cl.rate_bytes(a.rate) / 1e9
+    except cl.ClusterError as e:
+        sys.exit(f"cluster_bench: {e}")
     results = {}
     try:
         rtt = round_trip(a)

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "coll_task.h"
+#include "topocoll/bootstrap/bootstrap.h"
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/memcopy.h"
@@ -24,7 +25,6 @@
 #include "topocoll/transport/oneshot.h"
 #include "topocoll/transport/peer_memory.h"
 #include "topocoll/transport/primitives.h"
-#include "topocoll/bootstrap/bootstrap.h"
 
 #ifdef TOPOCOLL_HAVE_CUDA
 #include <cuda_runtime.h>
