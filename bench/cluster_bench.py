@@ -1,20 +1,31 @@
 #!/usr/bin/python3
 """Collectives across the hosts of an emulated cluster (scripts/cluster.py): topocoll's C API (topocoll-perf),
-topocoll through torch.distributed and Gloo through torch.distributed, on the same shaped links in the same run,
-with the link's rate and a raw TCP round trip between two hosts measured beside them.
+topocoll through torch.distributed, Gloo through torch.distributed and Open MPI (shared/peers' mpi_coll_bench under
+mpirun), on the same shaped links in the same run, with the link's rate and a raw TCP round trip between two hosts
+measured beside them.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/cluster_bench.py --rate 2gbit --shapes 2x1 2x2 --build build
+    PYTHONPATH=build/python /usr/bin/python3 bench/cluster_bench.py --rate 2gbit --shapes 2x1 2x2 --svg busbw.svg
 
 It brings a cluster up (name "cb", removed at the end; --keep leaves it), then for each H x R shape runs all_reduce
 (and -c ...) from 4 MiB to 64 MiB in steps of 4x. busbw as nccl-tests defines it (all_reduce 2(n-1)/n x size/time);
 the link's rate in GB/s is the bound a ring across hosts can reach. Times: the mean of a timed loop (-T seconds)
-after a warm-up, the maximum over ranks. Output: one table per collective (Markdown) and the raw rows as JSON
-(--json FILE).
+after a warm-up, the maximum over ranks. Output: one table per collective (Markdown), the raw rows as JSON
+(--json FILE) and a chart of busbw against size (--svg FILE: a panel per collective, a curve per entry and shape,
+the link's rate dashed).
+
+Entries (--entries): capi (BUILD/topocoll-perf), topocoll and gloo (torch.distributed), mpi: Open MPI's
+MPI_Allreduce (out of place), MPI_Allgather, MPI_Reduce_scatter_block and MPI_Bcast, timed by --mpi-bench
+(make -C shared/peers BUILD=/tmp/peers-build; needs openmpi-bin and libopenmpi-dev) with the same protocol, one
+mpirun per collective started in host 0, its daemons in the other hosts through `cluster.py agent`; TCP (eth0)
+between hosts, shared memory (vader) inside one, no binding (the hosts share this machine's cores). Without the
+binary or mpirun the mpi entry is skipped, with the reason, and the others run.
 """
 import argparse
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +37,9 @@ import cluster as cl  # noqa: E402  (scripts/cluster.py: its state, addresses an
 CLUSTER = [sys.executable, os.path.join(HERE, "..", "scripts", "cluster.py")]
 FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
           "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+ENTRIES = {"capi": "topocoll C API", "topocoll": "topocoll (torch)", "gloo": "Gloo (torch)", "mpi": "Open MPI"}
+MPI_COLL = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reduce_scatter",
+            "broadcast": "broadcast"}  # mpi_coll_bench's -c names
 
 
 def worker(a):
@@ -51,7 +65,8 @@ def worker(a):
 
 
 def cluster(args, *rest, check=True):
-    p = subprocess.run(CLUSTER + ["--name", args.name] + list(rest), capture_output=True, text=True)
+    p = subprocess.run(CLUSTER + ["--name", args.name] + list(rest), stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True)
     if check and p.returncode != 0:
         sys.exit(f"cluster_bench: cluster.py {' '.join(rest[:3])} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
     return p
@@ -79,6 +94,45 @@ def capi(args, coll, hosts, ranks):
     # in place for all_reduce and broadcast (what torch calls), out of place otherwise
     col = 9 if coll in ("all_reduce", "broadcast") else 5
     return [[int(r[0]), float(r[col]) * 1e-6] for r in rows if r[0].isdigit()]
+
+
+def mpi_skip(args):
+    """Why the mpi entry cannot run here ('' when it can)."""
+    if not shutil.which("mpirun"):
+        return "no mpirun on PATH (apt-get install openmpi-bin libopenmpi-dev)"
+    if not os.access(args.mpi_bench, os.X_OK):
+        return (f"{args.mpi_bench} is not built (make -C shared/peers BUILD={os.path.dirname(args.mpi_bench)}; "
+                "or --mpi-bench PATH)")
+    return ""
+
+
+def mpi(args, coll, hosts, ranks):
+    """[[size, seconds]] of one collective through Open MPI: mpirun from host 0, R ranks on each of H hosts."""
+    agent = f"{os.path.abspath(CLUSTER[1])} --name {args.name} agent"  # ssh's place: starts orted in the other hosts
+    cmd = ["timeout", "-k", "10", str(args.timeout), "mpirun", "--allow-run-as-root",
+           "--host", ",".join(f"{cl.host_name(args.name, h)}:{ranks}" for h in range(hosts)), "-np", str(hosts * ranks),
+           "--bind-to", "none", "--mca", "plm_rsh_agent", agent, "--mca", "btl", "tcp,self,vader",
+           "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0"]
+    if hosts * ranks > (os.cpu_count() or 1):  # more busy-polling ranks than cores: let them yield
+        cmd += ["--mca", "mpi_yield_when_idle", "1"]
+    cmd += [*(x for kv in args.env for x in ("-x", kv)), args.mpi_bench, "-l", ",".join(map(str, args.sizes)),
+            "-T", str(args.T), "-c", MPI_COLL[coll]]
+    p = cluster(args, "exec", "0", "--", *cmd, check=False)
+    if p.returncode != 0:
+        sys.exit(f"cluster_bench: Open MPI {coll} at {hosts}x{ranks} failed ({p.returncode}):\n"
+                 f"{(p.stdout + p.stderr).strip()[-2000:]}")
+    m = re.search(r"^# mpi (\S+)\s+nranks (\d+)", p.stdout, re.M)
+    if not m or m.group(1) != MPI_COLL[coll] or int(m.group(2)) != hosts * ranks:
+        sys.exit(f"cluster_bench: Open MPI {coll} at {hosts}x{ranks}: no header for {MPI_COLL[coll]} on "
+                 f"{hosts * ranks} ranks:\n{p.stdout[-2000:]}")
+    # size count type redop root time(us) algbw busbw #wrong iters
+    rows = [l.split() for l in p.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    rows = [r for r in rows if len(r) >= 10 and r[0].isdigit()]
+    for r in rows:
+        if r[8] != "0":
+            print(f"cluster_bench: Open MPI {coll} at {hosts}x{ranks}, {r[0]} B: {r[8]} wrong elements",
+                  file=sys.stderr)
+    return [[int(r[0]), float(r[5]) * 1e-6] for r in rows]
 
 
 def torch_rows(args, backend, hosts, ranks):
@@ -131,6 +185,25 @@ def round_trip(args):
     return float(m.group(1)) if m else float("nan")
 
 
+def svg(path, colls, shapes, entries, results, rate, rate_gbs):
+    """busbw against size: a panel per collective, a curve per entry (colour) and shape (dash), the link's rate."""
+    import svgchart
+    colors = {"capi": "#d62728", "topocoll": "#ff7f0e", "gloo": "#2ca02c", "mpi": "#1f77b4"}
+    dashes = ["", "6 3", "2 2", "8 3 2 3", "1 3"]
+    W, H = 360, 260
+    o = []
+    for i, c in enumerate(colls):
+        lines = [svgchart.Line([(s, bw) for s, _, bw in results.get((c, f"{h}x{r}", e), [])], colors[e],
+                               dashes[k % len(dashes)]) for k, (h, r) in enumerate(shapes) for e in entries]
+        o += svgchart.panel(i * W, 0, W, H, lines, title=f"{c} across hosts",
+                            rules=[svgchart.Rule(rate_gbs, f"link {rate}: {rate_gbs:.3f} GB/s", dash="10 4")] if rate_gbs else [])
+    width = W * len(colls)
+    o += svgchart.legend(10, H + 16, [(ENTRIES[e], colors[e], "") for e in entries])
+    o += svgchart.legend(10, H + 34, [(f"{h}x{r} (H x R)", "#555", dashes[k % len(dashes)])
+                                      for k, (h, r) in enumerate(shapes)])
+    svgchart.write(path, max(width, 420), H + 44, o)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -141,17 +214,24 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[4 << 20, 16 << 20, 64 << 20], help="bytes")
     ap.add_argument("-T", type=float, default=2.0, help="seconds per timed loop (default 2)")
     ap.add_argument("--build", default="build", help="where topocoll-perf is (default build)")
-    ap.add_argument("--entries", nargs="+", default=["capi", "topocoll", "gloo"], choices=["capi", "topocoll", "gloo"])
+    ap.add_argument("--entries", nargs="+", default=["capi", "topocoll", "gloo", "mpi"], choices=list(ENTRIES),
+                    help="what to measure (default all): capi (topocoll-perf), topocoll and gloo (torch.distributed), "
+                         "mpi (Open MPI, --mpi-bench)")
+    ap.add_argument("--mpi-bench", default="/tmp/peers-build/mpi_coll_bench",
+                    help="shared/peers' mpi_coll_bench (default /tmp/peers-build/mpi_coll_bench: "
+                         "make -C shared/peers BUILD=/tmp/peers-build)")
     ap.add_argument("--name", default="cb", help="the cluster's name (default cb)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster up (and use one that is up)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run before its ranks are killed")
     ap.add_argument("--json", help="write the raw rows here")
+    ap.add_argument("--svg", help="write a chart of busbw against size here (a panel per collective)")
     ap.add_argument("--env", nargs="+", default=[], metavar="K=V", help="variables for every rank (knobs)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         return worker(a)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through the finally that brings the cluster down
     shapes = []
     for s in a.shapes:
         m = re.fullmatch(r"(\d+)x(\d+)", s)
@@ -159,6 +239,15 @@ def main():
             sys.exit(f"cluster_bench: shape {s!r}: expected HxR such as 2x2")
         shapes.append((int(m.group(1)), int(m.group(2))))
     hosts = max(h for h, _ in shapes)
+    skipped = {}
+    if "mpi" in a.entries:
+        why = mpi_skip(a)
+        if why:
+            skipped["mpi"] = why
+            print(f"cluster_bench: skipping the mpi entry: {why}", file=sys.stderr)
+    entries = [e for e in a.entries if e not in skipped]
+    if not entries:
+        sys.exit("cluster_bench: no entry left to run")
     up = cluster(a, "status", check=False).returncode == 0
     if not up:
         p = cluster(a, "up", str(hosts), a.rate, check=False)
@@ -173,9 +262,9 @@ def main():
         rtt = round_trip(a)
         for h, r in shapes:
             n = h * r
-            for e in a.entries:
-                if e == "capi":
-                    rows = {c: capi(a, c, h, r) for c in a.c}
+            for e in entries:
+                if e in ("capi", "mpi"):
+                    rows = {c: (capi if e == "capi" else mpi)(a, c, h, r) for c in a.c}
                 else:
                     rows = torch_rows(a, e, h, r)
                 for c, rs in rows.items():
@@ -183,24 +272,27 @@ def main():
     finally:
         if not a.keep and not up:
             cluster(a, "down", check=False)
-    names = {"capi": "topocoll C API", "topocoll": "topocoll (torch)", "gloo": "Gloo (torch)"}
     print(f"# {a.rate} links{f' ({rate_gbs:.3f} GB/s)' if rate_gbs else ''}; TCP round trip host0-host1 "
           f"{rtt:.0f} us (8 B, Python sockets)")
+    for e, why in skipped.items():
+        print(f"# {ENTRIES[e]} skipped: {why}")
     for c in a.c:
         print(f"\n## {c} busbw (GB/s){f', fraction of the link in brackets' if rate_gbs else ''}\n")
         print("| H x R | entry | " + " | ".join(f"{s >> 20} MiB" for s in a.sizes) + " |")
         print("|---|---|" + "---|" * len(a.sizes))
         for h, r in shapes:
-            for e in a.entries:
+            for e in entries:
                 rows = {s: bw for s, _, bw in results.get((c, f"{h}x{r}", e), [])}
                 cells = [f"{rows[s]:.3f}" + (f" ({rows[s] / rate_gbs:.0%})" if rate_gbs else "") if s in rows else "-"
                          for s in a.sizes]
-                print(f"| {h}x{r} | {names[e]} | " + " | ".join(cells) + " |")
+                print(f"| {h}x{r} | {ENTRIES[e]} | " + " | ".join(cells) + " |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rate": a.rate, "rtt_us": rtt,
+            json.dump({"rate": a.rate, "rtt_us": rtt, "skipped": skipped,
                        "rows": [{"coll": c, "shape": s, "entry": e, "rows": v} for (c, s, e), v in results.items()]},
                       f, indent=1)
+    if a.svg:
+        svg(a.svg, a.c, shapes, entries, results, a.rate, rate_gbs)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,11 @@ reads S and writes nS; reduce_scatter (S = each rank's input) reads nS and write
 the n-1 other copies (nS). Bound time = traffic / B; bound busbw = S / bound time x the busbw factor.
 """
 import collections
-import math
 import statistics
 import sys
+
+import svgchart
+from svgchart import human
 
 FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
           "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
@@ -35,13 +37,6 @@ def med(v):
 
 def span(v):
     return f"{med(v):.2f} ({min(v):.2f}..{max(v):.2f})" if v else "-"
-
-
-def human(size):
-    for unit, f in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if size >= f and size % f == 0:
-            return f"{size // f}{unit}"
-    return str(size)
 
 
 def load(out):
@@ -104,62 +99,23 @@ def table(t, mem, near):
 def svg(t, mem, path):
     colls = [c for c in FACTOR if any(k[1] == c for k in t)]
     nps = sorted({k[2] for k in t})
-    W, H, L, R, T, B = 330, 240, 52, 10, 26, 36
+    W, H = 330, 240
     width, height = W * len(colls), H * len(nps) + 30
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-         f'font-size="10">', f'<rect width="{width}" height="{height}" fill="white"/>']
     bmem = med(list(mem.values()))
+    o = []
     for i, c in enumerate(colls):
         for j, np in enumerate(nps):
-            x0, y0 = i * W, j * H
-            series = {}
+            lines = []
             for lib in LIBS:
-                pts = []
-                for s in sorted({k[3] for k in t if k[1] == c and k[2] == np and k[0] == lib}):
-                    v = med([x[1] for x in t[(lib, c, np, s)].values()])
-                    if s > 0 and v > 0:
-                        pts.append((s, v))
-                if pts:
-                    series[lib] = pts
-            sizes = [p[0] for v in series.values() for p in v]
-            if not sizes:
-                continue
-            bound = bound_busbw(c, np, bmem)
-            vals = [p[1] for v in series.values() for p in v] + [bound]
-            xl, xh = math.log10(min(sizes)), math.log10(max(sizes)) + 1e-9
-            yl, yh = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)) + 1e-9)
-            px = lambda s: x0 + L + (math.log10(s) - xl) / (xh - xl) * (W - L - R)
-            py = lambda v: y0 + H - B - (math.log10(v) - yl) / (yh - yl) * (H - T - B)
-            o.append(f'<text x="{x0 + W / 2}" y="{y0 + 16}" text-anchor="middle" font-size="12">{c}, {np} ranks'
-                     f'</text>')
-            o.append(f'<rect x="{x0 + L}" y="{y0 + T}" width="{W - L - R}" height="{H - T - B}" fill="none" '
-                     f'stroke="#999"/>')
-            for e in range(int(yl), int(yh) + 1):
-                y = py(10 ** e)
-                o.append(f'<line x1="{x0 + L}" x2="{x0 + W - R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
-                o.append(f'<text x="{x0 + L - 4}" y="{y + 3:.1f}" text-anchor="end">{10.0 ** e:g}</text>')
-            for s in sorted(set(sizes)):
-                o.append(f'<text x="{px(s):.1f}" y="{y0 + H - B + 12}" text-anchor="middle">{human(s)}</text>')
-            o.append(f'<text x="{x0 + L + (W - L - R) / 2}" y="{y0 + H - 8}" text-anchor="middle">size (B)</text>')
-            o.append(f'<text x="{x0 + 12}" y="{y0 + H / 2}" transform="rotate(-90 {x0 + 12} {y0 + H / 2})" '
-                     f'text-anchor="middle">busbw (GB/s)</text>')
-            yb = py(bound)
-            o.append(f'<line x1="{x0 + L}" x2="{x0 + W - R}" y1="{yb:.1f}" y2="{yb:.1f}" stroke="{COLORS["bound"]}" '
-                     f'stroke-dasharray="4 3"/>')
-            for lib, pts in series.items():
-                d = " ".join(f"{px(s):.1f},{py(v):.1f}" for s, v in pts)
-                o.append(f'<polyline points="{d}" fill="none" stroke="{COLORS[lib]}" stroke-width="1.6"/>')
-                for s, v in pts:
-                    o.append(f'<circle cx="{px(s):.1f}" cy="{py(v):.1f}" r="2" fill="{COLORS[lib]}"/>')
-    x = 10
-    for lib in LIBS + ["bound"]:
-        name = {"mpi": "Open MPI 4.1.4", "gloo": "Gloo", "topocoll": "topocoll", "bound": "memory-bandwidth bound"}[lib]
-        dash = ' stroke-dasharray="4 3"' if lib == "bound" else ""
-        o.append(f'<line x1="{x}" x2="{x + 20}" y1="{height - 12}" y2="{height - 12}" stroke="{COLORS[lib]}" '
-                 f'stroke-width="2"{dash}/><text x="{x + 24}" y="{height - 8}">{name}</text>')
-        x += 40 + 7 * len(name)
-    o.append("</svg>")
-    open(path, "w").write("\n".join(o) + "\n")
+                pts = [(s, med([x[1] for x in t[(lib, c, np, s)].values()]))
+                       for s in sorted({k[3] for k in t if k[1] == c and k[2] == np and k[0] == lib})]
+                lines.append(svgchart.Line(pts, COLORS[lib]))
+            o += svgchart.panel(i * W, j * H, W, H, lines, title=f"{c}, {np} ranks",
+                                rules=[svgchart.Rule(bound_busbw(c, np, bmem), color=COLORS["bound"])])
+    names = {"mpi": "Open MPI 4.1.4", "gloo": "Gloo", "topocoll": "topocoll", "bound": "memory-bandwidth bound"}
+    o += svgchart.legend(10, height - 8, [(names[lib], COLORS[lib], "4 3" if lib == "bound" else "")
+                                          for lib in LIBS + ["bound"]])
+    svgchart.write(path, width, height, o)
 
 
 def main():

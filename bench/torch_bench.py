@@ -117,45 +117,28 @@ def run_capi(build, coll, n, sizes, seconds, bind):
 
 def svg(results, path):
     """busbw (GB/s) against size, one line per (backend, n, collective), log-log."""
-    import math
-    W, H, L, B = 900, 520, 70, 50
-    pts = [(s, t, bw) for (_, _, _), rows in results.items() for s, t, bw in rows if bw > 0]
-    if not pts:
-        return
-    xs = [math.log2(p[0]) for p in pts]
-    ys = [math.log10(p[2]) for p in pts]
-    x0, x1, y0, y1 = min(xs), max(xs), math.floor(min(ys)), math.ceil(max(ys))
-    X = lambda v: L + (v - x0) / max(x1 - x0, 1) * (W - L - 20)
-    Y = lambda v: H - B - (v - y0) / max(y1 - y0, 1) * (H - B - 30)
+    import svgchart
+    W, H = 900, 520
     colors = {"all_reduce": "#e6194b", "all_gather": "#3cb44b", "reduce_scatter": "#4363d8", "broadcast": "#f58231"}
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
-           f'<rect width="{W}" height="{H}" fill="white"/>',
-           f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="14">busbw vs size: topocoll default (solid), '
-           f'topocoll shareable (dotted) and gloo (dashed), torch.distributed on CPU</text>']
-    for e in range(int(y0), int(y1) + 1):
-        out.append(f'<line x1="{L}" x2="{W - 20}" y1="{Y(e)}" y2="{Y(e)}" stroke="#ddd"/>'
-                   f'<text x="{L - 5}" y="{Y(e) + 4}" text-anchor="end">{10 ** e:g} GB/s</text>')
-    for s in sorted({p[0] for p in pts}):
-        if int(math.log2(s)) % 2 == 1:
-            continue
-        lab = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1024 else f"{s} B"
-        out.append(f'<text x="{X(math.log2(s))}" y="{H - B + 15}" text-anchor="middle">{lab}</text>')
-    legend = 0
+    dashes = {"gloo": "5,4", "topocoll-shareable": "1,3"}
+    lines, keys = [], []
     for (backend, n, coll), rows in sorted(results.items()):
-        rows = [r for r in rows if r[2] > 0]
-        if not rows:
-            continue
-        d = " ".join(f"{'M' if i == 0 else 'L'}{X(math.log2(s)):.1f},{Y(math.log10(bw)):.1f}"
-                     for i, (s, _, bw) in enumerate(rows))
-        dash = {"gloo": ' stroke-dasharray="5,4"', "topocoll-shareable": ' stroke-dasharray="1,3"'}.get(backend, "")
         width = 2 if n == 2 else 1
-        out.append(f'<path d="{d}" fill="none" stroke="{colors[coll]}" stroke-width="{width}"{dash}/>')
-        if backend == "topocoll":
-            out.append(f'<text x="{L + 10}" y="{40 + 14 * legend}" fill="{colors[coll]}">{coll} np{n}</text>')
-            legend += 1
-    out.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(out) + "\n")
+        lines.append(svgchart.Line([(s, bw) for s, _, bw in rows], colors[coll], dashes.get(backend, ""), width,
+                                   markers=False))
+        if backend == "topocoll" and any(bw > 0 for _, _, bw in rows):
+            keys.append((f"{coll} np{n}", colors[coll], "", width))
+    ticks = []  # sizes at least 16x apart
+    for s in sorted({s for rows in results.values() for s, _, bw in rows if bw > 0}):
+        if not ticks or s >= 16 * ticks[-1]:
+            ticks.append(s)
+    label = lambda s: f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1024 else f"{s} B"
+    parts = svgchart.panel(0, 0, W, H, lines, xticks=ticks, xfmt=label,
+                           yfmt=lambda v: f"{v:g} GB/s", ylabel="", margins=(80, 20, 30, 50), title_size=14,
+                           title="busbw vs size: topocoll default (solid), topocoll shareable (dotted) and gloo "
+                                 "(dashed), torch.distributed on CPU")
+    if parts:
+        svgchart.write(path, W, H, parts + svgchart.legend(80 + 10, 44, keys, vertical=True), font_size=11)
 
 
 def main():

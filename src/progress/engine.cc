@@ -7,6 +7,10 @@
 #include <span>
 #include <utility>
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/transport/oneshot.h"
@@ -93,6 +97,7 @@ Transfer& OpPool::setPart(Op& op, transport::Connector& c, Transfer::Dir dir, vo
 Engine::Engine(const Options& opts) : opts_(opts), recvChain_(std::max(1, opts.nRanks)) {
   for (auto& q : shotQ_) q.resize(std::max(1, opts.nRanks));
   shotGaveUp_.assign(std::max(1, opts.nRanks), 0);
+  postFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // without it (-1) NET waits sleep on the doorbell
   worker_ = std::thread([this] { runWorker(); });
 }
 
@@ -126,6 +131,7 @@ Engine::~Engine() {
     op->state.store(Op::kFailed, std::memory_order_release);
     op->keep.reset();  // may free op: last use
   }
+  if (postFd_ >= 0) ::close(postFd_);
 }
 
 void Engine::post(const std::shared_ptr<Op>& op, bool wakeWorker) {
@@ -135,8 +141,9 @@ void Engine::post(const std::shared_ptr<Op>& op, bool wakeWorker) {
     op->seq = nextSeq_++;
     incoming_.push_back(op);
     pending_.fetch_add(1, std::memory_order_release);
-    hasIncoming_.store(true, std::memory_order_release);
+    hasIncoming_.store(true, std::memory_order_seq_cst);
   }
+  wakeNetPoller();
   if (wakeWorker) {
     {
       std::lock_guard<std::mutex> lock(workerMu_);
@@ -155,14 +162,24 @@ void Engine::post(const std::vector<std::shared_ptr<Op>>& ops, bool wakeWorker) 
       incoming_.push_back(op);
     }
     pending_.fetch_add(static_cast<int>(ops.size()), std::memory_order_release);
-    hasIncoming_.store(true, std::memory_order_release);
+    hasIncoming_.store(true, std::memory_order_seq_cst);
   }
+  wakeNetPoller();
   if (wakeWorker) {
     {
       std::lock_guard<std::mutex> lock(workerMu_);
       workerWanted_ = true;
     }
     workerCv_.notify_one();
+  }
+}
+
+void Engine::wakeNetPoller() {
+  // Pairs with waitMovingNet's store of netPolling_ and its look at hasIncoming_ (both seq_cst): either it sees
+  // the post before it blocks, or this sees it polling.
+  if (netPolling_.load(std::memory_order_seq_cst)) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(postFd_, &one, sizeof one);
   }
 }
 
@@ -1301,26 +1318,6 @@ void Engine::waitUntil(const Done& done, int spinUs, int yieldUs, int minYields)
   }
 }
 
-// A caller drives its own operations: the worker stays out of the way until it leaves.
-template <typename Done>
-void Engine::waitAsCaller(const Done& done, bool netOnly) {
-  if (done()) return;
-  callers_.fetch_add(1);
-  // Operations that only the proxy moves (NET): sleep on the doorbell at once (no yield: against CPU-bound processes
-  // a yield waits out their time slices; a 20 us spin first made 1 MiB no faster); the proxy rings it. Moving them
-  // here, blocked in poll() as driveInline does, made sendrecv 1 MiB 2-4x slower: steps that the engine's other
-  // driver publishes are not seen by a thread in poll().
-  if (netOnly) waitUntil(done, 0, 0, 0);
-  else waitUntil(done, opts_.spinUs, opts_.yieldUs);
-  if (callers_.fetch_sub(1) == 1 && !idle()) {
-    {
-      std::lock_guard<std::mutex> lock(workerMu_);
-      workerWanted_ = true;
-    }
-    workerCv_.notify_one();
-  }
-}
-
 namespace {
 bool onlyNet(const Op& op) {
   if (op.parts.empty() || op.shot) return false;
@@ -1330,21 +1327,143 @@ bool onlyNet(const Op& op) {
 }
 }  // namespace
 
+// A caller drives its own operations: the worker stays out of the way until it leaves.
+template <typename Done>
+void Engine::waitAsCaller(const Done& done, Op* const* ops, size_t nOps) {
+  if (done()) return;
+  callers_.fetch_add(1);
+  bool netOnly = true;
+  for (size_t i = 0; i < nOps && netOnly; ++i) netOnly = onlyNet(*ops[i]);
+  // Operations that only NET moves: this thread moves their connections itself (waitMovingNet); when it cannot
+  // (another thread drives the engine, or a group holds connections), it sleeps on the doorbell at once (no yield:
+  // against CPU-bound processes a yield waits out their time slices; a 20 us spin first made 1 MiB no faster), and
+  // the proxy rings it.
+  if (!netOnly) waitUntil(done, opts_.spinUs, opts_.yieldUs);
+  else if (!waitMovingNet(done, ops, nOps)) waitUntil(done, 0, 0, 0);
+  if (callers_.fetch_sub(1) == 1 && !idle()) {
+    {
+      std::lock_guard<std::mutex> lock(workerMu_);
+      workerWanted_ = true;
+    }
+    workerCv_.notify_one();
+  }
+}
+
+// Queued operations whose connections are all NET (a collective's steps across hosts): this thread moves those
+// connections (CallerDrive), with those of every other NET queue of the engine (the sends a collective posted before
+// this receive), and the engine's queues, and blocks in poll() on their sockets and on postFd_, as driveInline does
+// for a blocking send or receive. Through the proxy every message costs three wake-ups (caller -> proxy eventfd,
+// socket -> the peer's proxy, doorbell -> the peer's caller); here one (the socket). It holds the engine for the
+// whole wait, so no other driver publishes a step that this thread, blocked in poll(), would not see (moving the
+// connections while taking the engine per pass made sendrecv 1 MiB 2-4x slower); what other threads post meanwhile
+// rings postFd_. A queue that is not NET (P2P, SHM: their peers ring the doorbell, which poll() does not see) hands
+// everything back to the proxy and the rest of the wait sleeps on the doorbell. False, having done nothing, when it
+// cannot start: the engine is driven elsewhere, a group holds connections, or no eventfd.
+template <typename Done>
+bool Engine::waitMovingNet(const Done& done, Op* const* ops, size_t nOps) {
+  if (postFd_ < 0) return false;
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  if (!lock.owns_lock() || nHeld_ > 0 || !inlineConns_.empty()) return false;
+  struct Held {
+    std::array<transport::CallerDrive*, 32> d{};
+    size_t n = 0;
+    bool full = false;
+    void add(transport::CallerDrive* c) {
+      if (std::find(d.begin(), d.begin() + n, c) != d.begin() + n) return;
+      if (n == d.size()) {
+        full = true;
+        return;
+      }
+      c->take();
+      d[n++] = c;
+    }
+    bool lazy = false;  // the wait ended with nothing posted left: acknowledgements to come need no proxy
+    void releaseAll() {
+      for (size_t i = 0; i < n; ++i) d[i]->release(lazy);
+      n = 0;
+    }
+    ~Held() { releaseAll(); }
+  } held;
+  for (size_t i = 0; i < nOps; ++i)
+    if (!ops[i]->finished())
+      for (auto& t : ops[i]->parts) held.add(t->connector().conn.drive);  // all NET: waitAsCaller checked
+  // The other queues' connections; false when one is not NET.
+  auto holdQueues = [&] {
+    for (Queue* q : active_) {
+      if (q->parts.empty()) continue;
+      transport::CallerDrive* d = q->conn->conn.drive;
+      if (!d) return false;
+      held.add(d);
+    }
+    return !held.full;
+  };
+  auto driveNet = [&] {
+    bool moved = false;
+    for (size_t i = 0; i < held.n; ++i) moved |= held.d[i]->drive();
+    return moved;
+  };
+  transport::Backoff backoff(opts_.spinUs, 0, 0);
+  std::vector<pollfd>& fds = netFds_;  // driver only
+  // Posted operations are taken before the first pass publishes them: a step published on a connection that this
+  // thread does not hold yet wakes the proxy.
+  takeIncoming();
+  bool allNet = holdQueues();
+  while (!done()) {
+    bool moved = driveNet();  // what arrived (data, acknowledgements)
+    if (hasIncoming_.load(std::memory_order_acquire)) {  // what other threads posted meanwhile, likewise
+      takeIncoming();
+      allNet = holdQueues();
+    }
+    if (progressOnce()) {  // the steps it completes, and those it publishes
+      driveNet();          // out goes what was published
+      moved = true;
+    }
+    if (moved) {
+      backoff.reset();
+      continue;
+    }
+    bool block = false;
+    backoff.idle(*opts_.doorbell, [&] { return block = true; });  // spins within the budget, then says block
+    if (!block) continue;
+    if (!allNet) break;
+    fds.clear();
+    for (size_t i = 0; i < held.n; ++i) held.d[i]->waitFds(fds);
+    fds.push_back({postFd_, POLLIN, 0});
+    netPolling_.store(true, std::memory_order_seq_cst);
+    if (!hasIncoming_.load(std::memory_order_seq_cst) && !done()) {
+      // Slices, as the doorbell's: the engine's deadlines, aborts and dead peers are checked between them.
+      if (::poll(fds.data(), fds.size(), 20) == 0) checkStalls();
+    }
+    netPolling_.store(false, std::memory_order_relaxed);
+    uint64_t drained;
+    while (::read(postFd_, &drained, sizeof drained) > 0) {
+    }
+  }
+  if (done()) {
+    held.lazy = idle();
+    return true;
+  }
+  // A queue that only the proxy and the doorbell move: the rest as waitAsCaller waits without this.
+  held.releaseAll();
+  lock.unlock();
+  waitUntil(done, 0, 0, 0);
+  return true;
+}
+
 void Engine::wait(Op& op) {
-  waitAsCaller([&] { return op.finished(); }, onlyNet(op));
+  Op* const one = &op;
+  waitAsCaller([&] { return op.finished(); }, &one, 1);
   if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
 }
 
 void Engine::waitFinished(const std::vector<Op*>& ops) {
-  bool net = true;
-  for (Op* op : ops) net = net && onlyNet(*op);
   waitAsCaller(
       [&] {
         for (Op* op : ops)
           if (!op->finished()) return false;
         return true;
       },
-      net);
+      ops.data(), ops.size());
 }
 
 void Engine::drain(const std::vector<Op*>& ops) {

@@ -177,7 +177,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
     socketFds(fds);
   }
 
-  void release() override {
+  void release(bool lazy) override {
     bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -194,7 +194,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
       const int left = owned_.fetch_sub(1, std::memory_order_seq_cst) - 1;
       // Pairs with ring()'s fence: a thread that posted while we owned it and did not wake the proxy is seen here.
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      wake = left == 0 && data_ && !dead_ && !quiet();
+      wake = left == 0 && data_ && !dead_ && !quiet() && !(lazy && onlyAckAwaited());
     }
     if (wake) proxyWake_->ring();
   }
@@ -233,6 +233,12 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
              (!useAck_ || sm->ack.value.load(std::memory_order_acquire) >= done_);
     return !ackReq_ && (!ack_ || sm->ack.value.load(std::memory_order_acquire) <= ackSent_) &&
            (phase_ == 0 || phase_ == 1) && lastDone_ && sm->rdv.step.load(std::memory_order_acquire) <= posted_;
+  }
+
+  // A send side whose steps all went out and only waits for the receiver's acknowledgement of them.
+  bool onlyAckAwaited() const {
+    return side_ == Side::kSend && fifo_.rm()->tail.value.load(std::memory_order_acquire) == posted_ &&
+           posted_ == done_;
   }
 
   // Each step is two messages: the slot's 64-byte header, then the chunk's data from the sender's own buffer (the

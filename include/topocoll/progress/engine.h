@@ -233,11 +233,14 @@ class Engine {
   template <typename Step, typename Pending>
   void driveShots(const Step& step, const Pending& pending, Op* const* ops, size_t nOps);  // driver only
   void enqueue(Op* op, transport::Transfer* t);
+  void wakeNetPoller();  // post(): waitMovingNet wakes for what was posted
   void runWorker();
   template <typename Done>
   void waitUntil(const Done& done, int spinUs, int yieldUs, int minYields = 4);
   template <typename Done>
-  void waitAsCaller(const Done& done, bool netOnly);
+  void waitAsCaller(const Done& done, Op* const* ops, size_t nOps);
+  template <typename Done>
+  bool waitMovingNet(const Done& done, Op* const* ops, size_t nOps);
 
   Options opts_;
   std::mutex postMu_;
@@ -274,6 +277,10 @@ class Engine {
   std::array<transport::CallerDrive*, 32> held_{};
   size_t nHeld_ = 0;
   std::vector<pollfd> netFds_;
+  // waitMovingNet blocks in poll() on its NET sockets and on this eventfd, which post() signals while netPolling_:
+  // what other threads post meanwhile wakes it.
+  int postFd_ = -1;
+  std::atomic<bool> netPolling_{false};
   // Mailbox ops (driver only): [0 receives, 1 sends][peer], each in issue order; the receives from a peer that
   // gave up before their message came (a late message of theirs is skipped); the peers a caller drives inline.
   std::vector<std::deque<Op*>> shotQ_[2];

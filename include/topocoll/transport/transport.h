@@ -123,7 +123,10 @@ class CallerDrive {
   /// The sockets and events the connection waits for now (none when it waits only for the engine).
   virtual void waitFds(std::vector<pollfd>& fds) = 0;
   /// A last move (acknowledgements out), then the connection is the proxy's again (woken if it has work there).
-  virtual void release() = 0;
+  /// `lazy`: nothing posted waits on the connection any more (the engine is idle), so a send's acknowledgement
+  /// still to come is left in the socket for the connection's next user (a post rings the proxy; a caller takes it)
+  /// instead of waking the proxy just to read it.
+  virtual void release(bool lazy = false) = 0;
   /// Receiving side, between take() and release(): whether the sender's next step began to arrive (its header is
   /// in, whether or not its data landed). A receive from any rank looks with it (nothing is taken).
   virtual bool stepArrived() = 0;
