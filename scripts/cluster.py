@@ -285,7 +285,9 @@ def cmd_run(a):
         raise ClusterError(f"{a.ranks} ranks per host: at least 1")
     if not a.cmd:
         raise ClusterError("no command: scripts/cluster.py run H R -- CMD ...")
-    port = a.port or 20000 + (os.getpid() * 7) % 20000
+    # Below Linux's ephemeral range (32768 and up): a port there can be held by a connection of an earlier job, and
+    # the root of this one would fail to listen on it.
+    port = a.port or 20000 + (os.getpid() * 7) % 12000
     if a.output:
         os.makedirs(a.output, exist_ok=True)
     procs, threads = [], []
@@ -305,6 +307,7 @@ def cmd_run(a):
                 for line in p.stdout:
                     if log:
                         log.write(line)
+                        log.flush()  # DIR/rankN.log can be watched while the job runs
                     if show:
                         with lock:
                             sys.stdout.write(f"{tag} {line}")
@@ -439,11 +442,29 @@ def cmd_fault(a):
             sh("ip", "link", "set", host_veth(st["name"], a.host, r), a.state)
         return 0
     sig = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "thaw": signal.SIGCONT}[a.what]
-    for pid in host_pids(st, a.host):
+    pids = host_pids(st, a.host)
+    # The launchers' nsenter (outside the host's PID namespace) stops itself when its child stops, as a shell's job
+    # control would: thawed or killed, the host's processes need their parents running again to be waited for.
+    outside = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid > 1 and ppid not in pids:
+                outside.add(ppid)
+        except (OSError, ValueError, IndexError):
+            pass
+    for pid in pids:
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+    if sig != signal.SIGSTOP:
+        for pid in outside:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
     return 0
 
 

@@ -375,14 +375,14 @@ struct TcpBootstrap::Impl {
       told = true;
     }
     Header h{magic, rank, kTagAbort, text.size()};
-    if (root.valid()) {
-      trySend(root, h, text.data(), Clock::now() + kTellDeadline);
-      return;
-    }
+    // Through the root, which tells everyone; and to the ring neighbours directly too: the root may live in a
+    // process that is about to exit (rank 0's, failing as this rank did) before it passed the word on, and the
+    // neighbours are the ones that would otherwise blame this rank when it leaves.
+    const bool viaRoot = root.valid();
+    if (viaRoot) trySend(root, h, text.data(), Clock::now() + kTellDeadline);
     if (static_cast<int>(peers.size()) != nRanks) return;
-    // The ring neighbours first: they are the ones that would otherwise blame this rank when it leaves.
     std::vector<int> order = {(rank + 1) % nRanks, (rank - 1 + nRanks) % nRanks};
-    for (int r = 0; r < nRanks; ++r) order.push_back(r);
+    for (int r = 0; r < nRanks && !viaRoot; ++r) order.push_back(r);
     std::vector<uint8_t> done(nRanks, 0);
     done[rank] = 1;
     if (except >= 0) done[except] = 1;
@@ -596,6 +596,12 @@ bool TcpBootstrap::tryRecvAny(int tag, int* from, void* data, size_t size) {
     }
   }
   return false;
+}
+
+std::string TcpBootstrap::peerHost(int peer) const {
+  SocketAddress a;
+  if (peer < 0 || peer >= nRanks_ || !SocketAddress::fromWire(impl_->peers[peer], &a)) return "";
+  return a.host();
 }
 
 bool TcpBootstrap::hasMessage(int peer, int tag) {

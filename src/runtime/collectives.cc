@@ -263,8 +263,33 @@ bool CommImpl::onStall(std::chrono::steady_clock::duration stalled, int peer, St
       const CallNote mine{seq, call, waitsOn_};
       TC_INFO(log::kColl, "rank {}: {} stalled for {:.1f} s: telling the peers, who compare it with theirs", rank_,
               collectives::describeCall(call), std::chrono::duration<double>(stalled).count());
-      for (int p = 0; p < nRanks_; ++p)
-        if (p != rank_) bs_->send(p, kTagCallCheck, &mine, sizeof mine);
+      // Every peer that can be reached hears it: one that cannot (its host cut off, or gone) is named as what
+      // failed, with its host and the host's other ranks (skipped: they cannot be reached either), rather than ending
+      // the notes at the first such peer and leaving the others to blame a live neighbour.
+      int unreachable = -1;
+      std::string unreachableWhy;
+      StatusCode unreachableCode = StatusCode::kRemoteError;
+      for (int p = 0; p < nRanks_; ++p) {
+        if (p == rank_ || (unreachable >= 0 && peers_[p].hostHash == peers_[unreachable].hostHash)) continue;
+        try {
+          bs_->send(p, kTagCallCheck, &mine, sizeof mine);
+        } catch (const Error& e) {
+          if (std::string w; bs_->failedElsewhere(&w)) {  // not this peer: the job's failure, told meanwhile
+            *code = StatusCode::kRemoteError;
+            *why = "the job failed: " + w;
+            return true;
+          }
+          if (unreachable >= 0) continue;
+          unreachable = p;
+          unreachableWhy = e.what();
+          if (e.code() == StatusCode::kAborted) unreachableCode = e.code();
+        }
+      }
+      if (unreachable >= 0) {
+        *code = unreachableCode;
+        *why = fmt::format("rank {}{} cannot be reached: {}", unreachable, hostOfRank(unreachable), unreachableWhy);
+        return true;
+      }
     }
     std::erase_if(laterNotes_, [&](const auto& n) { return n.second.seq < seq; });
     for (const auto& [from, n] : laterNotes_) {
@@ -305,9 +330,22 @@ std::string CommImpl::stuckRank() {
     path += fmt::format(", which waits on rank {}{}", next, it->second.seq < seq ? " in an earlier call" : "");
     r = next;
   }
-  return fmt::format("rank {} is the one stuck ({}, which said nothing while the others waited: it is stopped, "
+  return fmt::format("rank {}{} is the one stuck ({}, which said nothing while the others waited: it is stopped, "
                      "or stuck outside this communicator)",
-                     r, path);
+                     r, hostOfRank(r), path);
+}
+
+std::string CommImpl::hostOfRank(int r) const {
+  if (hosts_.size() <= 1 || r < 0 || r >= static_cast<int>(peers_.size())) return "";
+  // Across hosts the host is what stopped answering as often as the rank (its link, its machine): named with the
+  // ranks it holds, whose calls fail alike.
+  std::vector<int> same;
+  for (int q = 0; q < static_cast<int>(peers_.size()); ++q)
+    if (peers_[q].hostHash == peers_[r].hostHash) same.push_back(q);
+  std::string at = bs_->peerHost(r);
+  if (at.empty())
+    at = fmt::format("#{}", std::find(hosts_.begin(), hosts_.end(), peers_[r].hostHash) - hosts_.begin());
+  return fmt::format(" (on host {} with rank{} {})", at, same.size() > 1 ? "s" : "", fmt::join(same, ", "));
 }
 
 StatusCode CommImpl::jobCode() {

@@ -147,6 +147,7 @@ class CommImpl {
   /// After a timeout waiting on `peer`: the rank really stuck, from the peers' notes (who waits on whom), as words
   /// for the message ("" when it is `peer` itself, or nobody said).
   std::string stuckRank();
+  std::string hostOfRank(int r) const;  // " (on host ADDR with ranks ...)" across hosts, else ""
   static constexpr std::chrono::milliseconds kCallCheckAfter{1000};
   struct CallNote {
     uint64_t seq = 0, call = 0;

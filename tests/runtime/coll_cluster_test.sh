@@ -2,8 +2,9 @@
 # Collectives across hosts for real: an emulated cluster (scripts/cluster.py: each host its own network, UTS, IPC,
 # mount and PID namespaces, eth0 on a bridge shaped at 2 Gbit/s), no NCCL_HOSTID. Checks that the ranks see one
 # host each (P2P inside a host, NET/Socket between hosts, by hostname as NCCL detects them), then runs every
-# collective of topocoll-perf at 2 hosts x 2 ranks and 2 x 1 with every result checked (-c 1; a wrong element fails
-# the run), every type and op, and each algorithm/protocol forced. Exits 77 (skipped) where namespaces are not
+# collective of topocoll-perf at 2 hosts x 2 ranks, AllReduce at 2 x 1, and the main collectives at 4 x 1 and 3 x 2,
+# with every result checked (-c 1; a wrong element fails the run), every type and op, and each algorithm/protocol
+# forced. Exits 77 (skipped) where namespaces are not
 # permitted. The cluster is removed on exit.
 set -u
 P=${TOPOCOLL_PERF:?}
@@ -16,7 +17,7 @@ fails=0
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
 
-$CLUSTER up 2 2gbit || exit $?
+$CLUSTER up 4 2gbit || exit $?
 
 # run NAME H R "KNOBS" PERF_ARGS...: R ranks on each of H hosts; rank 0's output in $tmp/NAME/rank0.log
 run() {
@@ -46,6 +47,12 @@ for t in all_reduce_perf broadcast_perf reduce_perf all_gather_perf reduce_scatt
   run "$t" 2 2 "" "$t" -l 8,4100,1M -n 2 -w 1 -c 1
 done
 run all_reduce-2x1 2 1 "" all_reduce_perf -l 8,4100,1M -n 2 -w 1 -c 1
+# More shapes: one rank on each of 4 hosts, and 3 hosts of 2 (a ring and trees that cross hosts more than once).
+run all_reduce-4x1 4 1 "" all_reduce_perf -l 8,4100,1M -n 2 -w 1 -c 1
+run all_gather-4x1 4 1 "" all_gather_perf -l 8,4100,1M -n 2 -w 1 -c 1
+run all_reduce-3x2 3 2 "" all_reduce_perf -l 8,4100,1M -n 2 -w 1 -c 1
+run reduce_scatter-3x2 3 2 "" reduce_scatter_perf -l 8,4100,1M -n 2 -w 1 -c 1
+run broadcast-3x2 3 2 "" broadcast_perf -l 8,4100,1M -n 2 -w 1 -c 1
 # Every type and op through the reductions, and each algorithm/protocol forced.
 run all_reduce-types 2 2 "" all_reduce_perf -l 1K -d all -o all -n 1 -w 0 -c 1
 run reduce_scatter-types 2 2 "" reduce_scatter_perf -l 1K -d all -o all -n 1 -w 0 -c 1

@@ -206,7 +206,7 @@ netBlame() {
   for r in 0 1 2 3 4 6 7; do
     line=$(grep "all_reduce_perf: rank $r: " "$tmp/blame" | head -1)
     if [ "$sig" = STOP ]; then
-      echo "$line" | grep -q "rank 5 is the one stuck" || wrong+="rank $r: ${line:0:300}; "
+      echo "$line" | grep -qE "rank 5 (\(on host [^)]*\) )?is the one stuck" || wrong+="rank $r: ${line:0:300}; "
       continue
     fi
     # Rank 5 named as the one lost, no live rank named so ("recv from rank 6: rank 5 died ..." names 6 as context).

@@ -70,6 +70,11 @@ class Bootstrap {
   /// Where a root for such a communicator listens, "host:0" (the address this rank's peers reach it at; "" for the
   /// default address).
   virtual std::string childRootHost() const { return ""; }
+  /// The address `peer` is reached at (its host, for messages naming a host that stopped answering); "" if none.
+  virtual std::string peerHost(int peer) const {
+    (void)peer;
+    return "";
+  }
   /// Point-to-point messages that go on after the job failed or this rank aborted (ncclCommShrink with dead ranks):
   /// between ranks that are still alive they work as send/recv do, authenticated alike; a failure of the job that
   /// arrives meanwhile does not end them. recvSurvivor waits up to the bootstrap's timeout.
@@ -141,6 +146,7 @@ class TcpBootstrap : public Bootstrap {
   bool hasMessage(int peer, int tag) override;
   AuthKey childKey(std::string_view context) const override;
   std::string childRootHost() const override;
+  std::string peerHost(int peer) const override;
   void sendSurvivor(int peer, int tag, const void* data, size_t size) override;
   void recvSurvivor(int peer, int tag, void* data, size_t size) override;
 

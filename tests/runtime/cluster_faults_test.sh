@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Failures of hosts and links on an emulated cluster (scripts/cluster.py): 3 hosts x 2 ranks run AllReduce in a loop
+# and host 2 (ranks 4 and 5) fails in the middle of it: its processes killed, frozen (SIGSTOP), or its link set down.
+# Each time every surviving rank (0-3) must fail within TOPOCOLL_TIMEOUT and some seconds, naming rank 4 or 5 (not
+# a live neighbour as the one stuck); nothing may be left on the surviving hosts (processes, /dev/shm); and a new
+# job over the surviving hosts must work. Exits 77 (skipped) where namespaces are not permitted.
+set -u
+P=${TOPOCOLL_PERF:?}
+name=cf$$
+CLUSTER="python3 $(dirname "$0")/../../scripts/cluster.py --name ${name:0:5}"
+tmp=$(mktemp -d)
+cleanup() { $CLUSTER down > /dev/null 2>&1; rm -rf "$tmp"; }
+trap cleanup EXIT
+fails=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+TIMEOUT=5   # TOPOCOLL_TIMEOUT of the ranks
+SLACK=15    # what the survivors may take past it (start-up of the stall checks, 6 ranks on few cores)
+
+$CLUSTER up 3 2gbit || exit $?
+
+# fault KIND: the loop on 3 x 2 ranks, host 2 failing once the timed loop runs; then the checks.
+fault() {
+  local kind=$1 out=$tmp/$1
+  $CLUSTER run 3 2 --quiet --timeout 120 --output "$out" -- \
+    env TOPOCOLL_TIMEOUT=$TIMEOUT stdbuf -oL "$P" all_reduce_perf -b 1M -e 1M -n 1000000 -w 1 -c 0 > /dev/null 2>&1 &
+  local job=$! waited=0
+  until grep -qE "^# +size +count" "$out/rank0.log" 2> /dev/null; do  # the header: the loop starts
+    sleep 0.2
+    waited=$((waited + 1))
+    if [ $waited -gt 300 ]; then
+      bad "$kind" "the job did not start: $(tail -3 "$out"/rank0.log 2> /dev/null)"
+      kill $job 2> /dev/null
+      return
+    fi
+  done
+  sleep 1
+  local t0=$SECONDS
+  case $kind in
+    kill) $CLUSTER kill 2 ;;
+    freeze) $CLUSTER freeze 2 ;;
+    link) $CLUSTER link 2 down ;;
+  esac
+  # The survivors end the job (cluster.py run: the exit status of the first rank that failed); host 2's ranks may
+  # still be held (frozen, cut off): the launcher waits for every rank, so watch the survivors' logs instead.
+  local done=0
+  while [ $((SECONDS - t0)) -le $((TIMEOUT + SLACK)) ]; do
+    done=0
+    for r in 0 1 2 3; do grep -q "topocoll-perf all_reduce_perf: " "$out/rank$r.log" 2> /dev/null && done=$((done + 1)); done
+    [ $done -eq 4 ] && break
+    sleep 0.5
+  done
+  local took=$((SECONDS - t0))
+  case $kind in
+    freeze) $CLUSTER thaw 2 ;;
+    link) $CLUSTER link 2 up ;;
+  esac
+  $CLUSTER kill 2 > /dev/null
+  wait $job 2> /dev/null
+  if [ $done -ne 4 ]; then
+    bad "$kind" "only $done of the 4 survivors failed within $((TIMEOUT + SLACK)) s"
+    return
+  fi
+  local wrong=""
+  for r in 0 1 2 3; do
+    local line
+    line=$(grep "topocoll-perf all_reduce_perf: " "$out/rank$r.log" | head -1)
+    if ! grep -qE "rank [45]\b" <<< "$line" || grep -qE "rank [0-3] (\(on host [^)]*\) )?is the one stuck" <<< "$line"; then
+      wrong+=" rank $r: ${line:0:400}"
+    fi
+  done
+  if [ -n "$wrong" ]; then
+    bad "$kind" "a survivor does not name host 2's ranks:$wrong"
+    return
+  fi
+  ok "$kind: the 4 survivors failed in ${took} s (TOPOCOLL_TIMEOUT $TIMEOUT), naming host 2's ranks"
+  echo "     rank 0: $(grep "topocoll-perf all_reduce_perf: " "$out/rank0.log" | head -1 | cut -c1-300)"
+  # Nothing left on the surviving hosts.
+  local left=""
+  for h in 0 1; do
+    local procs shm
+    procs=$($CLUSTER exec $h -- ps -eo stat=,comm= | grep -v -E '^Z|sleep|ps$' | grep -c .)
+    shm=$($CLUSTER exec $h -- sh -c 'ls -A /dev/shm | wc -l')
+    [ "$procs" -eq 0 ] || left+=" host $h: $procs processes;"
+    [ "$shm" -eq 0 ] || left+=" host $h: $shm files in /dev/shm;"
+  done
+  if [ -n "$left" ]; then bad "$kind: leftovers" "$left"; else ok "$kind: nothing left on hosts 0 and 1"; fi
+  # A new job over the surviving hosts.
+  if $CLUSTER run 2 2 --quiet --timeout 60 --output "$out/after" -- \
+      env TOPOCOLL_TIMEOUT=30 "$P" all_reduce_perf -l 8,1M -n 2 -w 1 -c 1 > /dev/null 2>&1 &&
+    grep -q "Out of bounds values : 0 OK" "$out/after/rank0.log"; then
+    ok "$kind: a new job over hosts 0 and 1 works"
+  else
+    bad "$kind: afterwards" "$(grep -v '#' "$out"/after/rank*.log | tail -4)"
+  fi
+}
+
+fault kill
+fault freeze
+fault link
+echo "$fails failure(s)"
+[ $fails -eq 0 ]
