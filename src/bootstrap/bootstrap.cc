@@ -154,6 +154,7 @@ struct TcpBootstrap::Impl {
   std::optional<Error> failed;  // the job's failure once known: every later call throws it
   std::string elsewhere;        // another rank's (or the root's) word of the failure, as it said it
   bool told = false;            // this rank told the others about a failure
+  bool relayed = false;         // this rank passed a failure it heard of on to its neighbours (relay)
 
   Clock::time_point deadline() const { return Clock::now() + opts.timeout; }
 
@@ -374,15 +375,21 @@ struct TcpBootstrap::Impl {
       if (told) return;
       told = true;
     }
-    Header h{magic, rank, kTagAbort, text.size()};
     // Through the root, which tells everyone; and to the ring neighbours directly too: the root may live in a
     // process that is about to exit (rank 0's, failing as this rank did) before it passed the word on, and the
     // neighbours are the ones that would otherwise blame this rank when it leaves.
     const bool viaRoot = root.valid();
-    if (viaRoot) trySend(root, h, text.data(), Clock::now() + kTellDeadline);
+    if (viaRoot) trySend(root, Header{magic, rank, kTagAbort, text.size()}, text.data(), Clock::now() + kTellDeadline);
+    tellDirectly(text, viaRoot, except);
+  }
+
+  // Sends the job's failure to the ring neighbours, then (all: when the root cannot tell everyone) to every other
+  // rank but `except`, each connection its own, bounded by kTellDeadline.
+  void tellDirectly(const std::string& text, bool neighboursOnly, int except) {
     if (static_cast<int>(peers.size()) != nRanks) return;
+    Header h{magic, rank, kTagAbort, text.size()};
     std::vector<int> order = {(rank + 1) % nRanks, (rank - 1 + nRanks) % nRanks};
-    for (int r = 0; r < nRanks && !viaRoot; ++r) order.push_back(r);
+    for (int r = 0; r < nRanks && !neighboursOnly; ++r) order.push_back(r);
     std::vector<uint8_t> done(nRanks, 0);
     done[rank] = 1;
     if (except >= 0) done[except] = 1;
@@ -544,6 +551,16 @@ void TcpBootstrap::abort(const std::string& reason) {
   I.tellOthers(text, -1);
   std::lock_guard<std::mutex> lock(I.failMu);
   if (!I.failed) I.failed.emplace(StatusCode::kAborted, text);
+}
+
+void TcpBootstrap::relay(const std::string& text) {
+  Impl& I = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(I.failMu);
+    if (I.told || I.relayed) return;
+    I.relayed = true;
+  }
+  I.tellDirectly(text, true, -1);
 }
 
 bool TcpBootstrap::failedElsewhere(std::string* why, std::chrono::milliseconds wait) {

@@ -204,6 +204,7 @@ std::pair<StatusCode, std::string> CommImpl::relayFailure(StatusCode code, const
   std::string first;
   const auto grace = code == StatusCode::kRemoteError ? kRelayGrace : std::chrono::milliseconds(0);
   if (bs_->failedElsewhere(&first, grace)) {
+    bs_->relay(first);  // this rank leaves because of it: its neighbours hear why first
     first = "the job failed: " + first;
     code = StatusCode::kRemoteError;
   } else {

@@ -4,16 +4,7 @@
 # Each time every surviving rank (0-3) must fail within TOPOCOLL_TIMEOUT and some seconds, naming rank 4 or 5 (not
 # a live neighbour as the one stuck); nothing may be left on the surviving hosts (processes, /dev/shm); and a new
 # job over the surviving hosts must work. Exits 77 (skipped) where namespaces are not permitted.
-set -u
-P=${TOPOCOLL_PERF:?}
-name=cf$$
-CLUSTER="python3 $(dirname "$0")/../../scripts/cluster.py --name ${name:0:5}"
-tmp=$(mktemp -d)
-cleanup() { $CLUSTER down > /dev/null 2>&1; rm -rf "$tmp"; }
-trap cleanup EXIT
-fails=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+. "$(dirname "$0")/cluster_common.sh" cf
 TIMEOUT=5   # TOPOCOLL_TIMEOUT of the ranks
 SLACK=15    # what the survivors may take past it (start-up of the stall checks, 6 ranks on few cores)
 

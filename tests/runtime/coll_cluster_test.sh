@@ -4,18 +4,8 @@
 # host each (P2P inside a host, NET/Socket between hosts, by hostname as NCCL detects them), then runs every
 # collective of topocoll-perf at 2 hosts x 2 ranks, AllReduce at 2 x 1, and the main collectives at 4 x 1 and 3 x 2,
 # with every result checked (-c 1; a wrong element fails the run), every type and op, and each algorithm/protocol
-# forced. Exits 77 (skipped) where namespaces are not
-# permitted. The cluster is removed on exit.
-set -u
-P=${TOPOCOLL_PERF:?}
-name=ct$$
-CLUSTER="python3 $(dirname "$0")/../../scripts/cluster.py --name ${name:0:5}"
-tmp=$(mktemp -d)
-cleanup() { $CLUSTER down > /dev/null 2>&1; rm -rf "$tmp"; }
-trap cleanup EXIT
-fails=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+# forced. Exits 77 (skipped) where namespaces are not permitted. The cluster is removed on exit.
+. "$(dirname "$0")/cluster_common.sh" ct
 
 $CLUSTER up 4 2gbit || exit $?
 

@@ -44,6 +44,10 @@ class Bootstrap {
   /// This rank gives up: every other rank is told (best effort) that it failed during the current phase because
   /// of `reason`, and this bootstrap's later calls fail. Does nothing when the job already failed elsewhere.
   virtual void abort(const std::string& reason) {}
+  /// Passes a failure this rank heard of (failedElsewhere's text) on to its ring neighbours before the rank leaves
+  /// because of it: a neighbour whose word came only through a root that has exited would otherwise blame this
+  /// rank for leaving. Once; not after this rank told the job itself.
+  virtual void relay(const std::string& text) { (void)text; }
   /// Whether another rank's abort() (or the root's word of a failure) reached this rank: `why` gets its message, the
   /// job's first failure as this rank learnt it. Serves what arrived meanwhile, for up to `wait` while nothing did;
   /// never blocks behind another thread's receiving call (which serves the same messages). False after this rank's
@@ -141,6 +145,7 @@ class TcpBootstrap : public Bootstrap {
   void recv(int peer, int tag, void* data, size_t size) override;
   void setPhase(const std::string& phase) override;
   void abort(const std::string& reason) override;
+  void relay(const std::string& text) override;
   bool failedElsewhere(std::string* why, std::chrono::milliseconds wait = {}) override;
   bool tryRecvAny(int tag, int* from, void* data, size_t size) override;
   bool hasMessage(int peer, int tag) override;
