@@ -201,7 +201,7 @@ def svg(path, colls, shapes, entries, results, rate, rate_gbs):
     o += svgchart.legend(10, H + 16, [(ENTRIES[e], colors[e], "") for e in entries])
     o += svgchart.legend(10, H + 34, [(f"{h}x{r} (H x R)", "#555", dashes[k % len(dashes)])
                                       for k, (h, r) in enumerate(shapes)])
-    svgchart.write(path, max(width, 420), H + 44, o)
+    svgchart.write(path, max(width, 560), H + 44, o)
 
 
 def main():
