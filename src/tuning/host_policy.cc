@@ -15,6 +15,8 @@ namespace {
 // NCCL's buffer is 8 steps; a slice of a quarter step keeps the block a rank receives in the cache until it is
 // reduced (2 MiB L2 here).
 constexpr uint64_t kChunkDivisor = 8 * 4;
+// Across hosts (HostLink::kNet): a whole step.
+constexpr uint64_t kNetChunkDivisor = 8;
 
 // Star shapes: every rank pulls what it needs straight out of the peers' buffers (AllReduce, AllGather,
 // ReduceScatter, Broadcast; between 2 ranks AllGather only).
@@ -97,6 +99,10 @@ HostPolicy HostPolicy::make(const Config& cfg, HostLink link, int nRanks, bool o
   p.algoForced = !cfg.algo.empty();
   p.protoForced = !cfg.proto.empty();
   p.chunkBytes = std::max<uint64_t>(4096, static_cast<uint64_t>(cfg.buffSize) / kChunkDivisor);
+  // Across hosts every slice is a NET message with its own step, header and acknowledgement: at 128 KiB a ring over
+  // 3 or 4 hosts kept its links 62-75% busy (docs/cluster.md), at a full step 92-96%. The cache's reason for small
+  // slices weighs less than the network's there.
+  if (link == HostLink::kNet) p.chunkBytes = std::max<uint64_t>(p.chunkBytes, static_cast<uint64_t>(cfg.buffSize) / kNetChunkDivisor);
   p.oneShotMax = static_cast<uint64_t>(std::max(0, cfg.oneShotMax));
   p.directSplitMin = cfg.directSplitMin;
   p.directSplitRanks = cfg.directSplitRanks;
