@@ -762,6 +762,10 @@ TEST(CallMismatch, EveryRankFailsNamingBothCalls) {
                 // A first call alike: the connections a Direct algorithm makes on its first call (lazily, through
                 // the bootstrap) are there (a rank that waits in that exchange sees no call of a peer's).
                 c.allReduce(in.data(), out.data(), count, DataType::kFloat32, RedOp::kSum);
+                // Every rank done with it before any starts the next: a rank whose eager sends are out leaves the
+                // call while a slower peer still receives, and that peer would see the mismatch of call 1 fail the
+                // job before it finished call 0 (seen under a loaded CI).
+                c.bootstrap().barrier();
                 for (int call = 1; call <= 2 && !failedCall[r]; ++call) {
                   try {
                     if (call == 1) k.call(c, odd, count, in.data(), out.data());
