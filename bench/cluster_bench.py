@@ -16,9 +16,9 @@ the link's rate dashed).
 Entries (--entries): capi (BUILD/topocoll-perf), topocoll and gloo (torch.distributed), mpi: Open MPI's
 MPI_Allreduce (out of place), MPI_Allgather, MPI_Reduce_scatter_block and MPI_Bcast, timed by --mpi-bench
 (make -C shared/peers BUILD=/tmp/peers-build; needs openmpi-bin and libopenmpi-dev) with the same protocol, one
-mpirun per collective started in host 0, its daemons in the other hosts through `cluster.py agent`; TCP (eth0)
-between hosts, shared memory (vader) inside one, no binding (the hosts share this machine's cores). Without the
-binary or mpirun the mpi entry is skipped, with the reason, and the others run.
+mpirun per collective started in host 0, its daemons in the other hosts through `cluster.py agent`; TCP
+(eth0, and eth1, ... with --rails) between hosts, shared memory (vader) inside one, no binding (the hosts share
+this machine's cores). Without the binary or mpirun the mpi entry is skipped, with the reason, and the others run.
 """
 import argparse
 import json
@@ -96,6 +96,11 @@ def capi(args, coll, hosts, ranks):
     return [[int(r[0]), float(r[col]) * 1e-6] for r in rows if r[0].isdigit()]
 
 
+def nics(args):
+    """The hosts' NICs, comma-separated: eth0 (and eth1, ... with --rails)."""
+    return ",".join(f"eth{r}" for r in range(args.rails))
+
+
 def mpi_skip(args):
     """Why the mpi entry cannot run here ('' when it can)."""
     if not shutil.which("mpirun"):
@@ -112,7 +117,7 @@ def mpi(args, coll, hosts, ranks):
     cmd = ["timeout", "-k", "10", str(args.timeout), "mpirun", "--allow-run-as-root",
            "--host", ",".join(f"{cl.host_name(args.name, h)}:{ranks}" for h in range(hosts)), "-np", str(hosts * ranks),
            "--bind-to", "none", "--mca", "plm_rsh_agent", agent, "--mca", "btl", "tcp,self,vader",
-           "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0"]
+           "--mca", "btl_tcp_if_include", nics(args), "--mca", "oob_tcp_if_include", "eth0"]
     if hosts * ranks > (os.cpu_count() or 1):  # more busy-polling ranks than cores: let them yield
         cmd += ["--mca", "mpi_yield_when_idle", "1"]
     cmd += [*(x for kv in args.env for x in ("-x", kv)), args.mpi_bench, "-l", ",".join(map(str, args.sizes)),
@@ -139,6 +144,8 @@ def torch_rows(args, backend, hosts, ranks):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--backend", backend, "-T", str(args.T), "-c",
            *args.c, "--sizes", *map(str, args.sizes)]
     env = [f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS=1", *args.env]
+    if backend == "gloo" and args.rails > 1:
+        env.append(f"GLOO_SOCKET_IFNAME={nics(args)}")  # Gloo takes the first alone unless told
     out = run_ranks(args, hosts, ranks, cmd, env)
     m = re.search(r"^RESULT (.*)$", out, re.M)
     if not m:
@@ -185,7 +192,7 @@ def round_trip(args):
     return float(m.group(1)) if m else float("nan")
 
 
-def svg(path, colls, shapes, entries, results, rate, rate_gbs):
+def svg(path, colls, shapes, entries, results, rate, rate_gbs, rails=1):
     """busbw against size: a panel per collective, a curve per entry (colour) and shape (dash), the link's rate."""
     import svgchart
     colors = {"capi": "#d62728", "topocoll": "#ff7f0e", "gloo": "#2ca02c", "mpi": "#1f77b4"}
@@ -196,7 +203,9 @@ def svg(path, colls, shapes, entries, results, rate, rate_gbs):
         lines = [svgchart.Line([(s, bw) for s, _, bw in results.get((c, f"{h}x{r}", e), [])], colors[e],
                                dashes[k % len(dashes)]) for k, (h, r) in enumerate(shapes) for e in entries]
         o += svgchart.panel(i * W, 0, W, H, lines, title=f"{c} across hosts",
-                            rules=[svgchart.Rule(rate_gbs, f"link {rate}: {rate_gbs:.3f} GB/s", dash="10 4")] if rate_gbs else [])
+                            rules=([svgchart.Rule(rate_gbs, f"link {rate}: {rate_gbs:.3f} GB/s", dash="10 4")] +
+                                   ([svgchart.Rule(rails * rate_gbs, f"{rails} rails: {rails * rate_gbs:.3f} GB/s",
+                                                   dash="10 4")] if rails > 1 else [])) if rate_gbs else [])
     width = W * len(colls)
     o += svgchart.legend(10, H + 16, [(ENTRIES[e], colors[e], "") for e in entries])
     o += svgchart.legend(10, H + 34, [(f"{h}x{r} (H x R)", "#555", dashes[k % len(dashes)])
@@ -209,6 +218,10 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     ap.add_argument("--rate", default="2gbit", help="each link's rate (tc units; default 2gbit)")
+    ap.add_argument("--rails", type=int, default=1,
+                    help="NICs per host, each on its own network (default 1); every entry is given all of them "
+                         "(topocoll finds them itself, Gloo GLOO_SOCKET_IFNAME=eth0,eth1,..., Open MPI's TCP btl "
+                         "btl_tcp_if_include); percentages stay those of one link")
     ap.add_argument("--shapes", nargs="+", default=["2x1", "2x2"], help="hosts x ranks per host (default 2x1 2x2)")
     ap.add_argument("-c", nargs="+", default=["all_reduce"], choices=list(FACTOR), help="collectives")
     ap.add_argument("--sizes", type=int, nargs="+", default=[4 << 20, 16 << 20, 64 << 20], help="bytes")
@@ -250,7 +263,7 @@ def main():
         sys.exit("cluster_bench: no entry left to run")
     up = cluster(a, "status", check=False).returncode == 0
     if not up:
-        p = cluster(a, "up", str(hosts), a.rate, check=False)
+        p = cluster(a, "up", str(hosts), a.rate, "--rails", str(a.rails), check=False)
         if p.returncode != 0:
             sys.exit(f"cluster_bench: {p.stderr.strip()}")
     try:
@@ -272,7 +285,8 @@ def main():
     finally:
         if not a.keep and not up:
             cluster(a, "down", check=False)
-    print(f"# {a.rate} links{f' ({rate_gbs:.3f} GB/s)' if rate_gbs else ''}; TCP round trip host0-host1 "
+    print(f"# {a.rate} links{f' ({rate_gbs:.3f} GB/s)' if rate_gbs else ''}"
+          f"{f', {a.rails} rails (NICs) per host' if a.rails > 1 else ''}; TCP round trip host0-host1 "
           f"{rtt:.0f} us (8 B, Python sockets)")
     for e, why in skipped.items():
         print(f"# {ENTRIES[e]} skipped: {why}")
@@ -288,11 +302,11 @@ def main():
                 print(f"| {h}x{r} | {ENTRIES[e]} | " + " | ".join(cells) + " |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rate": a.rate, "rtt_us": rtt, "skipped": skipped,
+            json.dump({"rate": a.rate, "rails": a.rails, "rtt_us": rtt, "skipped": skipped,
                        "rows": [{"coll": c, "shape": s, "entry": e, "rows": v} for (c, s, e), v in results.items()]},
                       f, indent=1)
     if a.svg:
-        svg(a.svg, a.c, shapes, entries, results, a.rate, rate_gbs)
+        svg(a.svg, a.c, shapes, entries, results, a.rate, rate_gbs, a.rails)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,9 @@ def cmd_up(a):
         f.write("127.0.0.1 localhost\n")
         for h in range(a.hosts):
             f.write(f"{address(st, h, 0)} {host_name(a.name, h)}\n")
+    speed_file = os.path.join(d, "speed")
+    with open(speed_file, "w") as f:
+        f.write(f"{int(rate_bytes(a.rate) * 8 / 1e6)}\n")
     try:
         for r in range(a.rails):
             sh("ip", "link", "add", bridge(a.name, r), "type", "bridge")
@@ -210,6 +213,11 @@ def cmd_up(a):
                 sh("nsenter", "-t", str(pid), "-n", "ip", "link", "set", inside, "up")
                 shape(outside, a.rate, a.delay)          # into the host
                 shape(inside, a.rate, a.delay, pid)      # out of the host
+                # A real NIC states its speed (/sys/class/net/IF/speed, what NCCL's socket plugin and topocoll's
+                # cost model read); a veth says 10000 Mbit/s whatever tbf lets through. The host sees the shaped
+                # rate instead, as it would a real NIC's.
+                sh("nsenter", "-t", str(pid), "-m", "mount", "--bind", speed_file,
+                   f"/sys/devices/virtual/net/{inside}/speed")
         b = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--name", a.name, "broker"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=open(os.path.join(d, "broker.log"), "w"), start_new_session=True)

@@ -762,24 +762,24 @@ class Runner {
     const bool root = me_ == a_.root;
     if (n_ == 1) return copyIfApart(recv_, send_, count);
     if (c_.pair && n_ == 2 && l_.nChannels() >= 2 * nCh_) return broadcastPair();
-    size_t piece = n_ == 2 ? count : std::max(chunk_, kBroadcastPiece / es_);
-    for (int c = 0; c < nCh_; ++c) {
+    size_t piece = n_ == 2 ? count : c_.acrossHosts ? chunk_ : std::max(chunk_, kBroadcastPiece / es_);
+    // Every channel's pieces are posted first, in piece order across the channels (receives from one peer start
+    // in the order they are posted: channel by channel, channel 1's first piece would wait for channel 0's last),
+    // then forwarded in that order: a rank in the middle of the chains keeps every channel (every NIC across hosts)
+    // busy, not one channel after the other.
+    std::vector<std::vector<int>> hs(nCh_);
+    piecesAcrossChannels(piece, [&](int c, size_t, Range p) {
       Ring g = ringOf(c);
-      Range r = split(count, nCh_, c);
-      bool last = g.next == a_.root;
-      std::vector<int> hs;
-      for (size_t b = r.begin; b < r.end; b += piece) {
-        size_t e = std::min(r.end, b + piece);
-        if (root) send(c, g.next, at(send_, b), e - b, false, Copier::kPull);  // the root copies its own meanwhile
-        else hs.push_back(recv(c, g.prev, at(recv_, b), e - b));
-      }
-      if (root || last) continue;
-      size_t k = 0;
-      for (size_t b = r.begin; b < r.end; b += piece, ++k) {
-        l_.wait(hs[k]);
-        send(c, g.next, at(recv_, b), std::min(r.end, b + piece) - b);
-      }
-    }
+      if (root) send(c, g.next, at(send_, p.begin), p.size(), false, Copier::kPull);  // the root copies its own meanwhile
+      else hs[c].push_back(recv(c, g.prev, at(recv_, p.begin), p.size()));
+    });
+    if (!root)
+      piecesAcrossChannels(piece, [&](int c, size_t k, Range p) {
+        Ring g = ringOf(c);
+        if (g.next == a_.root) return;
+        l_.wait(hs[c][k]);
+        send(c, g.next, at(recv_, p.begin), p.size());
+      });
     rootCopyWhileSending();
     l_.waitAll();
   }
@@ -833,6 +833,21 @@ class Runner {
 
   // Out of place, the root copies its input to its output while its sends (started first) are under way (nobody reads
   // that output during the call).
+  // f(channel, k, piece) for piece k of every channel's range (split(count, nCh_, c)) in pieces of `piece`
+  // elements, in piece order across the channels: piece 0 of every channel, then piece 1, ...
+  template <class F>
+  void piecesAcrossChannels(size_t piece, F f) {
+    piece = std::max<size_t>(1, piece);
+    size_t most = 0;
+    for (int c = 0; c < nCh_; ++c) most = std::max(most, (split(a_.count, nCh_, c).size() + piece - 1) / piece);
+    for (size_t k = 0; k < most; ++k)
+      for (int c = 0; c < nCh_; ++c) {
+        const Range r = split(a_.count, nCh_, c);
+        const size_t b = r.begin + k * piece;
+        if (b < r.end) f(c, k, Range{b, std::min(r.end, b + piece)});
+      }
+  }
+
   void rootCopyWhileSending() {
     if (me_ != a_.root || send_ == recv_) return;
     l_.start();
@@ -846,27 +861,23 @@ class Runner {
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
     char* tmp = l_.scratch(count * es_ * 2);
     char* acc = tmp + count * es_;
-    for (int c = 0; c < nCh_; ++c) {
+    const bool root = me_ == a_.root;
+    // As broadcastChain: every channel's chunks posted first in chunk order across the channels, then reduced and
+    // passed on in that order.
+    std::vector<std::vector<int>> hs(nCh_);
+    piecesAcrossChannels(chunk_, [&](int c, size_t, Range p) {
       Ring g = ringOf(c);
-      Range r = split(count, nCh_, c);
-      bool first = g.prev == a_.root, root = me_ == a_.root;
-      std::vector<int> hs;
-      for (size_t b = r.begin; b < r.end; b += chunk_) {
-        size_t e = std::min(r.end, b + chunk_);
-        if (first) send(c, g.next, at(send_, b), e - b, true);
-        else hs.push_back(recv(c, g.prev, at(tmp, b), e - b, true));
-      }
-      if (first) continue;
-      size_t k = 0;
-      for (size_t b = r.begin; b < r.end; b += chunk_, ++k) {
-        size_t e = std::min(r.end, b + chunk_);
-        l_.wait(hs[k]);
-        char* dst = root ? at(recv_, b) : at(acc, b);
-        reduce2(dst, at(tmp, b), at(send_, b), e - b);
-        if (root) avg(dst, e - b);
-        else send(c, g.next, dst, e - b, true);
-      }
-    }
+      if (g.prev == a_.root) send(c, g.next, at(send_, p.begin), p.size(), true);
+      else hs[c].push_back(recv(c, g.prev, at(tmp, p.begin), p.size(), true));
+    });
+    piecesAcrossChannels(chunk_, [&](int c, size_t k, Range p) {
+      if (k >= hs[c].size()) return;  // this rank starts channel c's chain
+      l_.wait(hs[c][k]);
+      char* dst = root ? at(recv_, p.begin) : at(acc, p.begin);
+      reduce2(dst, at(tmp, p.begin), at(send_, p.begin), p.size());
+      if (root) avg(dst, p.size());
+      else send(c, ringOf(c).next, dst, p.size(), true);
+    });
     l_.waitAll();
   }
 

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -42,8 +43,11 @@ bool usable(const ifaddrs* i, int fam) {
   if (f != AF_INET && f != AF_INET6) return false;
   if (!(i->ifa_flags & IFF_RUNNING)) return false;
   if (fam != AF_UNSPEC && f != fam) return false;
-  if (f == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr))
-    return false;
+  // IPv6 loopback as NCCL; also link-local (fe80::/10), which NCCL keeps: another host reaches it only through a
+  // scope (its own interface index) that a peer's address cannot carry, so a bridge or veth with nothing else (an
+  // emulated cluster's, a container runtime's) would become a NET device no peer can connect to.
+  const in6_addr* a6 = f == AF_INET6 ? &reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr : nullptr;
+  if (a6 && (IN6_IS_ADDR_LOOPBACK(a6) || IN6_IS_ADDR_LINKLOCAL(a6))) return false;
   return true;
 }
 
@@ -132,6 +136,17 @@ std::vector<Interface> findInterfaces(const std::string& ifname, const std::stri
   for (const char* spec : {"^docker,lo,virbr", "docker", "lo", "virbr"})
     if (out.empty()) out = matching(list.get(), spec, fam, maxIfs);
   return out;
+}
+
+int speedMbps(const std::string& name) {
+  int mbps = 10000;
+  const std::string path = "/sys/class/net/" + name + "/speed";
+  if (std::FILE* f = std::fopen(path.c_str(), "r")) {
+    int s = 0;
+    if (std::fscanf(f, "%d", &s) == 1 && s > 0) mbps = s;
+    std::fclose(f);
+  }
+  return mbps;
 }
 
 }  // namespace topocoll::netif

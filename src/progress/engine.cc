@@ -1415,7 +1415,11 @@ bool Engine::waitMovingNet(const Done& done, Op* const* ops, size_t nOps) {
       allNet = holdQueues();
     }
     if (progressOnce()) {  // the steps it completes, and those it publishes
-      driveNet();          // out goes what was published
+      // Queues it started (an op after the one that finished, the next receive from a peer) join the held ones:
+      // the proxy would move them and ring the doorbell, which this thread, blocked in poll(), does not hear
+      // (a chain across hosts stalled a poll slice of 20 ms per piece).
+      if (allNet) allNet = holdQueues();
+      driveNet();  // out goes what was published
       moved = true;
     }
     if (moved) {

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -23,6 +24,7 @@
 #include "topocoll/collectives/device_coll.h"
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
+#include "topocoll/netif.h"
 #include "topocoll/paths/paths.h"
 #include "topocoll/progress/channel_links.h"
 #include "topocoll/progress/connections.h"
@@ -66,6 +68,18 @@ int currentNumaNode() {
     if (access(p.c_str(), F_OK) == 0) return n;
   }
   return 0;
+}
+
+// The NICs NET/Socket would use and the slowest one's speed (0 and 0 without any: a host with loopback only).
+void localNics(const Config& cfg, int32_t* count, int32_t* mbps) {
+  std::vector<netif::Interface> ifs;
+  try {
+    ifs = netif::findInterfaces(cfg.socketIfname, cfg.socketFamily, cfg.commId);
+  } catch (const Error&) {  // a bad NCCL_SOCKET_FAMILY: NET's setup names it where a job needs NET
+  }
+  *count = static_cast<int32_t>(ifs.size());
+  *mbps = 0;
+  for (const auto& i : ifs) *mbps = *mbps == 0 ? netif::speedMbps(i.name) : std::min(*mbps, netif::speedMbps(i.name));
 }
 
 // NCCL's GRAPH lines: each searched graph's pattern, bandwidths and channels.
@@ -231,6 +245,7 @@ void CommImpl::gatherPeerInfo(const InitOptions& opts, bool* gpuMode, topology::
   struct stat st {};
   if (stat("/dev/shm", &st) == 0) me.shmDev = static_cast<uint64_t>(st.st_dev);
   me.numaNode = currentNumaNode();
+  localNics(opts.cfg, &me.netDevs, &me.netMbps);
   std::random_device rd;
   me.nonce = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   *gpuMode = opts.cfg.simulateGpus != 0;
@@ -441,6 +456,12 @@ void CommImpl::joinNodes(const InitOptions& opts, const search::NodeGraphs& node
   const auto link = hosts_.size() > 1 ? tuning::HostLink::kNet : p2pOff ? tuning::HostLink::kShm : tuning::HostLink::kP2p;
   hostPolicy_ = tuning::HostPolicy::make(cfg, link, nRanks_, hosts_.size() == 1,
                                          static_cast<int>(plan_.connect.rings.size()));
+  if (link == tuning::HostLink::kNet) {  // every rank agrees: the fewest NICs and the slowest of any rank
+    int rails = std::numeric_limits<int>::max(), mbps = std::numeric_limits<int>::max();
+    for (const auto& p : peers_) rails = std::min(rails, p.netDevs), mbps = std::min(mbps, p.netMbps);
+    hostPolicy_.rails = std::max(1, rails);
+    hostPolicy_.netGBps = mbps > 0 ? mbps / 8e3 : 0;
+  }
   timings_.connect = msSince(t);
   plan_.wallMs = timings_.topology + timings_.search + timings_.connect;
 }

@@ -32,10 +32,14 @@ constexpr int kOversubscribedYieldUs = 100;
 static_assert(progress::kRingGraphTag == search::kGraphRing + 1 && progress::kTreeGraphTag == search::kGraphTree + 1);
 
 // The network device of a channel: for rings the NIC the plan chose (the graph's inter NET ids), for
-// point-to-point the rank's local NIC (ncclTopoGetNetDev / ncclTopoGetLocalNet).
+// point-to-point the rank's local NIC (ncclTopoGetNetDev / ncclTopoGetLocalNet). Host-memory ranks have no PCI
+// topology to choose by: their channels take the NICs in turn (channel c the c-th modulo their number, which
+// NET's setup applies), the same on every host, so that with one NIC per rail (eth0 and eth1 on separate
+// networks) both ends of a channel are on one rail and every rail carries its share (docs/cluster.md).
 int netDevFor(const topology::System* sys, const Config& cfg, const search::NodeGraphs& node, int rank, int channel,
               int connIndex) {
-  if (!sys || sys->count(topology::NodeType::NET) == 0) return 0;
+  if (!sys) return channel;
+  if (sys->count(topology::NodeType::NET) == 0) return 0;
   const search::Graph& g = node.graphs[search::kGraphRing];
   int64_t netId = -1;
   if (connIndex == 0 && g.nChannels > 0 && node.ranks > 0) {

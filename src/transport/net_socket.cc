@@ -259,13 +259,7 @@ class SocketNet : public Net {
     checkDev(dev);
     NetProperties p;
     p.name = ifs_[dev].name;
-    p.speedMbps = 10000;
-    std::string path = "/sys/class/net/" + p.name + "/speed";
-    if (FILE* f = std::fopen(path.c_str(), "r")) {
-      int s = 0;
-      if (std::fscanf(f, "%d", &s) == 1 && s > 0) p.speedMbps = s;
-      std::fclose(f);
-    }
+    p.speedMbps = netif::speedMbps(p.name);
     char real[4096];
     std::string dpath = "/sys/class/net/" + p.name + "/device";
     if (::realpath(dpath.c_str(), real)) p.pciPath = real;

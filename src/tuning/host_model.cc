@@ -174,7 +174,15 @@ double hostTime(const HostModel& m, const HostQuery& q, int algo, int proto, int
   if (k.gbps <= 0) return -1;
   HostWork w = hostWork(q, algo, nChannels);
   if (q.nRanks <= 1 || q.bytes == 0) return 0;
-  return k.baseUs + w.steps * k.stepUs + w.bytes / (1e3 * k.gbps);
+  double bytesUs = w.bytes / (1e3 * k.gbps);
+  // Across hosts the NICs bound what the calibrated (host-side) rate allows: the channels share min(channels,
+  // rails) of them (NCCL's graphs spread channels over the NICs the same way; its model takes the NIC's speed
+  // as the NET bandwidth), and LL's lines carry 4 bytes of data in each 8-byte word (the rest is its flag).
+  if (q.link == HostLink::kNet && q.netGBps > 0) {
+    const double wire = proto == kLL ? 2 : 1;
+    bytesUs = std::max(bytesUs, wire * w.bytes / (1e3 * q.netGBps * std::clamp(nChannels, 1, std::max(1, q.rails))));
+  }
+  return k.baseUs + w.steps * k.stepUs + bytesUs;
 }
 
 HostLimits hostLimits(const Config& cfg, int nRings, bool oneHost, int directMaxRanks) {

@@ -148,6 +148,8 @@ HostDecision hostDecide(const HostPolicy& p, const HostCall& call) {
   q.nRanks = p.nRanks;
   q.bytes = call.bytes;
   q.chunkBytes = p.chunkBytes;
+  q.rails = p.rails;
+  q.netGBps = p.netGBps;
   const HostChoice h = hostSelect(p.model, q, p.limits);
   d.algo = h.algo;
   d.proto = h.proto;
@@ -173,6 +175,10 @@ HostDecision hostDecide(const HostPolicy& p, const HostCall& call) {
     d.reason = "past its star threshold (HostThresholds): pulls out of the peers' buffers";
   }
   hostShape(p.thresholds, p.nRanks, call, d.nChannels, &d);
+  // The pair shapes are single copies out of the peer's buffers, which ranks on different hosts cannot map: across
+  // hosts they would be FIFO messages on channel 0 (and 1) only, one rail of several (docs/cluster.md), where the
+  // ring spreads over every channel.
+  if (!p.oneHost) d.pair = false;
   if (d.pair) d.reason = "2 ranks past its pair threshold (HostThresholds): single copies out of the peer's buffers";
   return d;
 }

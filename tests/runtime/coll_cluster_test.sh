@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Collectives across hosts for real: an emulated cluster (scripts/cluster.py: each host its own network, UTS, IPC,
-# mount and PID namespaces, eth0 on a bridge shaped at 2 Gbit/s), no NCCL_HOSTID. Checks that the ranks see one
+# mount and PID namespaces, eth0 and eth1 on two bridges (rails) shaped at 2 Gbit/s), no NCCL_HOSTID. Checks that the ranks see one
 # host each (P2P inside a host, NET/Socket between hosts, by hostname as NCCL detects them), then runs every
 # collective of topocoll-perf at 2 hosts x 2 ranks, AllReduce at 2 x 1, and the main collectives at 4 x 1 and 3 x 2,
 # with every result checked (-c 1; a wrong element fails the run), every type and op, and each algorithm/protocol
-# forced. Exits 77 (skipped) where namespaces are not permitted. The cluster is removed on exit.
+# forced; and that both rails carry the traffic. Exits 77 (skipped) where namespaces are not permitted. The cluster is removed on exit.
 . "$(dirname "$0")/cluster_common.sh" ct
 
-$CLUSTER up 4 2gbit || exit $?
+$CLUSTER up 4 2gbit --rails 2 || exit $?
 
 # run NAME H R "KNOBS" PERF_ARGS...: R ranks on each of H hosts; rank 0's output in $tmp/NAME/rank0.log
 run() {
@@ -31,6 +31,28 @@ if grep -qE "Rank +2 .* on +${name:0:5}host1 " "$log" && grep -qE "via (P2P|SHM)
   ok "two hosts detected, P2P/SHM inside, NET/Socket over eth0 between"
 else
   bad "hosts" "$(grep -E 'Rank|via|NET/Socket' "$log" | head -8)"
+fi
+
+# Two rails: with NCCL_SOCKET_IFNAME=eth NET/Socket takes eth0 and eth1 (without it, NCCL's rule takes the one
+# interface in NCCL_COMM_ID's subnet), the channels take them in turn on every host, and eth1 carries its share
+# (host 0's counters); NCCL_SOCKET_IFNAME=eth0 keeps to one.
+tx1() { $CLUSTER exec 0 -- cat /sys/class/net/eth1/statistics/tx_bytes; }
+before=$(tx1)
+run rails 2 2 "NCCL_SOCKET_IFNAME=eth" all_reduce_perf -b 16M -e 16M -n 2 -w 1 -c 1
+sent=$(($(tx1) - before))
+log=$tmp/rails/rank0.log
+if grep -qE "NET/Socket : Using \[0\]eth0:[^ ]* \[1\]eth1:" "$log" && grep -q "via NET/Socket/1" "$log" &&
+  [ "$sent" -gt $((16 << 20)) ]; then
+  ok "two rails: channels over NET/Socket/0 and /1, eth1 sent $((sent >> 20)) MiB"
+else
+  bad "rails" "eth1 sent $sent bytes; $(grep -E 'NET/Socket : Using|via NET' "$log" | sort -u | head -4)"
+fi
+run one-rail 2 1 "NCCL_SOCKET_IFNAME=eth0" all_reduce_perf -b 8 -e 8 -n 1 -w 0 -c 1
+if grep -qE "NET/Socket : Using \[0\]eth0:[^ ]*$" "$tmp/one-rail/rank0.log" &&
+  ! grep -q "via NET/Socket/1" "$tmp/one-rail/rank0.log"; then
+  ok "NCCL_SOCKET_IFNAME=eth0: one rail"
+else
+  bad "one-rail" "$(grep -E 'NET/Socket : Using|via NET' "$tmp/one-rail/rank0.log" | sort -u | head -4)"
 fi
 
 for t in all_reduce_perf broadcast_perf reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf sendrecv_perf; do

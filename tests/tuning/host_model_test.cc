@@ -131,6 +131,29 @@ TEST(HostModel, SelectPicksTheCheapest) {
   EXPECT_EQ(hostSelect(m, query(kAllGather, 64), lim).algo, kRing);
 }
 
+// Across hosts the NICs bound the calibrated rate: the channels share min(channels, rails) of them, and LL's lines
+// put twice its data on the wire.
+TEST(HostModel, NetIsBoundByItsNics) {
+  HostModel m;
+  m.set({HostLink::kNet, kAllGather, kRing, kSimple, 1, {100, 0, 2.0f}});
+  m.set({HostLink::kNet, kAllGather, kRing, kSimple, 2, {200, 0, 1.5f}});
+  m.set({HostLink::kNet, kAllGather, kRing, kLL, 2, {200, 0, 1.5f}});
+  HostQuery q = query(kAllGather, 64 << 20, 2, HostLink::kNet);
+  const double bytes = hostWork(q, kRing, 1).bytes;
+  EXPECT_NEAR(hostTime(m, q, kRing, kSimple, 1), 100 + bytes / 2e3, 1e-6);  // no NIC rate: the constants alone
+  q.netGBps = 0.25;  // one 2 Gbit/s NIC
+  EXPECT_NEAR(hostTime(m, q, kRing, kSimple, 1), 100 + bytes / 0.25e3, 1e-6);
+  EXPECT_NEAR(hostTime(m, q, kRing, kSimple, 2), 200 + bytes / 0.25e3, 1e-6);  // both channels on it
+  EXPECT_NEAR(hostTime(m, q, kRing, kLL, 2), 200 + 2 * bytes / 0.25e3, 1e-6);
+  HostLimits lim = hostLimits(knobs({{"NCCL_PROTO", "Simple"}}), 2, false, 8);
+  EXPECT_EQ(hostSelect(m, q, lim).nChannels, 1);
+  q.rails = 2;  // eth0 and eth1 on separate networks: a channel each
+  EXPECT_NEAR(hostTime(m, q, kRing, kSimple, 2), 200 + bytes / 0.5e3, 1e-6);
+  EXPECT_EQ(hostSelect(m, q, lim).nChannels, 2);
+  q.link = HostLink::kP2p;  // one host: no NIC in the way
+  EXPECT_NEAR(hostTime(m, q, kRing, kSimple, 1), -1, 1e-6);
+}
+
 TEST(HostModel, KnobsForce) {
   HostModel m = toyModel();
   auto pick = [&](std::map<std::string, std::string> env, uint64_t bytes, bool oneHost = true, int rings = 2) {

@@ -83,6 +83,9 @@ TEST(HostPolicy, PairShapesAtTwoRanksWithTwoChannels) {
   EXPECT_FALSE(hostDecide(p, one).pair);
   EXPECT_FALSE(hostDecide(policy(3, {{"NCCL_ALGO", "ring"}}), call(kAllReduce, 64 << 20, 3)).pair);
   EXPECT_FALSE(hostDecide(policy(2, {{"NCCL_ALGO", "tree"}}), call(kAllReduce, 64 << 20, 2)).pair);
+  // Across hosts nothing is single-copied: the ring, over every channel (every rail).
+  const HostPolicy net = policy(2, {{"NCCL_ALGO", "ring"}}, false);
+  for (int coll : {kAllReduce, kReduceScatter, kBroadcast}) EXPECT_FALSE(hostDecide(net, call(coll, 64 << 20, 2)).pair);
 }
 
 TEST(HostPolicy, MappedBuffersFromTheirThresholds) {

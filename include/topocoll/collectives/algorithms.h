@@ -70,6 +70,9 @@ struct Choice {
   /// The star and pair shapes may map every peer's input (exchanging descriptions first), and also write into
   /// every peer's output (mapOutputs).
   bool mapPeers = false, mapOutputs = false;
+  /// Ranks on more than one host: the chains (Broadcast) forward in chunkBytes pieces, not in the large pieces that
+  /// save one host's wake-ups (a host forwarding a whole large piece at a time leaves the links idle in turn).
+  bool acrossHosts = false;
 };
 
 /// Runs the collective `a` with `c`. Every rank calls it with the same collective, count, type, op and root.

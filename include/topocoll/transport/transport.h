@@ -47,6 +47,8 @@ struct PeerInfo {
   int32_t pid = 0;         // process id (single-copy transfers between processes)
   int32_t cudaDev = -1;    // the process's current CUDA device (NCCL's cudaDev), -1 without one
   int32_t planGpu = 0;     // 1: planned as a GPU rank (topology GPUs); 0: as a host-memory rank
+  int32_t netDevs = 0;     // the NICs NET/Socket would use (NCCL_SOCKET_IFNAME), 0 without one
+  int32_t netMbps = 0;     // the slowest of them (/sys/class/net/IF/speed; 10000 where it is not known)
   uint64_t nonce = 0;      // random; the communicator's id is derived from every rank's
 };
 static_assert(std::has_unique_object_representations_v<PeerInfo>, "PeerInfo is sent as bytes: no padding");

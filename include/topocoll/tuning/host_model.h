@@ -74,6 +74,8 @@ struct HostQuery {
   int nRanks = 1;
   uint64_t bytes = 0;       // NCCL's count: AllGather/ReduceScatter count every rank's data
   uint64_t chunkBytes = 0;  // pipelining unit (NCCL_BUFFSIZE / 32)
+  int rails = 1;            // NET: the NICs every host has; channel c goes over NIC c % rails on both ends
+  double netGBps = 0;       // NET: one NIC's rate (GB/s); 0: the calibrated constants alone
 };
 
 /// The critical path of one call: steps (one message each, pipelined chunks counted) and bytes one rank moves.
