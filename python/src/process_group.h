@@ -105,7 +105,7 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
   char* staging(size_t bytes);
   // Where an all-reduce of `bytes` bytes of private tensor `t` (not shareable memory: PyTorch's own allocator, which
   // the peers cannot map) runs instead: the staging buffer when TOPOCOLL_TORCH_STAGING allows that size, the group
-  // has peers, and the buffer may grow that large (kStageMax); nullptr: on the tensor itself. (Staging measured
+  // has peers, all on this host, and the buffer may grow that large (kStageMax); nullptr: on the tensor itself. (Staging measured
   // slower than the FIFOs for reduce and reduce-scatter, which have no all-gather phase to gain from mapping.)
   char* stageFor(const at::Tensor& t, size_t bytes);
   // The inputs of a list form as one buffer: the tensors themselves when consecutive, else copied into staging().
@@ -122,6 +122,7 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
   void* staging_ = nullptr;  // tcclMemAlloc'd
   size_t stagingBytes_ = 0;
   long long stageMin_ = -1;  // TOPOCOLL_TORCH_STAGING
+  bool oneHost_ = true;      // every rank on this host: staging pays (the peers map the buffer)
 };
 
 }  // namespace topocoll::torch_backend

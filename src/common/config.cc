@@ -490,7 +490,8 @@ std::vector<Knob> buildRegistry() {
       "place on mapped memory, and the result is copied back (one buffer per group, grown to the largest such "
       "operation up to 32 MiB, kept; 1.5-2.4x the busbw of the FIFO path at 2-32 MiB, 2 ranks); -1: never, the "
       "all-reduce runs on the tensor itself through the transports' FIFOs. Other collectives always run on the "
-      "tensors (staging measured slower for them)"));
+      "tensors (staging measured slower for them), and so does every collective of a group whose ranks are on "
+      "several hosts (nothing is mapped there: the copies only cost)"));
   r.push_back(intKnob<&Config::nsocksPerThread>("NCCL_NSOCKS_PERTHREAD", "transport", -2, 64,
                                                 "NET/Socket: data sockets per helper thread (-2: 1)"));
   r.push_back(intKnob<&Config::socketNthreads>("NCCL_SOCKET_NTHREADS", "transport", -2, 16,

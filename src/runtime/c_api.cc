@@ -1123,6 +1123,14 @@ tcclResult_t isSuspended(tcclComm_t comm, bool* out) {
   });
 }
 
+tcclResult_t hostCount(tcclComm_t comm, int* hosts) {
+  return guarded(comm, "hostCount", [&] {
+    checkComm(comm);
+    if (!hosts) fail(StatusCode::kInvalidArgument, "hosts is NULL");
+    *hosts = comm->comm->nNodes();
+  });
+}
+
 tcclResult_t growId(tcclComm_t comm, tcclUniqueId* id) {
   return guarded(comm, "ncclCommGetUniqueId", [&] {
     checkComm(comm);

@@ -37,6 +37,8 @@ tcclResult_t revoke(tcclComm_t comm, int flags);
 tcclResult_t suspend(tcclComm_t comm, int flags);
 tcclResult_t resume(tcclComm_t comm);
 tcclResult_t isSuspended(tcclComm_t comm, bool* suspended);
+/// The hosts the communicator's ranks are on (NCCL's nNodes): 1 when every peer's memory can be mapped.
+tcclResult_t hostCount(tcclComm_t comm, int* hosts);
 /// ncclCommGetUniqueId (an id for a grow, one outstanding at a time) and ncclCommGrow.
 tcclResult_t growId(tcclComm_t comm, tcclUniqueId* id);
 tcclResult_t grow(tcclComm_t comm, int nranks, const tcclUniqueId* id, int rank, tcclComm_t* newcomm);
