@@ -88,7 +88,7 @@ def run_ranks(args, hosts, ranks, cmd, env=()):
 
 def capi(args, coll, hosts, ranks):
     perf = os.path.join(args.build, "topocoll-perf")
-    out = run_ranks(args, hosts, ranks, ["env", *args.env, perf, f"{coll}_perf", "-l", ",".join(map(str, args.sizes)), "-c", "0",
+    out = run_ranks(args, hosts, ranks, ["env", *topocoll_env(args), perf, f"{coll}_perf", "-l", ",".join(map(str, args.sizes)), "-c", "0",
                                          "--target-time", str(args.T)])
     rows = [l.split() for l in out.splitlines() if l.strip() and not l.startswith("#")]
     # in place for all_reduce and broadcast (what torch calls), out of place otherwise
@@ -99,6 +99,15 @@ def capi(args, coll, hosts, ranks):
 def nics(args):
     """The hosts' NICs, comma-separated: eth0 (and eth1, ... with --rails)."""
     return ",".join(f"eth{r}" for r in range(args.rails))
+
+
+def topocoll_env(args):
+    """--env, and with rails NCCL_SOCKET_IFNAME=eth (NCCL's rule without it takes the one NIC in NCCL_COMM_ID's
+    subnet) unless --env names one."""
+    env = list(args.env)
+    if args.rails > 1 and not any(kv.startswith("NCCL_SOCKET_IFNAME=") for kv in env):
+        env.append("NCCL_SOCKET_IFNAME=eth")
+    return env
 
 
 def mpi_skip(args):
@@ -143,7 +152,8 @@ def mpi(args, coll, hosts, ranks):
 def torch_rows(args, backend, hosts, ranks):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--backend", backend, "-T", str(args.T), "-c",
            *args.c, "--sizes", *map(str, args.sizes)]
-    env = [f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS=1", *args.env]
+    env = [f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS=1",
+           *(topocoll_env(args) if backend == "topocoll" else args.env)]
     if backend == "gloo" and args.rails > 1:
         env.append(f"GLOO_SOCKET_IFNAME={nics(args)}")  # Gloo takes the first alone unless told
     out = run_ranks(args, hosts, ranks, cmd, env)
@@ -220,8 +230,8 @@ def main():
     ap.add_argument("--rate", default="2gbit", help="each link's rate (tc units; default 2gbit)")
     ap.add_argument("--rails", type=int, default=1,
                     help="NICs per host, each on its own network (default 1); every entry is given all of them "
-                         "(topocoll finds them itself, Gloo GLOO_SOCKET_IFNAME=eth0,eth1,..., Open MPI's TCP btl "
-                         "btl_tcp_if_include); percentages stay those of one link")
+                         "(topocoll NCCL_SOCKET_IFNAME=eth, Gloo GLOO_SOCKET_IFNAME=eth0,eth1,..., Open MPI's TCP "
+                         "btl btl_tcp_if_include); percentages stay those of one link")
     ap.add_argument("--shapes", nargs="+", default=["2x1", "2x2"], help="hosts x ranks per host (default 2x1 2x2)")
     ap.add_argument("-c", nargs="+", default=["all_reduce"], choices=list(FACTOR), help="collectives")
     ap.add_argument("--sizes", type=int, nargs="+", default=[4 << 20, 16 << 20, 64 << 20], help="bytes")
