@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Collectives across hosts for real: an emulated cluster (scripts/cluster.py: each host its own network, UTS, IPC,
-# mount and PID namespaces, eth0 and eth1 on two bridges (rails) shaped at 2 Gbit/s), no NCCL_HOSTID. Checks that the ranks see one
-# host each (P2P inside a host, NET/Socket between hosts, by hostname as NCCL detects them), then runs every
-# collective of topocoll-perf at 2 hosts x 2 ranks, AllReduce at 2 x 1, and the main collectives at 4 x 1 and 3 x 2,
-# with every result checked (-c 1; a wrong element fails the run), every type and op, and each algorithm/protocol
-# forced; and that both rails carry the traffic. Exits 77 (skipped) where namespaces are not permitted. The cluster is removed on exit.
+# mount and PID namespaces, eth0 and eth1 on two bridges (rails) shaped at 2 Gbit/s), no NCCL_HOSTID. Checks that
+# the ranks see one host each (P2P inside a host, NET/Socket between hosts, by hostname as NCCL detects them) and
+# that both rails carry traffic, then runs every collective of topocoll-perf at 2 hosts x 2 ranks, AllReduce at
+# 2 x 1, and the main collectives at 4 x 1, 3 x 2 and 4 x 2, with every result checked (-c 1; a wrong element fails
+# the run), every type and op, and each algorithm/protocol forced. Exits 77 (skipped) where namespaces are not
+# permitted. The cluster is removed on exit.
 . "$(dirname "$0")/cluster_common.sh" ct
 
 $CLUSTER up 4 2gbit --rails 2 || exit $?
@@ -65,6 +66,9 @@ run all_gather-4x1 4 1 "" all_gather_perf -l 8,4100,1M -n 2 -w 1 -c 1
 run all_reduce-3x2 3 2 "" all_reduce_perf -l 8,4100,1M -n 2 -w 1 -c 1
 run reduce_scatter-3x2 3 2 "" reduce_scatter_perf -l 8,4100,1M -n 2 -w 1 -c 1
 run broadcast-3x2 3 2 "" broadcast_perf -l 8,4100,1M -n 2 -w 1 -c 1
+# And 4 hosts of 2: AllReduce and AllGather (8 ranks on this machine's cores: the largest shape the issue names).
+run all_reduce-4x2 4 2 "" all_reduce_perf -l 8,4100,1M -n 2 -w 1 -c 1
+run all_gather-4x2 4 2 "" all_gather_perf -l 8,4100,1M -n 2 -w 1 -c 1
 # Every type and op through the reductions, and each algorithm/protocol forced.
 run all_reduce-types 2 2 "" all_reduce_perf -l 1K -d all -o all -n 1 -w 0 -c 1
 run reduce_scatter-types 2 2 "" reduce_scatter_perf -l 1K -d all -o all -n 1 -w 0 -c 1
