@@ -105,8 +105,9 @@ class ProcessGroupTopocoll : public c10d::ProcessGroup {
   char* staging(size_t bytes);
   // Where an all-reduce of `bytes` bytes of private tensor `t` (not shareable memory: PyTorch's own allocator, which
   // the peers cannot map) runs instead: the staging buffer when TOPOCOLL_TORCH_STAGING allows that size, the group
-  // has peers, all on this host, and the buffer may grow that large (kStageMax); nullptr: on the tensor itself. (Staging measured
-  // slower than the FIFOs for reduce and reduce-scatter, which have no all-gather phase to gain from mapping.)
+  // has peers, all on this host, and the buffer may grow that large (kStageMax); nullptr: on the tensor itself.
+  // (Staging measured slower than the FIFOs for reduce and reduce-scatter, which have no all-gather phase to gain
+  // from mapping.)
   char* stageFor(const at::Tensor& t, size_t bytes);
   // The inputs of a list form as one buffer: the tensors themselves when consecutive, else copied into staging().
   const void* gatherInputs(const std::vector<at::Tensor>& ins);

@@ -831,8 +831,6 @@ class Runner {
     l_.waitAll();
   }
 
-  // Out of place, the root copies its input to its output while its sends (started first) are under way (nobody reads
-  // that output during the call).
   // f(channel, k, piece) for piece k of every channel's range (split(count, nCh_, c)) in pieces of `piece`
   // elements, in piece order across the channels: piece 0 of every channel, then piece 1, ...
   template <class F>
@@ -848,6 +846,8 @@ class Runner {
       }
   }
 
+  // Out of place, the root copies its input to its output while its sends (started first) are under way (nobody reads
+  // that output during the call).
   void rootCopyWhileSending() {
     if (me_ != a_.root || send_ == recv_) return;
     l_.start();

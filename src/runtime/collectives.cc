@@ -95,15 +95,13 @@ double CommImpl::simulateUs(const Args& a) const {
   const tuning::HostDecision d = tuning::hostDecide(hostPolicy_, call);
   if (d.timeUs > 0) return d.timeUs;
   // Paths the table has no row for (the one-shot mailboxes, Direct): the model's Ring Simple on one channel.
-  const tuning::HostQuery q{call.coll, hostPolicy_.link, nRanks_, call.bytes, hostPolicy_.chunkBytes,
-                            hostPolicy_.rails, hostPolicy_.netGBps};
+  const tuning::HostQuery q = hostPolicy_.query(call.coll, nRanks_, call.bytes);
   return std::max(0.0, tuning::hostTime(hostPolicy_.model, q, tuning::kRing, tuning::kSimple, 1));
 }
 
 double CommImpl::simulateP2pUs(size_t bytes) const {
   if (nRanks_ < 2) return 0;
-  const tuning::HostQuery q{tuning::kBroadcast, hostPolicy_.link, 2, bytes, hostPolicy_.chunkBytes,
-                            hostPolicy_.rails, hostPolicy_.netGBps};
+  const tuning::HostQuery q = hostPolicy_.query(tuning::kBroadcast, 2, bytes);
   return std::max(0.0, tuning::hostTime(hostPolicy_.model, q, tuning::kRing, tuning::kSimple, 1));
 }
 

@@ -79,7 +79,10 @@ void localNics(const Config& cfg, int32_t* count, int32_t* mbps) {
   }
   *count = static_cast<int32_t>(ifs.size());
   *mbps = 0;
-  for (const auto& i : ifs) *mbps = *mbps == 0 ? netif::speedMbps(i.name) : std::min(*mbps, netif::speedMbps(i.name));
+  for (const auto& i : ifs) {
+    const int s = netif::speedMbps(i.name);
+    *mbps = *mbps == 0 ? s : std::min(*mbps, s);
+  }
 }
 
 // NCCL's GRAPH lines: each searched graph's pattern, bandwidths and channels.

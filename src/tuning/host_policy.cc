@@ -102,12 +102,25 @@ HostPolicy HostPolicy::make(const Config& cfg, HostLink link, int nRanks, bool o
   // Across hosts every slice is a NET message with its own step, header and acknowledgement: at 128 KiB a ring over
   // 3 or 4 hosts kept its links 62-75% busy (docs/cluster.md), at a full step 92-96%. The cache's reason for small
   // slices weighs less than the network's there.
-  if (link == HostLink::kNet) p.chunkBytes = std::max<uint64_t>(p.chunkBytes, static_cast<uint64_t>(cfg.buffSize) / kNetChunkDivisor);
+  if (link == HostLink::kNet)
+    p.chunkBytes = std::max<uint64_t>(p.chunkBytes, static_cast<uint64_t>(cfg.buffSize) / kNetChunkDivisor);
   p.oneShotMax = static_cast<uint64_t>(std::max(0, cfg.oneShotMax));
   p.directSplitMin = cfg.directSplitMin;
   p.directSplitRanks = cfg.directSplitRanks;
   p.llThreshold = static_cast<uint64_t>(std::max(0LL, cfg.p2pLlThreshold));
   return p;
+}
+
+HostQuery HostPolicy::query(int coll, int ranks, uint64_t bytes) const {
+  HostQuery q;
+  q.coll = coll;
+  q.link = link;
+  q.nRanks = ranks;
+  q.bytes = bytes;
+  q.chunkBytes = chunkBytes;
+  q.rails = rails;
+  q.netGBps = netGBps;
+  return q;
 }
 
 void hostShape(const HostThresholds& t, int nRanks, const HostCall& call, int nChannels, HostDecision* d) {
@@ -142,14 +155,7 @@ HostDecision hostDecide(const HostPolicy& p, const HostCall& call) {
     return d;
   }
   // The cost model picks among what NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS and TOPOCOLL_DIRECT_MAX leave.
-  HostQuery q;
-  q.coll = call.coll;
-  q.link = p.link;
-  q.nRanks = p.nRanks;
-  q.bytes = call.bytes;
-  q.chunkBytes = p.chunkBytes;
-  q.rails = p.rails;
-  q.netGBps = p.netGBps;
+  const HostQuery q = p.query(call.coll, p.nRanks, call.bytes);
   const HostChoice h = hostSelect(p.model, q, p.limits);
   d.algo = h.algo;
   d.proto = h.proto;

@@ -101,6 +101,8 @@ struct HostPolicy {
   /// The model from TOPOCOLL_HOST_TUNING (or the built-in constants), the limits NCCL_ALGO, NCCL_PROTO and the
   /// channel knobs leave over `nRings` rings. Throws Error naming the knob on a bad value.
   static HostPolicy make(const Config& cfg, HostLink link, int nRanks, bool oneHost, int nRings);
+  /// The cost model's question for `bytes` of `coll` over `ranks` ranks on this policy's link, chunk and NICs.
+  HostQuery query(int coll, int ranks, uint64_t bytes) const;
 };
 
 /// One call, as the decision needs it.
