@@ -668,7 +668,11 @@ void Engine::driveInline(Transfer& t, const std::vector<Transfer*>& others, cons
     // The checks checkStalls makes for queued transfers. A dead peer at every idle poll (one load): counted in
     // polls, the check would come only after ~190 sleeps of 20 ms once the wait sleeps, 4-5 s after the kill (the
     // survivors of a 4-rank Broadcast from a killed root); the clock often enough once the wait sleeps.
-    if (opts_.peerGone && (*opts_.peerGone)[c.peer].load(std::memory_order_relaxed)) {
+    if (opts_.peerGone && (*opts_.peerGone)[c.peer].load(std::memory_order_acquire)) {
+      // What the peer wrote before it left is visible now (its writes precede its leave): one more look, so that a
+      // transfer it completed before it destroyed its communicator ends here as done, not as failed.
+      if (step()) continue;
+      if (t.finished()) break;
       t.fail(StatusCode::kRemoteError, transport::peerGoneWhy(c.peer, (*opts_.peerGone)[c.peer].load()));
       break;
     }
@@ -875,6 +879,11 @@ void Engine::driveShots(const Step& step, const Pending& pending, Op* const* opL
       polls = 0;
       if (since == Clock::time_point{}) since = Clock::now();
       bool gone = false;
+      // A peer that left may have sent (or taken) its last message before it did: one more look before its ops fail.
+      bool anyGone = false;
+      for (Op* op : ops())
+        anyGone |= !op->finished() && opts_.peerGone && (*opts_.peerGone)[op->peer].load(std::memory_order_acquire);
+      if (anyGone && move()) continue;
       for (Op* op : ops())
         if (!op->finished() && op->code == StatusCode::kOk && opts_.peerGone && (*opts_.peerGone)[op->peer].load()) {
           stopAll(StatusCode::kRemoteError,
@@ -1261,18 +1270,19 @@ void Engine::checkStalls() {
         code = jobCode;
         why = jobWhy;
       } else if (now - q.front()->waitingSince > opts_.timeout) {
-        if (shotProgress(*q.front())) {  // it just moved after all
-          Op* op = q.front();
-          q.pop_front();
-          --shotQueued_;
-          complete(*op);
-          if (!q.empty()) q.front()->waitingSince = now;
-          continue;
-        }
         code = StatusCode::kTimeout;
         why = shotTimeout(static_cast<int>(peer));
       }
       if (code == StatusCode::kOk) continue;
+      // One more look first: the message a peer sent (or took) before it left or timed out ends its op as done.
+      if (code != StatusCode::kAborted && shotProgress(*q.front())) {
+        Op* op = q.front();
+        q.pop_front();
+        --shotQueued_;
+        complete(*op);
+        if (!q.empty()) q.front()->waitingSince = now;
+        continue;
+      }
       while (!q.empty()) {
         Op* op = q.front();
         q.pop_front();

@@ -162,9 +162,13 @@ void Mailboxes::exchange(Exchange& x) {
         idle = 0;
         if (since == std::chrono::steady_clock::time_point{}) since = std::chrono::steady_clock::now();
         const uint32_t due = x.toSend | x.toRecv;
-        for (int q = 0; q < n; ++q)
-          if ((due >> q & 1) && (*ctx.peerGone)[q].load())
-            fail(StatusCode::kRemoteError, "{}", transport::peerGoneWhy(q, (*ctx.peerGone)[q].load()));
+        int gone = -1;
+        for (int q = 0; q < n && gone < 0; ++q)
+          if ((due >> q & 1) && (*ctx.peerGone)[q].load()) gone = q;
+        // What a peer sent or took before it left is visible now: one more look before the exchange fails.
+        if (gone >= 0 && poll(x, &mismatch)) continue;
+        if (gone >= 0 && ((x.toSend | x.toRecv) >> gone & 1))
+          fail(StatusCode::kRemoteError, "{}", transport::peerGoneWhy(gone, (*ctx.peerGone)[gone].load()));
         const auto now = std::chrono::steady_clock::now();
         if (onStall_ && now - polled_ >= std::chrono::milliseconds(5)) {
           polled_ = now;

@@ -401,7 +401,9 @@ int detail::PointToPoint::recvAny(void* buf, size_t count, DataType type, const 
     int gone = 0;
     for (int k = 0; k < nPeers; ++k) {
       const int at = (anyNext_ + k) % nPeers, p = peers[at];
-      if (ctx.peerGone && (*ctx.peerGone)[p].load(std::memory_order_relaxed)) {
+      // A peer that left counts as gone unless the message it sent before it did is still here to take.
+      if (ctx.peerGone && (*ctx.peerGone)[p].load(std::memory_order_acquire) &&
+          !(conns_.connected(p) && messageWaiting(p))) {
         ++gone;
         continue;
       }

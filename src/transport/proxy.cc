@@ -494,6 +494,8 @@ void Proxy::Impl::run() {
       // The one byte ever sent on a watch: the peer's proxy ending with its communicator (kLeftByte), its process
       // alive; a close without it: the process is gone.
       if (got > 0 && std::memchr(buf, kLeftByte, static_cast<size_t>(got)) == nullptr) continue;
+      // What the peer sent before it left may be in this poll's data too: moved first, so that its ops end as done.
+      progressActive();
       if (got > 0) peerGone(watches[w].second, kPeerLeftComm, "its communicator was destroyed");
       else peerGone(watches[w].second, kPeerProcessGone, "its proxy connection closed");
       watches.erase(watches.begin() + static_cast<long>(w));
