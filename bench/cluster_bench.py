@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -236,6 +237,10 @@ def main():
     ap.add_argument("-c", nargs="+", default=["all_reduce"], choices=list(FACTOR), help="collectives")
     ap.add_argument("--sizes", type=int, nargs="+", default=[4 << 20, 16 << 20, 64 << 20], help="bytes")
     ap.add_argument("-T", type=float, default=2.0, help="seconds per timed loop (default 2)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds per shape (default 1): every entry once a round, the order rotated each round, each "
+                         "cell the median of its rounds (the host's load drifts over minutes: entries measured one "
+                         "after the other differ by a few percent for that alone)")
     ap.add_argument("--build", default="build", help="where topocoll-perf is (default build)")
     ap.add_argument("--entries", nargs="+", default=["capi", "topocoll", "gloo", "mpi"], choices=list(ENTRIES),
                     help="what to measure (default all): capi (topocoll-perf), topocoll and gloo (torch.distributed), "
@@ -280,24 +285,34 @@ def main():
         rate_gbs = cl.rate_bytes(a.rate) / 1e9
     except cl.ClusterError as e:
         sys.exit(f"cluster_bench: {e}")
+    if a.repeat < 1:
+        sys.exit(f"cluster_bench: --repeat {a.repeat}: expected 1 or more")
     results = {}
+    samples = {}  # (coll, shape, entry) -> {size: [seconds of each round]}
     try:
         rtt = round_trip(a)
         for h, r in shapes:
             n = h * r
-            for e in entries:
-                if e in ("capi", "mpi"):
-                    rows = {c: (capi if e == "capi" else mpi)(a, c, h, r) for c in a.c}
-                else:
-                    rows = torch_rows(a, e, h, r)
-                for c, rs in rows.items():
-                    results[(c, f"{h}x{r}", e)] = [(s, t, s / t * FACTOR[c](n) / 1e9) for s, t in rs]
+            for k in range(a.repeat):
+                for e in entries[k % len(entries):] + entries[:k % len(entries)]:
+                    if e in ("capi", "mpi"):
+                        rows = {c: (capi if e == "capi" else mpi)(a, c, h, r) for c in a.c}
+                    else:
+                        rows = torch_rows(a, e, h, r)
+                    for c, rs in rows.items():
+                        for sz, t in rs:
+                            samples.setdefault((c, f"{h}x{r}", e), {}).setdefault(sz, []).append(t)
+            for key, by_size in samples.items():
+                if key[1] == f"{h}x{r}":
+                    results[key] = [(sz, statistics.median(ts), sz / statistics.median(ts) * FACTOR[key[0]](n) / 1e9)
+                                    for sz, ts in by_size.items()]
     finally:
         if not a.keep and not up:
             cluster(a, "down", check=False)
     print(f"# {a.rate} links{f' ({rate_gbs:.3f} GB/s)' if rate_gbs else ''}"
           f"{f', {a.rails} rails (NICs) per host' if a.rails > 1 else ''}; TCP round trip host0-host1 "
-          f"{rtt:.0f} us (8 B, Python sockets)")
+          f"{rtt:.0f} us (8 B, Python sockets)" +
+          (f"; each cell the median of {a.repeat} rounds, the entries' order rotated each round" if a.repeat > 1 else ""))
     for e, why in skipped.items():
         print(f"# {ENTRIES[e]} skipped: {why}")
     for c in a.c:
@@ -312,8 +327,10 @@ def main():
                 print(f"| {h}x{r} | {ENTRIES[e]} | " + " | ".join(cells) + " |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rate": a.rate, "rails": a.rails, "rtt_us": rtt, "skipped": skipped,
-                       "rows": [{"coll": c, "shape": s, "entry": e, "rows": v} for (c, s, e), v in results.items()]},
+            json.dump({"rate": a.rate, "rails": a.rails, "rtt_us": rtt, "skipped": skipped, "repeat": a.repeat,
+                       "rows": [{"coll": c, "shape": s, "entry": e, "rows": v,
+                                 "rounds": {str(sz): ts for sz, ts in samples.get((c, s, e), {}).items()}}
+                                for (c, s, e), v in results.items()]},
                       f, indent=1)
     if a.svg:
         svg(a.svg, a.c, shapes, entries, results, a.rate, rate_gbs, a.rails)

@@ -1,3 +1,5 @@
+#include <Python.h>  // first, as Python asks
+
 #include "process_group.h"
 
 #include <ATen/core/ivalue.h>
@@ -453,7 +455,29 @@ ProcessGroupTopocoll::ProcessGroupTopocoll(const c10::intrusive_ptr<c10d::Store>
   }
 }
 
+namespace {
+// Lets go of the GIL for its scope where this thread holds it. A group dropped from Python is destroyed holding the
+// GIL, and joining a worker then deadlocks when the worker's last Task frees a tensor whose Python object it owns
+// (TensorImpl's destructor takes the GIL): torch's own bindings release the GIL before destroying a ProcessGroup
+// for the same reason, but not every path that drops ours goes through them.
+class GilReleased {
+ public:
+  GilReleased() {
+    if (Py_IsInitialized() && PyGILState_Check()) saved_ = PyEval_SaveThread();
+  }
+  ~GilReleased() {
+    if (saved_) PyEval_RestoreThread(saved_);
+  }
+  GilReleased(const GilReleased&) = delete;
+  GilReleased& operator=(const GilReleased&) = delete;
+
+ private:
+  PyThreadState* saved_ = nullptr;
+};
+}  // namespace
+
 ProcessGroupTopocoll::~ProcessGroupTopocoll() {
+  GilReleased released;
   collWorker_.reset();  // drains what was queued
   sendWorker_.reset();
   tcclCommDestroy(comm_);
