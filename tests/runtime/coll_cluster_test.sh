@@ -69,6 +69,10 @@ run broadcast-3x2 3 2 "" broadcast_perf -l 8,4100,1M -n 2 -w 1 -c 1
 # And 4 hosts of 2: AllReduce and AllGather (8 ranks on this machine's cores: the largest shape the issue names).
 run all_reduce-4x2 4 2 "" all_reduce_perf -l 8,4100,1M -n 2 -w 1 -c 1
 run all_gather-4x2 4 2 "" all_gather_perf -l 8,4100,1M -n 2 -w 1 -c 1
+# 64 MiB, the benchmark's largest size, each collective once, checked (about 0.5 s a call at 2 Gbit/s).
+for t in all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf; do
+  run "${t%_perf}-64M" 2 2 "" "$t" -b 64M -e 64M -n 1 -w 0 -c 1
+done
 # Every type and op through the reductions, and each algorithm/protocol forced.
 run all_reduce-types 2 2 "" all_reduce_perf -l 1K -d all -o all -n 1 -w 0 -c 1
 run reduce_scatter-types 2 2 "" reduce_scatter_perf -l 1K -d all -o all -n 1 -w 0 -c 1
