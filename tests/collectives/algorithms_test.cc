@@ -1,7 +1,8 @@
 // The collective algorithms alone, on threads through ThreadLinks (no transport, no engine): every collective and
 // algorithm at 1, 2, 3, 5, 8, 11 and 16 ranks, every type and op at an odd count, in place and out of place, every
 // root kind, sizes from 0 to past the star thresholds, and from 1 MiB the mapped paths (peers' buffers by address)
-// beside the copying ones; each result against the serial reference, bit for bit.
+// beside the copying ones, and the rings and chains as they run across hosts; each result against the serial
+// reference, bit for bit.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -37,9 +38,11 @@ struct Case {
   size_t count;
   bool inPlace;
   int root;
+  bool acrossHosts = false;  // as the runtime runs ranks on several hosts (Choice::acrossHosts)
   std::string name() const {
-    return fmt::format("{} {} {} {} count {} {} root {}", collName(coll), algoName(algo), to_string(type),
-                       to_string(op), count, inPlace ? "in place" : "out of place", root);
+    return fmt::format("{} {} {} {} count {} {} root {}{}", collName(coll), algoName(algo), to_string(type),
+                       to_string(op), count, inPlace ? "in place" : "out of place", root,
+                       acrossHosts ? " across hosts" : "");
   }
 };
 
@@ -133,6 +136,10 @@ std::string runOne(ThreadLinks& links, const Case& k) {
   c.pair = shape.pair;
   c.mapPeers = shape.mapPeers;
   c.mapOutputs = shape.mapOutputs;
+  if (k.acrossHosts) {  // as the runtime decides across hosts: no pair shapes (tuning::hostDecide)
+    c.acrossHosts = true;
+    c.pair = false;
+  }
   run(links, a, c);
   long long d = testing::firstDiff(result, want.data(), checked, t);
   if (d >= 0) return fmt::format("rank {}: {}: element {} differs", r, k.name(), d);
@@ -161,6 +168,9 @@ std::vector<Case> casesFor(Coll coll, int n, bool large) {
       // the ring's many slices.
       const size_t count = coll == Coll::kAllGather || coll == Coll::kReduceScatter ? 300007 / n + 1 : 300007;
       for (bool inPlace : {false, true}) v.push_back({coll, algo, DataType::kFloat32, RedOp::kSum, count, inPlace, last});
+      if (algo == Algo::kRing)
+        for (bool inPlace : {false, true})
+          v.push_back({coll, algo, DataType::kFloat32, RedOp::kSum, count, inPlace, last, true});
       continue;
     }
     for (DataType t : kTypes) {
@@ -179,6 +189,13 @@ std::vector<Case> casesFor(Coll coll, int n, bool large) {
           if (root != 0 && coll != Coll::kBroadcast && coll != Coll::kReduce) continue;
           for (bool inPlace : {false, true})
             v.push_back({coll, algo, t, t == DataType::kInt8 ? RedOp::kMax : RedOp::kSum, count, inPlace, root});
+        }
+    // Across hosts (the rings' all-gathers piece by piece, the chains' pieces): from one piece to many, every op.
+    if (algo == Algo::kRing)
+      for (size_t count : {size_t{1}, size_t{1031}, big})
+        for (RedOp op : kOps) {
+          if (!reduces(coll) && op != RedOp::kSum) continue;
+          for (bool inPlace : {false, true}) v.push_back({coll, algo, DataType::kFloat32, op, count, inPlace, mid, true});
         }
   }
   return v;
