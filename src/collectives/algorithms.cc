@@ -228,8 +228,9 @@ class Runner {
     };
     auto inOutput = [&](int, int, Range piece, bool) { return at(recv_, piece.begin); };
     ringReduceScatter(rings, slicesOf(whole), tmp, maxChunk, block, inOutput);
-    // All-gather of whole blocks. (All-gathering groups of slices right after reducing them, while they are in the
-    // cache, measured 5-20% slower at 16 and 64 MiB, 2 ranks: more hand-overs.)
+    // All-gather of the reduced blocks (ringForward: whole blocks on one host, pieces across hosts). (All-gathering
+    // groups of slices right after reducing them, while they are in the cache, measured 5-20% slower at 16 and 64
+    // MiB, 2 ranks, one host: more hand-overs.)
     ringForward(rings, [&](int c, int s) { return block(c, rings[c].p + 1 - s); },
                 [&](int c, int s) { return block(c, rings[c].p - s); });
   }
