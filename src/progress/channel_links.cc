@@ -47,7 +47,7 @@ void ChannelLinks::start() {
 
 void ChannelLinks::wait(int h) {
   flush(false);
-  engine_.wait(*ops_[h]);
+  engine_.wait(*ops_[h], /*more=*/true);  // waitAll() (or drain()) ends every collective
 }
 
 void ChannelLinks::waitAll() {

@@ -1329,28 +1329,35 @@ void Engine::waitUntil(const Done& done, int spinUs, int yieldUs, int minYields)
 }
 
 namespace {
-bool onlyNet(const Op& op) {
+// Whether some of the operation's connections are NET (and none is a shot's).
+bool movesNet(const Op& op) {
   if (op.parts.empty() || op.shot) return false;
   for (auto& t : op.parts)
-    if (!(t->connector().conn.flags & transport::kConnNet)) return false;
-  return true;
+    if (t->connector().conn.flags & transport::kConnNet) return true;
+  return false;
 }
 }  // namespace
 
 // A caller drives its own operations: the worker stays out of the way until it leaves.
 template <typename Done>
-void Engine::waitAsCaller(const Done& done, Op* const* ops, size_t nOps) {
+void Engine::waitAsCaller(const Done& done, Op* const* ops, size_t nOps, bool more) {
   if (done()) return;
   callers_.fetch_add(1);
-  bool netOnly = true;
-  for (size_t i = 0; i < nOps && netOnly; ++i) netOnly = onlyNet(*ops[i]);
-  // Operations that only NET moves: this thread moves their connections itself (waitMovingNet); when it cannot
-  // (another thread drives the engine, or a group holds connections), it sleeps on the doorbell at once (no yield:
-  // against CPU-bound processes a yield waits out their time slices; a 20 us spin first made 1 MiB no faster), and
-  // the proxy rings it.
-  if (!netOnly) waitUntil(done, opts_.spinUs, opts_.yieldUs);
-  else if (!waitMovingNet(done, ops, nOps)) waitUntil(done, 0, 0, 0);
-  if (callers_.fetch_sub(1) == 1 && !idle()) {
+  bool net = false, netOnly = true;
+  for (size_t i = 0; i < nOps; ++i) {
+    bool n = movesNet(*ops[i]);
+    net |= n;
+    netOnly &= n && std::all_of(ops[i]->parts.begin(), ops[i]->parts.end(), [](auto& t) {
+                 return (t->connector().conn.flags & transport::kConnNet) != 0;
+               });
+  }
+  // Operations that NET moves (alone, or with P2P and SHM inside the host): this thread moves their NET connections
+  // itself (waitMovingNet); when it cannot (another thread drives the engine, or a group holds connections), NET-only
+  // waits sleep on the doorbell at once (no yield: against CPU-bound processes a yield waits out their time slices;
+  // a 20 us spin first made 1 MiB no faster), and the proxy rings it.
+  if (!net || !waitMovingNet(done, ops, nOps)) waitUntil(done, netOnly ? 0 : opts_.spinUs, netOnly ? 0 : opts_.yieldUs, netOnly ? 0 : 4);
+  // The last caller to leave hands what is pending to the worker, unless it comes back at once (`more`).
+  if (callers_.fetch_sub(1) == 1 && !more && !idle()) {
     {
       std::lock_guard<std::mutex> lock(workerMu_);
       workerWanted_ = true;
@@ -1359,16 +1366,19 @@ void Engine::waitAsCaller(const Done& done, Op* const* ops, size_t nOps) {
   }
 }
 
-// Queued operations whose connections are all NET (a collective's steps across hosts): this thread moves those
-// connections (CallerDrive), with those of every other NET queue of the engine (the sends a collective posted before
-// this receive), and the engine's queues, and blocks in poll() on their sockets and on postFd_, as driveInline does
-// for a blocking send or receive. Through the proxy every message costs three wake-ups (caller -> proxy eventfd,
-// socket -> the peer's proxy, doorbell -> the peer's caller); here one (the socket). It holds the engine for the
-// whole wait, so no other driver publishes a step that this thread, blocked in poll(), would not see (moving the
-// connections while taking the engine per pass made sendrecv 1 MiB 2-4x slower); what other threads post meanwhile
-// rings postFd_. A queue that is not NET (P2P, SHM: their peers ring the doorbell, which poll() does not see) hands
-// everything back to the proxy and the rest of the wait sleeps on the doorbell. False, having done nothing, when it
-// cannot start: the engine is driven elsewhere, a group holds connections, or no eventfd.
+// Queued operations with NET connections (a collective's steps across hosts, alone or with P2P and SHM steps inside
+// the host): this thread moves the NET connections (CallerDrive), with those of every other NET queue of the engine
+// (the sends a collective posted before this receive), and the engine's queues, and blocks in poll() on their
+// sockets, on postFd_ and, when some queue is not NET, on the doorbell's eventfd (the local peers of P2P and SHM
+// ring the doorbell; announced as a poller, this thread hears the ring there), as driveInline does for a blocking
+// send or receive. Through the proxy every NET message costs three wake-ups (caller -> proxy eventfd, socket -> the
+// peer's proxy, doorbell -> the peer's caller); here one (the socket). It holds the engine for the whole wait, so no
+// other driver publishes a step that this thread, blocked in poll(), would not see (moving the connections while
+// taking the engine per pass made sendrecv 1 MiB 2-4x slower); what other threads post meanwhile rings postFd_.
+// A wait with a queue that is not NET whose doorbell eventfd is missing or polled by another thread (one poller per
+// process: Doorbell::beginPoll) hands everything back to the proxy and the rest of it sleeps on the doorbell.
+// False, having done nothing, when it cannot start: the engine is driven elsewhere, a group holds connections, or
+// no eventfd.
 template <typename Done>
 bool Engine::waitMovingNet(const Done& done, Op* const* ops, size_t nOps) {
   if (postFd_ < 0) return false;
@@ -1394,16 +1404,19 @@ bool Engine::waitMovingNet(const Done& done, Op* const* ops, size_t nOps) {
     }
     ~Held() { releaseAll(); }
   } held;
+  bool local = false;  // some queue is not NET: its peers ring the doorbell
   for (size_t i = 0; i < nOps; ++i)
     if (!ops[i]->finished())
-      for (auto& t : ops[i]->parts) held.add(t->connector().conn.drive);  // all NET: waitAsCaller checked
-  // The other queues' connections; false when one is not NET.
+      for (auto& t : ops[i]->parts) {
+        if (auto* d = t->connector().conn.drive) held.add(d);
+        else local = true;
+      }
+  // The other queues' connections; false when they are more than this thread can hold.
   auto holdQueues = [&] {
     for (Queue* q : active_) {
       if (q->parts.empty()) continue;
-      transport::CallerDrive* d = q->conn->conn.drive;
-      if (!d) return false;
-      held.add(d);
+      if (transport::CallerDrive* d = q->conn->conn.drive) held.add(d);
+      else local = true;
     }
     return !held.full;
   };
@@ -1412,23 +1425,24 @@ bool Engine::waitMovingNet(const Done& done, Op* const* ops, size_t nOps) {
     for (size_t i = 0; i < held.n; ++i) moved |= held.d[i]->drive();
     return moved;
   };
+  transport::Doorbell& bell = *opts_.doorbell;
   transport::Backoff backoff(opts_.spinUs, 0, 0);
   std::vector<pollfd>& fds = netFds_;  // driver only
   // Posted operations are taken before the first pass publishes them: a step published on a connection that this
   // thread does not hold yet wakes the proxy.
   takeIncoming();
-  bool allNet = holdQueues();
+  bool holding = holdQueues();
   while (!done()) {
     bool moved = driveNet();  // what arrived (data, acknowledgements)
     if (hasIncoming_.load(std::memory_order_acquire)) {  // what other threads posted meanwhile, likewise
       takeIncoming();
-      allNet = holdQueues();
+      holding = holdQueues();
     }
     if (progressOnce()) {  // the steps it completes, and those it publishes
       // Queues it started (an op after the one that finished, the next receive from a peer) join the held ones:
       // the proxy would move them and ring the doorbell, which this thread, blocked in poll(), does not hear
       // (a chain across hosts stalled a poll slice of 20 ms per piece).
-      if (allNet) allNet = holdQueues();
+      if (holding) holding = holdQueues();
       driveNet();  // out goes what was published
       moved = true;
     }
@@ -1437,18 +1451,30 @@ bool Engine::waitMovingNet(const Done& done, Op* const* ops, size_t nOps) {
       continue;
     }
     bool block = false;
-    backoff.idle(*opts_.doorbell, [&] { return block = true; });  // spins within the budget, then says block
+    backoff.idle(bell, [&] { return block = true; });  // spins within the budget, then says block
     if (!block) continue;
-    if (!allNet) break;
+    if (!holding) break;
+    int slice = 20;  // ms, as the doorbell's: the engine's deadlines, aborts and dead peers are checked between them
+    if (local) {
+      // Announced before the last look: a local peer that publishes after it rings the eventfd.
+      slice = bell.beginPoll(slice);
+      if (slice < 0) break;
+      if (progressOnce()) {
+        bell.endPoll();
+        backoff.reset();
+        continue;
+      }
+    }
     fds.clear();
     for (size_t i = 0; i < held.n; ++i) held.d[i]->waitFds(fds);
     fds.push_back({postFd_, POLLIN, 0});
+    if (local) fds.push_back({bell.eventFd(), POLLIN, 0});
     netPolling_.store(true, std::memory_order_seq_cst);
     if (!hasIncoming_.load(std::memory_order_seq_cst) && !done()) {
-      // Slices, as the doorbell's: the engine's deadlines, aborts and dead peers are checked between them.
-      if (::poll(fds.data(), fds.size(), 20) == 0) checkStalls();
+      if (::poll(fds.data(), fds.size(), slice) == 0) checkStalls();
     }
     netPolling_.store(false, std::memory_order_relaxed);
+    if (local) bell.endPoll();
     uint64_t drained;
     while (::read(postFd_, &drained, sizeof drained) > 0) {
     }
@@ -1457,16 +1483,18 @@ bool Engine::waitMovingNet(const Done& done, Op* const* ops, size_t nOps) {
     held.lazy = idle();
     return true;
   }
-  // A queue that only the proxy and the doorbell move: the rest as waitAsCaller waits without this.
+  // More connections than it can hold, or a local queue and the doorbell's eventfd taken (another communicator of
+  // the process polls it): the rest as waitAsCaller waits without this, the proxy moving NET.
   held.releaseAll();
   lock.unlock();
-  waitUntil(done, 0, 0, 0);
+  if (local) waitUntil(done, opts_.spinUs, opts_.yieldUs);
+  else waitUntil(done, 0, 0, 0);
   return true;
 }
 
-void Engine::wait(Op& op) {
+void Engine::wait(Op& op, bool more) {
   Op* const one = &op;
-  waitAsCaller([&] { return op.finished(); }, &one, 1);
+  waitAsCaller([&] { return op.finished(); }, &one, 1, more);
   if (op.state.load(std::memory_order_acquire) == Op::kFailed) throw Error(op.code, op.error);
 }
 

@@ -2,10 +2,12 @@
 
 #include <linux/membarrier.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <mutex>
 #include <thread>
 
@@ -105,6 +107,7 @@ std::shared_ptr<Doorbell> Doorbell::make(bool membarrier) {
   d->mapping_ = MappedRegion::shared(fd.get(), sizeof(DoorbellPage), "the process's doorbell");
   d->page_ = new (d->mapping_.get()) DoorbellPage();
   d->fd_ = std::move(fd);
+  d->event_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));  // -1 (no pollers, sleepers only) if refused
   if (membarrier && membarrierRegistered()) {
     d->page_->membarrier.store(1, std::memory_order_relaxed);  // before the fd leaves the process
     d->needsFence_ = false;
@@ -153,9 +156,37 @@ void Doorbell::ringFenced() {
   // A page whose sleepers stopped issuing membarrier: fence (rare; the flag's line is only read).
   if (!needsFence_ && page_->membarrier.load(std::memory_order_relaxed) == 0)
     std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (page_->waiters.load(std::memory_order_relaxed) == 0) return;
-  page_->seq.fetch_add(1, std::memory_order_seq_cst);
-  os::futexWakeAll(&page_->seq);
+  const uint32_t w = page_->waiters.load(std::memory_order_relaxed);
+  if (w == 0) return;
+  if ((w & (DoorbellPage::kPoller - 1)) != 0) {
+    page_->seq.fetch_add(1, std::memory_order_seq_cst);
+    os::futexWakeAll(&page_->seq);
+  }
+  if (w >= DoorbellPage::kPoller && event_.valid()) {
+    uint64_t one = 1;
+    ssize_t r = ::write(event_.get(), &one, sizeof one);  // never blocks: the counter cannot reach its limit
+    (void)r;
+  }
+}
+
+// A poller announces itself in the same word as a sleeper, with the same fence: a ring either sees it (and writes
+// the eventfd) or published before the poller's next check, which then sees what was published.
+int Doorbell::beginPoll(int sliceMs) {
+  if (!event_.valid() || polling_.exchange(true, std::memory_order_acquire)) return -1;
+  page_->waiters.fetch_add(DoorbellPage::kPoller, std::memory_order_seq_cst);
+  if (page_->membarrier.load(std::memory_order_relaxed) != 0 && !membarrierAll()) {
+    page_->membarrier.store(0, std::memory_order_seq_cst);  // rings fence from now on
+    sliceMs = std::min(sliceMs, 1);
+  }
+  return sliceMs;
+}
+
+void Doorbell::endPoll() {
+  page_->waiters.fetch_sub(DoorbellPage::kPoller, std::memory_order_seq_cst);
+  uint64_t drained;
+  while (::read(event_.get(), &drained, sizeof drained) > 0) {
+  }
+  polling_.store(false, std::memory_order_release);
 }
 
 bool Doorbell::sleep(ReadyRef ready, std::chrono::microseconds timeout) {

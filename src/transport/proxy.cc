@@ -281,6 +281,11 @@ std::shared_ptr<Doorbell> Proxy::importDoorbell(int owner) {
   UniqueFd sock;
   UniqueFd fd = ask(opts_, owner, req, &rep, &sock);
   auto bell = Doorbell::fromFd(fd.release());
+  Reply evRep;
+  int ev = os::recvMsg(sock.get(), &evRep, sizeof(evRep),
+                       Clock::now() + std::min<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(60)),
+                       fmt::format("rank {} importing rank {}'s doorbell", opts_.rank, owner));
+  if (ev >= 0) bell->adoptEventFd(ev);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->newWatches.emplace_back(std::move(sock), owner);
@@ -438,6 +443,10 @@ void Proxy::Impl::answer(Pending& p) {
   try {
     os::sendMsg(p.sock.get(), &rep, sizeof(rep), why.empty() ? fd : -1, Clock::now() + std::chrono::seconds(2),
                 "answering a proxy request");
+    // A doorbell's eventfd follows its page (one descriptor a message): a ring that finds a poller writes it.
+    if (why.empty() && r.kind == kKindDoorbellWatch)
+      os::sendMsg(p.sock.get(), &rep, sizeof(rep), o.doorbell->eventFd(), Clock::now() + std::chrono::seconds(2),
+                  "sending the doorbell's eventfd");
   } catch (const Error& e) {
     TC_WARN("Proxy : rank {}: {}", o.rank, e.what());
     return;

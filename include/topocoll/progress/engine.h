@@ -166,8 +166,10 @@ class Engine {
   /// The same for a group of mailbox ops (any order of sends and receives completes; ops of one peer and direction
   /// in order): false when the engine is busy with mailbox ops of those peers. The ops finish (ok or failed).
   bool runShotGroup(const std::vector<Op*>& ops);
-  /// Drives until `op` finishes; throws its error.
-  void wait(Op& op);
+  /// Drives until `op` finishes; throws its error. `more`: the caller waits again soon (a collective's step inside
+  /// the call: it reduces what arrived, posts the next sends, then waits for the next piece), so the worker is not
+  /// woken for the ops still pending meanwhile: it would take the engine (and a core) the caller's next wait needs.
+  void wait(Op& op, bool more = false);
   /// Drives until all of `ops` finished; throws the first error (in their order).
   void waitAll(const std::vector<Op*>& ops);
   /// Ops that all finished: throws what failed (every failure named), nothing when all succeeded.
@@ -238,7 +240,7 @@ class Engine {
   template <typename Done>
   void waitUntil(const Done& done, int spinUs, int yieldUs, int minYields = 4);
   template <typename Done>
-  void waitAsCaller(const Done& done, Op* const* ops, size_t nOps);
+  void waitAsCaller(const Done& done, Op* const* ops, size_t nOps, bool more = false);
   template <typename Done>
   bool waitMovingNet(const Done& done, Op* const* ops, size_t nOps);
 

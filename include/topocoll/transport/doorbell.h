@@ -40,8 +40,12 @@ class ReadyRef {
 
 /// The shared page.
 struct DoorbellPage {
-  std::atomic<uint32_t> seq{0};      // the futex word, bumped by every ring that finds sleepers
-  std::atomic<uint32_t> waiters{0};  // threads between "I may sleep" and "I woke up"
+  std::atomic<uint32_t> seq{0};  // the futex word, bumped by every ring that finds sleepers
+  // Threads between "I may sleep" and "I woke up": futex sleepers in the low 16 bits, pollers (threads blocked in
+  // poll() on the doorbell's eventfd with sockets of their own) from bit 16. One word, so that a ring's single load
+  // sees both kinds (the fence pairing below holds for each).
+  std::atomic<uint32_t> waiters{0};
+  static constexpr uint32_t kPoller = 1u << 16;
   // Set by the owner once, before the page is exported: 1 when its sleepers issue
   // membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) between `waiters++` and their last check. Cleared if that call ever
   // fails (then every ring fences again).
@@ -72,13 +76,27 @@ class Doorbell : public Waker {
   /// between the caller's last check and the sleep is never lost). Returns false when it slept the whole timeout.
   /// Only threads of the process that created the doorbell sleep on it.
   bool sleep(ReadyRef ready, std::chrono::microseconds timeout);
+  /// For a thread that also waits on descriptors of its own (sockets): between beginPoll() and endPoll() every ring
+  /// also makes eventFd() readable. Announce first, then check what you wait for (a ring before the announcement is
+  /// not heard), then poll() with eventFd() among the descriptors. endPoll() drains it. Only threads of the process
+  /// that created the doorbell, one at a time (the poller drains the eventfd: a second one could miss its ring).
+  /// beginPoll() returns the poll slice to use, `sliceMs` or less (1 ms when the fence just failed, as sleep()
+  /// does), or -1, having done nothing, when the doorbell has no eventfd or another thread polls it (sleep instead).
+  int beginPoll(int sliceMs);
+  void endPoll();
+  int eventFd() const { return event_.get(); }
   /// The memfd of this process's doorbell (for the proxy to export); -1 for an imported one.
   int fd() const { return fd_.get(); }
+  /// Gives an imported doorbell the owner's eventfd (the proxy sends it after the memfd; closed here). Without one,
+  /// a ring wakes only the futex sleepers.
+  void adoptEventFd(int fd) { event_ = UniqueFd(fd); }
 
  private:
   Doorbell() = default;
   static std::shared_ptr<Doorbell> make(bool membarrier);
   UniqueFd fd_;
+  UniqueFd event_;  // the owner's eventfd (non-blocking), written by rings that find pollers
+  std::atomic<bool> polling_{false};  // a thread of the owner is between beginPoll() and endPoll()
   MappedRegion mapping_;
   DoorbellPage* page_ = nullptr;  // in mapping_
 };
