@@ -1331,14 +1331,6 @@ void Engine::waitUntil(const Done& done, int spinUs, int yieldUs, int minYields)
 namespace {
 // A NET wait for more bytes than this does not spin before it blocks (waitMovingNet).
 constexpr size_t kNetSpinMaxBytes = 64 << 10;
-
-// Whether some of the operation's connections are NET (and none is a shot's).
-bool movesNet(const Op& op) {
-  if (op.parts.empty() || op.shot) return false;
-  for (auto& t : op.parts)
-    if (t->connector().conn.flags & transport::kConnNet) return true;
-  return false;
-}
 }  // namespace
 
 // A caller drives its own operations: the worker stays out of the way until it leaves.
@@ -1346,13 +1338,13 @@ template <typename Done>
 void Engine::waitAsCaller(const Done& done, Op* const* ops, size_t nOps, bool more) {
   if (done()) return;
   callers_.fetch_add(1);
-  bool net = false, netOnly = true;
+  bool net = false, netOnly = true;  // some of the awaited connections are NET; all are (shots' count as not)
   for (size_t i = 0; i < nOps; ++i) {
-    bool n = movesNet(*ops[i]);
-    net |= n;
-    netOnly &= n && std::all_of(ops[i]->parts.begin(), ops[i]->parts.end(), [](auto& t) {
-                 return (t->connector().conn.flags & transport::kConnNet) != 0;
-               });
+    size_t nNet = 0;
+    if (!ops[i]->shot)
+      for (auto& t : ops[i]->parts) nNet += (t->connector().conn.flags & transport::kConnNet) != 0;
+    net |= nNet > 0;
+    netOnly &= nNet > 0 && nNet == ops[i]->parts.size();
   }
   // Operations that NET moves (alone, or with P2P and SHM inside the host): this thread moves their NET connections
   // itself (waitMovingNet); when it cannot (another thread drives the engine, or a group holds connections), NET-only
