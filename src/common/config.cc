@@ -449,7 +449,8 @@ std::vector<Knob> buildRegistry() {
       "TOPOCOLL_MEMBARRIER", "transport", 0, 1,
       "1: a thread about to sleep on its process's doorbell issues membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED), so "
       "that publishers in registered processes ring it without a fence (falls back to the fence where the kernel "
-      "refuses); 0: every ring issues a seq_cst fence. The process's first communicator decides"));
+      "refuses, and switches to the fence for good once the process's sleeps are frequent: 100 within 100 ms); 0: every "
+      "ring issues a seq_cst fence. The process's first communicator decides"));
   r.push_back(intKnob<&Config::oneShotMax>(
       "TOPOCOLL_ONESHOT_MAX", "collectives", 0, 256,
       "collectives whose message to each peer is at most this many bytes, with every rank on one host and neither "

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "os.h"
+#include "topocoll/log.h"
 #include "topocoll/status.h"
 
 namespace topocoll::transport {
@@ -70,6 +71,17 @@ void limitSpinners(int n) {
 // seccomp filter installed later), it clears the page's flag (rings fence from then on) and that sleep lasts at most
 // 1 ms: a ring that read the flag before the clear and lost the race is then late by at most that, and in any case a
 // wait sleeps in slices (Backoff: 20 ms) and re-checks its condition after each, so a wake-up is never lost for good.
+//
+// Switching to fences. Where the owner's threads sleep or poll often (more ranks than cores; NET waits that block in
+// poll() once a piece), the membarriers cost more than the fences they spare (a 4 x 2 AllReduce across emulated
+// hosts spent 11% of the machine's CPU sending their IPIs), so the owner switches for good: a sleeper S0 stores the
+// page's flag 0, then issues its membarrier (the sleep's own and the switch's), and only after it returns sets the
+// process-local sleepersSkip_ (release). A later sleeper S that reads it set (acquire) skips the membarrier, relying
+// on the rings' fences. A ring P that still read the flag as 1 and skipped its fence: P's load of the flag comes
+// before S0's barrier point b in P (after b, P would see the 0 stored before the call), so P's store of X is before
+// b too, and visible to S0 after its call and, through the release/acquire pair, to S's check: S sees X. A ring
+// that read 0 fenced: the classic pairing with S's RMW. A sleeper that read sleepersSkip_ clear issues the
+// membarrier as before, whatever the flag says.
 namespace {
 long membarrierCall(int cmd) { return ::syscall(SYS_membarrier, cmd, 0, 0); }
 }  // namespace
@@ -101,8 +113,9 @@ namespace {
 std::atomic<bool> gMembarrierOff{false};  // TOPOCOLL_MEMBARRIER=0 for the process's doorbell: every ring fences
 }  // namespace
 
-std::shared_ptr<Doorbell> Doorbell::make(bool membarrier) {
+std::shared_ptr<Doorbell> Doorbell::make(bool membarrier, int frequentSleeps) {
   std::shared_ptr<Doorbell> d(new Doorbell());
+  d->frequentSleeps_ = frequentSleeps;
   UniqueFd fd = os::createMemfd("topocoll-doorbell", sizeof(DoorbellPage));
   d->mapping_ = MappedRegion::shared(fd.get(), sizeof(DoorbellPage), "the process's doorbell");
   d->page_ = new (d->mapping_.get()) DoorbellPage();
@@ -111,11 +124,14 @@ std::shared_ptr<Doorbell> Doorbell::make(bool membarrier) {
   if (membarrier && membarrierRegistered()) {
     d->page_->membarrier.store(1, std::memory_order_relaxed);  // before the fd leaves the process
     d->needsFence_ = false;
+    d->sleepersSkip_.store(false, std::memory_order_relaxed);
   }
   return d;
 }
 
-std::shared_ptr<Doorbell> Doorbell::create(bool membarrier) { return make(membarrier); }
+std::shared_ptr<Doorbell> Doorbell::create(bool membarrier, int frequentSleeps) {
+  return make(membarrier, frequentSleeps);
+}
 
 std::shared_ptr<Doorbell> Doorbell::process(bool membarrier) {
   static std::mutex mu;
@@ -123,7 +139,7 @@ std::shared_ptr<Doorbell> Doorbell::process(bool membarrier) {
   std::lock_guard<std::mutex> lock(mu);
   if (auto d = current.lock()) return d;
   gMembarrierOff.store(!membarrier, std::memory_order_relaxed);
-  auto d = make(membarrier);
+  auto d = make(membarrier, kFrequentSleeps);
   current = d;
   return d;
 }
@@ -174,11 +190,36 @@ void Doorbell::ringFenced() {
 int Doorbell::beginPoll(int sliceMs) {
   if (!event_.valid() || polling_.exchange(true, std::memory_order_acquire)) return -1;
   page_->waiters.fetch_add(DoorbellPage::kPoller, std::memory_order_seq_cst);
-  if (page_->membarrier.load(std::memory_order_relaxed) != 0 && !membarrierAll()) {
-    page_->membarrier.store(0, std::memory_order_seq_cst);  // rings fence from now on
-    sliceMs = std::min(sliceMs, 1);
-  }
+  if (!sleeperBarrier()) sliceMs = std::min(sliceMs, 1);
   return sliceMs;
+}
+
+bool Doorbell::sleeperBarrier() {
+  if (sleepersSkip_.load(std::memory_order_acquire)) return true;  // the rings fence
+  // Count this sleep in the current window; the one that reaches kFrequentSleeps switches (see above).
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  bool frequent = false;
+  if (now - windowStartNs_.load(std::memory_order_relaxed) >
+      std::chrono::duration_cast<std::chrono::nanoseconds>(kSleepWindow).count()) {
+    windowStartNs_.store(now, std::memory_order_relaxed);
+    windowSleeps_.store(1, std::memory_order_relaxed);
+  } else {
+    frequent = windowSleeps_.fetch_add(1, std::memory_order_relaxed) + 1 == frequentSleeps_;
+  }
+  if (frequent) page_->membarrier.store(0, std::memory_order_seq_cst);  // before the call: rings fence from now on
+  if (!membarrierAll()) {
+    page_->membarrier.store(0, std::memory_order_seq_cst);
+    sleepersSkip_.store(true, std::memory_order_release);
+    return false;
+  }
+  if (frequent) {
+    sleepersSkip_.store(true, std::memory_order_release);
+    TC_INFO(log::kInit | log::kNet | log::kP2p,
+            "Doorbell : {} sleeps within {} ms: this process's waits stop issuing membarrier, rings fence instead",
+            frequentSleeps_, kSleepWindow.count());
+  }
+  return true;
 }
 
 void Doorbell::endPoll() {
@@ -191,10 +232,7 @@ void Doorbell::endPoll() {
 
 bool Doorbell::sleep(ReadyRef ready, std::chrono::microseconds timeout) {
   page_->waiters.fetch_add(1, std::memory_order_seq_cst);
-  if (page_->membarrier.load(std::memory_order_relaxed) != 0 && !membarrierAll()) {
-    page_->membarrier.store(0, std::memory_order_seq_cst);  // rings fence from now on
-    timeout = std::min<std::chrono::microseconds>(timeout, std::chrono::milliseconds(1));
-  }
+  if (!sleeperBarrier()) timeout = std::min<std::chrono::microseconds>(timeout, std::chrono::milliseconds(1));
   uint32_t seq = page_->seq.load(std::memory_order_seq_cst);
   bool woken = true;
   if (!ready()) woken = os::futexWait(&page_->seq, seq, timeout);

@@ -386,21 +386,27 @@ TEST(P2pSplit, FollowsNccl) {
   EXPECT_EQ(e, 100u);
 }
 
-TEST(Doorbell, RingWakesASleeperAndReadyNeverMissesARing) {
-  auto bell = Doorbell::process();
-  EXPECT_EQ(bell.get(), Doorbell::process().get());  // one per process
+// A thread publishes after 20 ms and rings `through` (the doorbell itself or an import of it): the sleeper on
+// `bell` wakes well before its 5 s slices end.
+void expectRingWakesSleeper(Doorbell& bell, Doorbell& through) {
   std::atomic<int> value{0};
   std::thread t([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     value.store(1);
-    bell->ring();
+    through.ring();
   });
   auto t0 = std::chrono::steady_clock::now();
-  while (value.load() == 0) bell->sleep([&] { return value.load() != 0; }, std::chrono::seconds(5));
+  while (value.load() == 0) bell.sleep([&] { return value.load() != 0; }, std::chrono::seconds(5));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   t.join();
+}
+
+TEST(Doorbell, RingWakesASleeperAndReadyNeverMissesARing) {
+  auto bell = Doorbell::process();
+  EXPECT_EQ(bell.get(), Doorbell::process().get());  // one per process
+  expectRingWakesSleeper(*bell, *bell);
   // Ready at once: no sleep at all.
-  t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   bell->sleep([] { return true; }, std::chrono::seconds(5));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
 }
@@ -430,8 +436,13 @@ TEST(Doorbell, APollerHearsRingsOnTheEventfd) {
 // passing it on with a store and a ring of the next thread's doorbell. One thread of each process (2 and 5) waits
 // as a poller instead: announced with beginPoll(), blocked in poll() on the doorbell's eventfd (the rings of the
 // other process reach it through the eventfd it imported). A lost wake-up would leave a sleeper asleep until its
-// (long) timeout: counted, must be 0. Every mix of sleepers that issue membarrier and ones that do not.
-class DoorbellHammer : public ::testing::TestWithParam<std::pair<bool, bool>> {};
+// (long) timeout: counted, must be 0. Every mix of sleepers that issue membarrier and ones that do not, and both
+// processes switching from membarrier to fences in the middle of the run (after 50 sleeps within 100 ms).
+struct HammerCase {
+  bool membarrierA, membarrierB;
+  int frequentSleeps;  // Doorbell::create's: 0 never switches
+};
+class DoorbellHammer : public ::testing::TestWithParam<HammerCase> {};
 
 TEST_P(DoorbellHammer, NeverLosesAWakeUp) {
   constexpr int kThreads = 6, kRounds = 1500;
@@ -446,10 +457,12 @@ TEST_P(DoorbellHammer, NeverLosesAWakeUp) {
   void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   auto* sh = new (mem) Shared();
-  auto bellA = Doorbell::create(GetParam().first), bellB = Doorbell::create(GetParam().second);
+  const HammerCase c = GetParam();
+  auto bellA = Doorbell::create(c.membarrierA, c.frequentSleeps);
+  auto bellB = Doorbell::create(c.membarrierB, c.frequentSleeps);
   if (Doorbell::membarrierRegistered()) {  // the page says what its sleepers do
-    EXPECT_EQ(bellA->needsFence(), !GetParam().first);
-    EXPECT_EQ(bellB->needsFence(), !GetParam().second);
+    EXPECT_EQ(bellA->needsFence(), !c.membarrierA);
+    EXPECT_EQ(bellB->needsFence(), !c.membarrierB);
   }
   sh->turn[0].v.store(1);
   // Runs this process's threads; `mine` / `other`: this process's doorbell and the other's (as it rings them).
@@ -501,11 +514,39 @@ TEST_P(DoorbellHammer, NeverLosesAWakeUp) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(sh->timeouts.v.load(), 0u);
   EXPECT_EQ(sh->turn[0].v.load(), static_cast<uint64_t>(kRounds + 1));
+  if (c.frequentSleeps > 0 && c.membarrierA && Doorbell::membarrierRegistered()) {
+    EXPECT_FALSE(bellA->sleepersUseMembarrier());  // 3 threads x 1500 sleeps or polls: switched
+    EXPECT_TRUE(bellA->ringsFence());
+  }
   munmap(mem, sizeof(Shared));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fences, DoorbellHammer,
-                         ::testing::Values(std::pair{true, true}, std::pair{false, false}, std::pair{true, false}));
+                         ::testing::Values(HammerCase{true, true, 0}, HammerCase{false, false, 0},
+                                           HammerCase{true, false, 0}, HammerCase{true, true, 50}));
+
+// Sleeps that come often switch the doorbell to fences (Doorbell::kFrequentSleeps within kSleepWindow): from then
+// on its sleepers issue no membarrier and every ring, also an imported doorbell's in another process, fences. Rare
+// sleeps leave it as it was.
+TEST(Doorbell, FrequentSleepsSwitchItToFences) {
+  if (!Doorbell::membarrierRegistered()) GTEST_SKIP() << "membarrier(GLOBAL_EXPEDITED) is not available here";
+  auto bell = Doorbell::create(true, 20);
+  auto imported = Doorbell::fromFd(::dup(bell->fd()));
+  EXPECT_TRUE(bell->sleepersUseMembarrier());
+  EXPECT_FALSE(imported->ringsFence());
+  auto ready = [] { return true; };  // announce, barrier, check: no sleep at all
+  for (int i = 0; i < 10; ++i) {
+    bell->sleep(ready, std::chrono::seconds(1));
+    std::this_thread::sleep_for(Doorbell::kSleepWindow / 5);  // 2 a window at most: rare
+  }
+  EXPECT_TRUE(bell->sleepersUseMembarrier());
+  EXPECT_FALSE(imported->ringsFence());
+  for (int i = 0; i < 30; ++i) bell->sleep(ready, std::chrono::seconds(1));
+  EXPECT_FALSE(bell->sleepersUseMembarrier());
+  EXPECT_TRUE(imported->ringsFence());
+  EXPECT_TRUE(bell->ringsFence());
+  expectRingWakesSleeper(*bell, *imported);  // still a doorbell
+}
 
 // Calls step until it returns true or 30 s have passed (a deadline, not a count of calls: with helper threads the
 // bytes move on other threads, which a loaded host may not run for a while); whether step succeeded.

@@ -46,9 +46,9 @@ struct DoorbellPage {
   // sees both kinds (the fence pairing below holds for each).
   std::atomic<uint32_t> waiters{0};
   static constexpr uint32_t kPoller = 1u << 16;
-  // Set by the owner once, before the page is exported: 1 when its sleepers issue
-  // membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) between `waiters++` and their last check. Cleared if that call ever
-  // fails (then every ring fences again).
+  // Set by the owner before the page is exported: 1 when its sleepers issue
+  // membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) between `waiters++` and their last check. Cleared for good when that
+  // call fails, or when the owner's sleeps become frequent (Doorbell::kFrequentSleeps): then every ring fences.
   std::atomic<uint32_t> membarrier{0};
 };
 
@@ -58,8 +58,9 @@ class Doorbell : public Waker {
   /// (fd closed, page unmapped) with the last communicator.
   /// `membarrier`: whether its sleepers issue the asymmetric fence (TOPOCOLL_MEMBARRIER; the first call decides).
   static std::shared_ptr<Doorbell> process(bool membarrier = true);
-  /// A new doorbell that is not the process's (tests): the same rules, its own page.
-  static std::shared_ptr<Doorbell> create(bool membarrier);
+  /// A new doorbell that is not the process's (tests): the same rules, its own page; `frequentSleeps` in place of
+  /// kFrequentSleeps (0: never switch to fences).
+  static std::shared_ptr<Doorbell> create(bool membarrier, int frequentSleeps = kFrequentSleeps);
   /// Another process's doorbell from the memfd its proxy sent (the fd is closed here).
   static std::shared_ptr<Doorbell> fromFd(int fd);
   /// Whether this process is registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED (registers on the first call of each
@@ -90,11 +91,33 @@ class Doorbell : public Waker {
   /// Gives an imported doorbell the owner's eventfd (the proxy sends it after the memfd; closed here). Without one,
   /// a ring wakes only the futex sleepers.
   void adoptEventFd(int fd) { event_ = UniqueFd(fd); }
+  /// Whether this process's sleepers and pollers still issue the membarrier (owner side; false once switched).
+  bool sleepersUseMembarrier() const { return !sleepersSkip_.load(std::memory_order_acquire); }
+  /// Whether rings of this doorbell fence now (the page's flag; either side).
+  bool ringsFence() const {
+    return needsFence_ || page_->membarrier.load(std::memory_order_relaxed) == 0;
+  }
+
+  /// The asymmetric fence pays an IPI to every CPU running a registered process at each sleep, for a plain load at
+  /// each ring. Once the owner's sleeps and polls reach this many within kSleepWindow (ranks that outnumber the
+  /// cores, NET waits that block in poll() at each piece), the owner switches its page to fences for good: rings
+  /// fence, sleeps issue none (doorbell.cc, "Switching to fences").
+  static constexpr int kFrequentSleeps = 100;
+  static constexpr std::chrono::milliseconds kSleepWindow{100};
 
  private:
   Doorbell() = default;
-  static std::shared_ptr<Doorbell> make(bool membarrier);
+  static std::shared_ptr<Doorbell> make(bool membarrier, int frequentSleeps);
+  /// The sleeper's half of the pairing, after its `waiters` RMW: the membarrier, unless switched. False when the
+  /// call failed (the page is switched; the caller shortens its sleep: a ring may have skipped its fence).
+  bool sleeperBarrier();
   UniqueFd fd_;
+  // Owner side: set once sleeps no longer issue the membarrier, only after the switching membarrier returned
+  // (release; sleepers read it acquire). True from the start where the page's flag never was 1.
+  std::atomic<bool> sleepersSkip_{true};
+  std::atomic<int64_t> windowStartNs_{0};  // the current window of kSleepWindow, and the sleeps counted in it
+  std::atomic<int> windowSleeps_{0};
+  int frequentSleeps_ = kFrequentSleeps;
   UniqueFd event_;  // the owner's eventfd (non-blocking), written by rings that find pollers
   std::atomic<bool> polling_{false};  // a thread of the owner is between beginPoll() and endPoll()
   MappedRegion mapping_;
