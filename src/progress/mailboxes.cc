@@ -111,7 +111,8 @@ bool Mailboxes::poll(Exchange& x, std::string* mismatch) {
   if (sent | took) {
     // Wake the receivers of what was sent, and the senders whose slots were published (one waiting for a free slot
     // may sleep): each distinct doorbell once (ranks of one process share theirs), after one seq_cst fence if any of
-    // them needs one (none where the sleepers issue membarrier: transport/doorbell.cc).
+    // them needs one (none where the sleepers issue membarrier: transport/doorbell.cc; a doorbell whose owner has
+    // switched to fences since fences in its ringFenced()).
     transport::Waker* rung[2 * kMaxRanks];
     int nRung = 0;
     bool fenced = false;

@@ -58,8 +58,8 @@ class Doorbell : public Waker {
   /// (fd closed, page unmapped) with the last communicator.
   /// `membarrier`: whether its sleepers issue the asymmetric fence (TOPOCOLL_MEMBARRIER; the first call decides).
   static std::shared_ptr<Doorbell> process(bool membarrier = true);
-  /// A new doorbell that is not the process's (tests): the same rules, its own page; `frequentSleeps` in place of
-  /// kFrequentSleeps (0: never switch to fences).
+  /// A new doorbell that is not the process's (tests): the same rules, its own page; `frequentSleeps` (2 or more)
+  /// in place of kFrequentSleeps (0: never switch to fences).
   static std::shared_ptr<Doorbell> create(bool membarrier, int frequentSleeps = kFrequentSleeps);
   /// Another process's doorbell from the memfd its proxy sent (the fd is closed here).
   static std::shared_ptr<Doorbell> fromFd(int fd);

@@ -105,7 +105,8 @@ class Waker {
   /// needs none (needsFence() false).
   virtual void ringFenced() { ring(); }
   /// Whether a publisher must issue a seq_cst fence between what it published and ringFenced(). False for a doorbell
-  /// whose sleepers issue an asymmetric fence (membarrier) for both sides (doorbell.h).
+  /// whose sleepers issued an asymmetric fence (membarrier) for both sides when it was imported (doorbell.h): should
+  /// its owner switch to fences later, ringFenced() fences itself.
   bool needsFence() const { return needsFence_; }
 
  protected:
