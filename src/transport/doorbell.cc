@@ -208,18 +208,14 @@ bool Doorbell::sleeperBarrier() {
     frequent = windowSleeps_.fetch_add(1, std::memory_order_relaxed) + 1 == frequentSleeps_;
   }
   if (frequent) page_->membarrier.store(0, std::memory_order_seq_cst);  // before the call: rings fence from now on
-  if (!membarrierAll()) {
-    page_->membarrier.store(0, std::memory_order_seq_cst);
-    sleepersSkip_.store(true, std::memory_order_release);
-    return false;
-  }
-  if (frequent) {
-    sleepersSkip_.store(true, std::memory_order_release);
+  const bool ok = membarrierAll();
+  if (!ok) page_->membarrier.store(0, std::memory_order_seq_cst);  // refused: rings fence from now on too
+  if (frequent || !ok) sleepersSkip_.store(true, std::memory_order_release);
+  if (frequent && ok)
     TC_INFO(log::kInit | log::kNet | log::kP2p,
             "Doorbell : {} sleeps within {} ms: this process's waits stop issuing membarrier, rings fence instead",
             frequentSleeps_, kSleepWindow.count());
-  }
-  return true;
+  return ok;
 }
 
 void Doorbell::endPoll() {

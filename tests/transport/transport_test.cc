@@ -401,6 +401,13 @@ void expectRingWakesSleeper(Doorbell& bell, Doorbell& through) {
   t.join();
 }
 
+// Sleeps (ready at once) on `bell` until it switches to fences: a burst within one window (a stalled VM may end a
+// window or two first).
+void sleepUntilSwitched(Doorbell& bell) {
+  for (int i = 0; i < 10000 && bell.sleepersUseMembarrier(); ++i)
+    bell.sleep([] { return true; }, std::chrono::seconds(1));
+}
+
 TEST(Doorbell, RingWakesASleeperAndReadyNeverMissesARing) {
   auto bell = Doorbell::process();
   EXPECT_EQ(bell.get(), Doorbell::process().get());  // one per process
@@ -517,8 +524,7 @@ TEST_P(DoorbellHammer, NeverLosesAWakeUp) {
   if (c.frequentSleeps > 0 && Doorbell::membarrierRegistered()) {
     // About 7 sleeps or polls a round on each side: both switched within the first rounds, unless the machine
     // stalled the whole run (then a burst here switches A; the run itself still had to lose nothing).
-    for (int i = 0; i < 10000 && bellA->sleepersUseMembarrier(); ++i)
-      bellA->sleep([] { return true; }, std::chrono::seconds(1));
+    sleepUntilSwitched(*bellA);
     EXPECT_FALSE(bellA->sleepersUseMembarrier());
     EXPECT_TRUE(bellA->ringsFence());
   }
@@ -545,8 +551,7 @@ TEST(Doorbell, FrequentSleepsSwitchItToFences) {
   }
   EXPECT_TRUE(bell->sleepersUseMembarrier());
   EXPECT_FALSE(imported->ringsFence());
-  // A burst: 20 within one window (a stalled VM may end a window or two first).
-  for (int i = 0; i < 10000 && bell->sleepersUseMembarrier(); ++i) bell->sleep(ready, std::chrono::seconds(1));
+  sleepUntilSwitched(*bell);  // a burst: 20 within one window
   EXPECT_FALSE(bell->sleepersUseMembarrier());
   EXPECT_TRUE(imported->ringsFence());
   EXPECT_TRUE(bell->ringsFence());
