@@ -185,6 +185,17 @@ double hostTime(const HostModel& m, const HostQuery& q, int algo, int proto, int
   return k.baseUs + w.steps * k.stepUs + bytesUs;
 }
 
+int netFlowChannels(const HostModel& m, const HostQuery& q, int algo, int proto, int nChannels) {
+  const int rails = std::max(1, q.rails);
+  if (q.link != HostLink::kNet || q.netGBps <= 0 || nChannels <= rails) return nChannels;
+  const HostCost& k = m.at(q.link, q.coll, algo, proto, rails);
+  if (k.gbps <= 0) return nChannels;
+  const HostWork w = hostWork(q, algo, rails);
+  const double hostUs = k.baseUs + w.steps * k.stepUs + w.bytes / (1e3 * k.gbps);
+  const double wireUs = (proto == kLL ? 2 : 1) * w.bytes / (1e3 * q.netGBps * rails);
+  return wireUs >= hostUs ? rails : nChannels;
+}
+
 HostLimits hostLimits(const Config& cfg, int nRings, bool oneHost, int directMaxRanks) {
   HostLimits lim;
   const Enables en = userEnables(cfg);
@@ -220,19 +231,24 @@ HostChoice hostSelect(const HostModel& m, const HostQuery& q, const HostLimits& 
   bool protos[kNumProtos] = {lim.proto[c][kLL], false, lim.proto[c][kSimple]};
   if (!protos[kLL] && !protos[kSimple]) protos[kSimple] = true;
   // Direct moves everything in one message on channel 0; Ring and Tree use the channels the limits allow, and the
-  // model has constants for 1 and 2 (more run with the constants of 2).
+  // model has constants for 1 and 2 (more run with the constants of 2). Across hosts, no more than one channel per
+  // rail once that many keep the NICs the bound: each channel is a TCP flow on its NIC, and at 2 x 2 ranks on a 500
+  // Mbit/s link two flows measured 5-6% slower than one (spurious retransmissions, the ACKs queued behind the other
+  // flow's data; 2 Gbit/s: the same time), where the summed terms below priced the second channel's fewer steps
+  // as a gain.
   double bestTime = std::numeric_limits<double>::infinity();
   bool found = false;
+  const int chMax = std::min(lim.maxChannels, std::max(lim.minChannels, kHostMaxChannels));
   for (int a = 0; a < kNumHostAlgos; ++a) {
     if (!algos[a]) continue;
     for (int p : {kLL, kSimple}) {
       if (!protos[p]) continue;
-      for (int ch = lim.minChannels; ch <= std::min(lim.maxChannels, std::max(lim.minChannels, kHostMaxChannels));
-           ++ch) {
+      const int top = std::max(lim.minChannels, std::min(chMax, netFlowChannels(m, q, a, p, chMax)));
+      for (int ch = lim.minChannels; ch <= top; ++ch) {
         double t = hostTime(m, q, a, p, ch);
         if (t < 0 || !(t < bestTime)) continue;
         bestTime = t;
-        best = {a, p, ch, t};
+        best = {a, p, ch, t, top < chMax};
         found = true;
       }
     }

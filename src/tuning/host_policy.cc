@@ -161,8 +161,15 @@ HostDecision hostDecide(const HostPolicy& p, const HostCall& call) {
   d.proto = h.proto;
   d.nChannels = h.nChannels;
   d.timeUs = h.timeUs;
-  d.reason = p.algoForced || p.protoForced ? "the fastest the cost model finds among what NCCL_ALGO/NCCL_PROTO leave"
-                                           : "the fastest the cost model finds";
+  const bool forced = p.algoForced || p.protoForced;
+  if (h.railBound)
+    d.reason = forced ? "the fastest the cost model finds among what NCCL_ALGO/NCCL_PROTO leave, one channel per NIC "
+                        "(the NICs are the bound: more channels would only add TCP flows)"
+                      : "the fastest the cost model finds, one channel per NIC (the NICs are the bound: more channels "
+                        "would only add TCP flows)";
+  else
+    d.reason = forced ? "the fastest the cost model finds among what NCCL_ALGO/NCCL_PROTO leave"
+                      : "the fastest the cost model finds";
   // DirectSplit (off unless TOPOCOLL_DIRECT_SPLIT_MIN is set; no calibrated constants yet): one-host AllReduce from
   // that size and rank count.
   if (d.algo != kHostDirect && call.coll == kAllReduce && !p.algoForced && p.oneHost &&

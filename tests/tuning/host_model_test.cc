@@ -154,6 +154,37 @@ TEST(HostModel, NetIsBoundByItsNics) {
   EXPECT_NEAR(hostTime(m, q, kRing, kSimple, 1), -1, 1e-6);
 }
 
+// Once one channel per rail keeps the NICs the bound, more channels only add TCP flows to each NIC: the model stays
+// at the rails even where its summed terms price another channel's fewer steps as a gain.
+TEST(HostModel, NoMoreFlowsThanRailsWhereTheNicsBound) {
+  HostModel m;
+  m.set({HostLink::kNet, kAllReduce, kRing, kSimple, 1, {0, 250, 2.0f}});
+  m.set({HostLink::kNet, kAllReduce, kRing, kSimple, 2, {150, 280, 3.0f}});
+  HostQuery q = query(kAllReduce, 16 << 20, 4, HostLink::kNet);
+  q.chunkBytes = 512 << 10;
+  HostLimits lim = hostLimits(knobs({{"NCCL_PROTO", "Simple"}, {"NCCL_ALGO", "Ring"}}), 2, false, 8);
+  EXPECT_EQ(hostSelect(m, q, lim).nChannels, 2);  // no NIC rate: the constants alone, and two have fewer steps
+  EXPECT_FALSE(hostSelect(m, q, lim).railBound);
+  q.netGBps = 0.0625;                             // one 500 Mbit/s NIC: the wire is the bound with one channel
+  EXPECT_EQ(netFlowChannels(m, q, kRing, kSimple, 2), 1);
+  EXPECT_LT(hostTime(m, q, kRing, kSimple, 2), hostTime(m, q, kRing, kSimple, 1));  // what the sums alone say
+  EXPECT_EQ(hostSelect(m, q, lim).nChannels, 1);
+  EXPECT_TRUE(hostSelect(m, q, lim).railBound);  // the log line says why
+  q.rails = 2;  // a flow per rail
+  EXPECT_EQ(netFlowChannels(m, q, kRing, kSimple, 2), 2);
+  EXPECT_EQ(hostSelect(m, q, lim).nChannels, 2);
+  q.rails = 1;
+  q.netGBps = 100;  // a NIC faster than one channel's host side: the second channel is worth its flow
+  EXPECT_EQ(netFlowChannels(m, q, kRing, kSimple, 2), 2);
+  EXPECT_EQ(hostSelect(m, q, lim).nChannels, 2);
+  q.netGBps = 0.0625;
+  HostLimits two = hostLimits(knobs({{"NCCL_PROTO", "Simple"}, {"NCCL_ALGO", "Ring"}, {"NCCL_MIN_NCHANNELS", "2"}}),
+                              2, false, 8);
+  EXPECT_EQ(hostSelect(m, q, two).nChannels, 2);  // the user's floor wins
+  q.link = HostLink::kP2p;  // one host: no NIC, no flows
+  EXPECT_EQ(netFlowChannels(m, q, kRing, kSimple, 2), 2);
+}
+
 TEST(HostModel, KnobsForce) {
   HostModel m = toyModel();
   auto pick = [&](std::map<std::string, std::string> env, uint64_t bytes, bool oneHost = true, int rings = 2) {

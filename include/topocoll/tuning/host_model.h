@@ -86,6 +86,12 @@ HostWork hostWork(const HostQuery& q, int algo, int nChannels);
 /// Estimated microseconds of (algo, proto, nChannels) for q; -1 when that combination is not calibrated.
 double hostTime(const HostModel& m, const HostQuery& q, int algo, int proto, int nChannels);
 
+/// The most channels worth running (algo, proto) on across hosts: one per rail once that many already keep the NICs
+/// the bound (the wire's time for the bytes is at least all the hosts spend on that many channels); nChannels
+/// otherwise, and on one host. More channels then add only TCP flows to each NIC, and flows that share a link get
+/// in each other's way (docs/collectives.md, Selection).
+int netFlowChannels(const HostModel& m, const HostQuery& q, int algo, int proto, int nChannels);
+
 /// What the knobs leave: NCCL_ALGO / NCCL_PROTO per collective (NCCL's syntax; LL128 runs as Simple), Direct (only
 /// while NCCL_ALGO leaves neither Tree nor Ring, or is unset; only on one host; up to TOPOCOLL_DIRECT_MAX bytes and
 /// collectives::kDirectMaxRanks ranks), channels within [NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS] and the rings.
@@ -102,8 +108,10 @@ HostLimits hostLimits(const Config& cfg, int nRings, bool oneHost, int directMax
 struct HostChoice {
   int algo = kRing, proto = kSimple, nChannels = 1;
   double timeUs = 0;  // the model's estimate (0 when nothing was calibrated: Ring Simple on the fewest channels)
+  bool railBound = false;  // fewer channels than the limits allow: netFlowChannels kept one per rail
 };
-/// The fastest combination the limits leave (ties: the earlier algorithm, protocol, fewer channels). Collectives other
+/// The fastest combination the limits leave (ties: the earlier algorithm, protocol, fewer channels), on no more
+/// channels than netFlowChannels allows unless NCCL_MIN_NCHANNELS asks for them. Collectives other
 /// than AllReduce run Ring (their chains); a protocol the limits leave none of falls back to Simple.
 HostChoice hostSelect(const HostModel& m, const HostQuery& q, const HostLimits& lim);
 
