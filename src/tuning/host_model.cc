@@ -232,11 +232,12 @@ HostChoice hostSelect(const HostModel& m, const HostQuery& q, const HostLimits& 
   if (!protos[kLL] && !protos[kSimple]) protos[kSimple] = true;
   // Direct moves everything in one message on channel 0; Ring and Tree use the channels the limits allow, and the
   // model has constants for 1 and 2 (more run with the constants of 2). Across hosts, no more than one channel per
-  // rail once that many keep the NICs the bound: each channel is a TCP flow on its NIC, and at 2 x 2 ranks on a 500
-  // Mbit/s link two flows measured 5-6% slower than one (spurious retransmissions, the ACKs queued behind the other
-  // flow's data; 2 Gbit/s: the same time), where the summed terms below priced the second channel's fewer steps
-  // as a gain.
+  // rail once that many keep the NICs the bound: each channel is a TCP flow on its NIC, and on a 500 Mbit/s link
+  // two flows measured 3-6% slower than one at 2 x 2 ranks and 9-12% at 3 x 2 (spurious retransmissions, stalls;
+  // 2 Gbit/s: the same time), where the summed terms below priced the second channel's fewer steps as a gain.
+  // railBound says when the cap changed the pick, for the tuning log.
   double bestTime = std::numeric_limits<double>::infinity();
+  double cappedTime = std::numeric_limits<double>::infinity();  // the best the rails' cap left out
   bool found = false;
   const int chMax = std::min(lim.maxChannels, std::max(lim.minChannels, kHostMaxChannels));
   for (int a = 0; a < kNumHostAlgos; ++a) {
@@ -244,15 +245,18 @@ HostChoice hostSelect(const HostModel& m, const HostQuery& q, const HostLimits& 
     for (int p : {kLL, kSimple}) {
       if (!protos[p]) continue;
       const int top = std::max(lim.minChannels, std::min(chMax, netFlowChannels(m, q, a, p, chMax)));
+      for (int ch = top + 1; ch <= chMax; ++ch)
+        if (double t = hostTime(m, q, a, p, ch); t >= 0) cappedTime = std::min(cappedTime, t);
       for (int ch = lim.minChannels; ch <= top; ++ch) {
         double t = hostTime(m, q, a, p, ch);
         if (t < 0 || !(t < bestTime)) continue;
         bestTime = t;
-        best = {a, p, ch, t, top < chMax};
+        best = {a, p, ch, t};
         found = true;
       }
     }
   }
+  best.railBound = found && cappedTime < bestTime;  // the cap changed the pick
   if (!found) {  // nothing calibrated among what is left: the first algorithm and protocol left, fewest channels
     for (int a : {static_cast<int>(kRing), static_cast<int>(kTree), kHostDirect})
       if (algos[a]) {

@@ -173,6 +173,7 @@ TEST(HostModel, NoMoreFlowsThanRailsWhereTheNicsBound) {
   q.rails = 2;  // a flow per rail
   EXPECT_EQ(netFlowChannels(m, q, kRing, kSimple, 2), 2);
   EXPECT_EQ(hostSelect(m, q, lim).nChannels, 2);
+  EXPECT_FALSE(hostSelect(m, q, lim).railBound);
   q.rails = 1;
   q.netGBps = 100;  // a NIC faster than one channel's host side: the second channel is worth its flow
   EXPECT_EQ(netFlowChannels(m, q, kRing, kSimple, 2), 2);
@@ -181,6 +182,10 @@ TEST(HostModel, NoMoreFlowsThanRailsWhereTheNicsBound) {
   HostLimits two = hostLimits(knobs({{"NCCL_PROTO", "Simple"}, {"NCCL_ALGO", "Ring"}, {"NCCL_MIN_NCHANNELS", "2"}}),
                               2, false, 8);
   EXPECT_EQ(hostSelect(m, q, two).nChannels, 2);  // the user's floor wins
+  EXPECT_FALSE(hostSelect(m, q, two).railBound);
+  m.set({HostLink::kNet, kAllReduce, kRing, kSimple, 2, {1e6f, 280, 3.0f}});  // two dearer anyway: not the cap's doing
+  EXPECT_EQ(hostSelect(m, q, lim).nChannels, 1);
+  EXPECT_FALSE(hostSelect(m, q, lim).railBound);
   q.link = HostLink::kP2p;  // one host: no NIC, no flows
   EXPECT_EQ(netFlowChannels(m, q, kRing, kSimple, 2), 2);
 }

@@ -108,7 +108,7 @@ HostLimits hostLimits(const Config& cfg, int nRings, bool oneHost, int directMax
 struct HostChoice {
   int algo = kRing, proto = kSimple, nChannels = 1;
   double timeUs = 0;  // the model's estimate (0 when nothing was calibrated: Ring Simple on the fewest channels)
-  bool railBound = false;  // fewer channels than the limits allow: netFlowChannels kept one per rail
+  bool railBound = false;  // netFlowChannels' cap changed the pick: more channels were cheaper by the sums
 };
 /// The fastest combination the limits leave (ties: the earlier algorithm, protocol, fewer channels), on no more
 /// channels than netFlowChannels allows unless NCCL_MIN_NCHANNELS asks for them. Collectives other
