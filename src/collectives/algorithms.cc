@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #include "topocoll/collectives/reduce.h"
@@ -94,6 +95,9 @@ constexpr size_t kStarPiece = 1 << 20;
 // cache once, then written to every output.
 constexpr size_t kOutputPiece = 128 << 10;
 constexpr size_t kPairSlots = 4;
+// Slices whose ring reduce-scatter steps go together across hosts (ringReduceScatterNet): one more than the link
+// needs queued while a slice is reduced.
+constexpr size_t kNetRsGroup = 3;
 
 int positionOf(const int* ring, int n, int rank) {
   for (int p = 0; p < n; ++p)
@@ -173,9 +177,13 @@ class Runner {
   // at position p sends block p-s (its input at step 0, then what it reduced at step s-1) and reduces block p-s-1
   // with its input into part(c, q, piece, last) (the output at the last step, which leaves it with block p+1), so a
   // received chunk is reduced while it is still in the cache.
+  //
+  // part(c, q, piece, last, k) is where the reduction of slice k of block q goes. `tmp` holds rsSlots() chunks per
+  // channel. Across hosts the steps of a group of slices are pipelined instead (ringReduceScatterNet).
   template <class Block, class Part>
   void ringReduceScatter(const std::vector<Ring>& rings, size_t nSlices, char* tmp, size_t maxChunk,
-                         const Block& block, const Part& part) {
+                         const Block& block, const Part& part, bool partsReused = false) {
+    if (c_.acrossHosts) return ringReduceScatterNet(rings, nSlices, tmp, maxChunk, block, part, partsReused);
     std::vector<int> h(nCh_, -1);
     for (size_t k = 0; k < nSlices; ++k) {
       for (int s = 0; s < n_ - 1; ++s) {
@@ -183,20 +191,89 @@ class Runner {
           Range out = pieceOf(block(c, rings[c].p - s), k), in = pieceOf(block(c, rings[c].p - s - 1), k);
           h[c] = in.size() ? recv(c, rings[c].prev, tmp + c * maxChunk * es_, in.size(), true) : -1;
           if (out.size())
-            send(c, rings[c].next, s == 0 ? at(send_, out.begin) : part(c, rings[c].p - s, out, false), out.size(),
+            send(c, rings[c].next, s == 0 ? at(send_, out.begin) : part(c, rings[c].p - s, out, false, k), out.size(),
                  true);
         }
         for (int c = 0; c < nCh_; ++c) {
           if (h[c] < 0) continue;
           Range in = pieceOf(block(c, rings[c].p - s - 1), k);
           l_.wait(h[c]);
-          char* dst = part(c, rings[c].p - s - 1, in, s == n_ - 2);
+          char* dst = part(c, rings[c].p - s - 1, in, s == n_ - 2, k);
           reduce2(dst, tmp + c * maxChunk * es_, at(send_, in.begin), in.size());
           if (s == n_ - 2) avg(dst, in.size());
         }
         l_.waitAll();
       }
     }
+  }
+  // Chunks of receive buffer per channel that ringReduceScatter needs.
+  size_t rsSlots() const { return c_.acrossHosts ? kNetRsGroup : 1; }
+
+  // ringReduceScatter across hosts. Slice by slice, with every step waiting for the last, each step cost the links
+  // a bubble (the slice's last bytes in flight, its acknowledgement, the reduction): 3 hosts x 2 ranks at 500
+  // Mbit/s ran 2-4% above the TCP ceiling. Here slices go in groups of kNetRsGroup, step by step within a group
+  // (every step of slice k is sent after step s-1 of slices k+1.. of its group), so the link always has a slice
+  // queued while the next one's input is reduced; nothing waits for a send but the reuse of what it read. Receives
+  // from one peer match in the order they are posted, and every rank posts in the same order (group, step, slice,
+  // channel). Slice k's receive goes to tmp slot k % kNetRsGroup of its channel, free once step s-1 of slice k was
+  // reduced. `partsReused`: part() hands out buffers that a later step overwrites (ReduceScatter's partial sums),
+  // so a reduction first waits for the last send out of its destination.
+  template <class Block, class Part>
+  void ringReduceScatterNet(const std::vector<Ring>& rings, size_t nSlices, char* tmp, size_t maxChunk,
+                            const Block& block, const Part& part, bool partsReused) {
+    const size_t group = kNetRsGroup;
+    struct Pending {
+      int h, c, s;
+      size_t k, seq;
+    };
+    std::deque<Pending> pending;                 // receives posted, not yet reduced, in posting order
+    std::vector<std::pair<char*, int>> readers;  // partsReused: the last send out of each partial buffer
+    std::vector<long long> lastInSlot(static_cast<size_t>(nCh_) * group, -1);  // the last receive into each slot
+    auto slot = [&](int c, size_t k) { return tmp + (static_cast<size_t>(c) * group + k % group) * maxChunk * es_; };
+    auto reduceOldest = [&] {
+      const Pending p = pending.front();
+      pending.pop_front();
+      const Range in = pieceOf(block(p.c, rings[p.c].p - p.s - 1), p.k);
+      l_.wait(p.h);
+      const bool last = p.s == n_ - 2;
+      char* dst = part(p.c, rings[p.c].p - p.s - 1, in, last, p.k);
+      if (partsReused)
+        for (auto& [buf, h] : readers)
+          if (buf == dst && h >= 0) l_.wait(h), h = -1;
+      reduce2(dst, slot(p.c, p.k), at(send_, in.begin), in.size());
+      if (last) avg(dst, in.size());
+    };
+    // Reduces what slot (c, k) last received: step s-1 of slice k (what step s sends), or the previous group's
+    // last step (before the slot takes a new receive).
+    auto slotReduced = [&](int c, size_t k) {
+      const long long seq = lastInSlot[static_cast<size_t>(c) * group + k % group];
+      while (!pending.empty() && static_cast<long long>(pending.front().seq) <= seq) reduceOldest();
+    };
+    size_t seq = 0;
+    for (size_t g = 0; g < nSlices; g += group)
+      for (int s = 0; s < n_ - 1; ++s)
+        for (size_t k = g; k < std::min(nSlices, g + group); ++k)
+          for (int c = 0; c < nCh_; ++c, ++seq) {
+            const Range out = pieceOf(block(c, rings[c].p - s), k), in = pieceOf(block(c, rings[c].p - s - 1), k);
+            if (s > 0) slotReduced(c, k);
+            if (out.size()) {
+              char* src = s == 0 ? const_cast<char*>(at(send_, out.begin)) : part(c, rings[c].p - s, out, false, k);
+              const int h = send(c, rings[c].next, src, out.size(), true);
+              if (partsReused && s > 0) {
+                auto it = std::find_if(readers.begin(), readers.end(), [&](const auto& r) { return r.first == src; });
+                if (it == readers.end()) readers.emplace_back(src, h);
+                else it->second = h;
+              }
+            }
+            if (in.size()) {
+              slotReduced(c, k);
+              pending.push_back({recv(c, rings[c].prev, slot(c, k), in.size(), true), c, s, k, seq});
+              lastInSlot[static_cast<size_t>(c) * group + k % group] = static_cast<long long>(seq);
+            }
+            l_.start();
+          }
+    while (!pending.empty()) reduceOldest();
+    l_.waitAll();
   }
   // Chunk k of range r (empty past its end).
   Range pieceOf(Range r, size_t k) const {
@@ -221,12 +298,12 @@ class Runner {
     std::vector<Ring> rings(nCh_);
     for (int c = 0; c < nCh_; ++c) whole[c] = split(count, nCh_, c), rings[c] = ringOf(c);
     size_t maxChunk = std::min(chunk_, (count + n_ - 1) / n_);
-    char* tmp = l_.scratch(maxChunk * es_ * nCh_);
+    char* tmp = l_.scratch(maxChunk * es_ * nCh_ * rsSlots());
     auto block = [&](int c, int b) {
       Range r = split(whole[c].size(), n_, mod(b));
       return Range{whole[c].begin + r.begin, whole[c].begin + r.end};
     };
-    auto inOutput = [&](int, int, Range piece, bool) { return at(recv_, piece.begin); };
+    auto inOutput = [&](int, int, Range piece, bool, size_t) { return at(recv_, piece.begin); };
     ringReduceScatter(rings, slicesOf(whole), tmp, maxChunk, block, inOutput);
     // All-gather of the reduced blocks (ringForward: whole blocks on one host, pieces across hosts). (All-gathering
     // groups of slices right after reducing them, while they are in the cache, measured 5-20% slower at 16 and 64
@@ -761,7 +838,8 @@ class Runner {
 
   // The ring's reduce-scatter slice by slice (ringReduceScatter): the block at ring position q is the input of rank
   // ring[q-1]'s block (so the last step reduces the rank's own block into the output); partial sums go to a
-  // chunk-sized buffer per channel and step parity (what step s reduced is sent while step s+1 reduces).
+  // chunk-sized buffer per channel and step parity, across hosts also per slice of a group (what step s reduced is
+  // sent while step s+1 reduces).
   void reduceScatterRing() {
     size_t count = a_.count;
     if (n_ == 1) return copyIfApart(recv_, send_, count), avg(recv_, count);
@@ -772,18 +850,19 @@ class Runner {
     size_t nSlices = 0;
     for (const Range& w : whole) nSlices = std::max(nSlices, (w.size() + chunk_ - 1) / chunk_);
     size_t maxChunk = std::min(chunk_, count);
-    char* tmp = l_.scratch(maxChunk * es_ * nCh_ * 3);
-    char* acc = tmp + maxChunk * es_ * nCh_;
+    const size_t slots = rsSlots();  // receive chunks per channel; partial sums: two per receive chunk (step parity)
+    char* tmp = l_.scratch(maxChunk * es_ * nCh_ * slots * 3);
+    char* acc = tmp + maxChunk * es_ * nCh_ * slots;
     auto block = [&](int c, int q) {
       size_t base = static_cast<size_t>(rings[c].r[mod(q - 1)]) * count;
       return Range{base + whole[c].begin, base + whole[c].end};
     };
-    auto partial = [&](int c, int q, Range piece, bool last) {
+    auto partial = [&](int c, int q, Range piece, bool last, size_t k) {
       if (last) return at(recv_, piece.begin - static_cast<size_t>(me_) * count);
       int step = mod(rings[c].p - 1 - q);  // the step that reduces block q
-      return acc + (c * 2 + step % 2) * maxChunk * es_;
+      return acc + ((c * slots + k % slots) * 2 + step % 2) * maxChunk * es_;
     };
-    ringReduceScatter(rings, nSlices, tmp, maxChunk, block, partial);
+    ringReduceScatter(rings, nSlices, tmp, maxChunk, block, partial, true);
   }
 
   // A pipelined chain along each channel's ring starting at the root. Its transfers are single copies into their

@@ -1131,6 +1131,25 @@ void Engine::partFinished(Op& op, Transfer& t) {
   if (--op.unfinished == 0) complete(op);
 }
 
+// Over NET a send finishes on the receiver's acknowledgement, a round trip after its last bytes left. The sends
+// queued behind it on the connector move meanwhile, as in runInlineGroup (Transfer::streaming()): otherwise the link
+// idled for that round trip after every message (a ring across hosts sends one per slice and step), and each
+// acknowledgement crossed a link loaded with the other direction's data. Each still learns its own verdict, at most
+// kStatusRing steps from the front's first. They finish in any order; the queue pops them in order.
+bool Engine::progressStreaming(Queue& q) {
+  bool moved = false;
+  const uint64_t first = q.parts.front().second->firstStep();
+  for (size_t i = 1; i < q.parts.size(); ++i) {
+    const transport::Transfer& before = *q.parts[i - 1].second;
+    if (!before.finished() && !before.streaming()) break;
+    auto [op, t] = q.parts[i];
+    if (!op->send) break;
+    if (!t->pastStart() && q.conn->conn.step - first >= transport::kStatusRing) break;  // its verdict line is taken
+    moved |= t->progress();
+  }
+  return moved;
+}
+
 bool Engine::progressOnce() {
   takeIncoming();
   bool did = shotQueued_ > 0 && progressShots();
@@ -1148,7 +1167,10 @@ bool Engine::progressOnce() {
         did = true;
         q.since = Clock::now();
       }
-      if (!t->finished()) break;
+      if (!t->finished()) {
+        if (t->streaming() && progressStreaming(q)) did = true, q.since = Clock::now();
+        break;
+      }
       q.parts.pop_front();
       partFinished(*op, *t);
       q.since = Clock::now();

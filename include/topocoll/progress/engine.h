@@ -200,6 +200,8 @@ class Engine {
     std::chrono::steady_clock::time_point since{};  // when the front part last moved
   };
   bool tryProgress();
+  /// The sends behind `q`'s front, which only waits for its acknowledgement (progressOnce).
+  bool progressStreaming(Queue& q);
   /// Drives `t` to its end in this thread, moving `others` too; `refill` (if any), called after each step, may put
   /// new transfers in the places of finished ones in `others` (same connectors) and says whether it did.
   /// `idleSince` (if any): the clock of TOPOCOLL_TIMEOUT shared by the calls that drive one group's transfers one
