@@ -1135,7 +1135,8 @@ void Engine::partFinished(Op& op, Transfer& t) {
 // queued behind it on the connector move meanwhile, as in runInlineGroup (Transfer::streaming()): otherwise the link
 // idled for that round trip after every message (a ring across hosts sends one per slice and step), and each
 // acknowledgement crossed a link loaded with the other direction's data. Each still learns its own verdict, at most
-// kStatusRing steps from the front's first. They finish in any order; the queue pops them in order.
+// kStatusRing steps from the front's first. They finish in any order; the queue pops them in order. Not between
+// two hosts (Options::netStreams).
 bool Engine::progressStreaming(Queue& q) {
   bool moved = false;
   const uint64_t first = q.parts.front().second->firstStep();
@@ -1168,7 +1169,7 @@ bool Engine::progressOnce() {
         q.since = Clock::now();
       }
       if (!t->finished()) {
-        if (t->streaming() && progressStreaming(q)) did = true, q.since = Clock::now();
+        if (opts_.netStreams && t->streaming() && progressStreaming(q)) did = true, q.since = Clock::now();
         break;
       }
       q.parts.pop_front();

@@ -169,20 +169,38 @@ HostWork hostWork(const HostQuery& q, int algo, int nChannels) {
   return w;
 }
 
-double hostTime(const HostModel& m, const HostQuery& q, int algo, int proto, int nChannels) {
-  const HostCost& k = m.at(q.link, q.coll, algo, proto, nChannels);
-  if (k.gbps <= 0) return -1;
-  HostWork w = hostWork(q, algo, nChannels);
-  if (q.nRanks <= 1 || q.bytes == 0) return 0;
-  double bytesUs = w.bytes / (1e3 * k.gbps);
+namespace {
+
+// The two sides of an estimate on nChannels: the hosts' (the calibrated constants: base, steps, bytes at their rate)
+// and, across hosts with a NIC rate, the wire's (the bytes at the NICs' rate; 0 otherwise).
+struct HostSides {
+  double fixedUs = 0;      // base + steps
+  double hostBytesUs = 0;  // the bytes at the calibrated rate
+  double wireUs = 0;
+  double hostUs() const { return fixedUs + hostBytesUs; }
+};
+
+HostSides hostSides(const HostCost& k, const HostQuery& q, int algo, int proto, int nChannels) {
+  const HostWork w = hostWork(q, algo, nChannels);
+  HostSides s;
+  s.fixedUs = k.baseUs + w.steps * k.stepUs;
+  s.hostBytesUs = w.bytes / (1e3 * k.gbps);
   // Across hosts the NICs bound what the calibrated (host-side) rate allows: the channels share min(channels,
   // rails) of them (NCCL's graphs spread channels over the NICs the same way; its model takes the NIC's speed
   // as the NET bandwidth), and LL's lines carry 4 bytes of data in each 8-byte word (the rest is its flag).
-  if (q.link == HostLink::kNet && q.netGBps > 0) {
-    const double wire = proto == kLL ? 2 : 1;
-    bytesUs = std::max(bytesUs, wire * w.bytes / (1e3 * q.netGBps * std::clamp(nChannels, 1, std::max(1, q.rails))));
-  }
-  return k.baseUs + w.steps * k.stepUs + bytesUs;
+  if (q.link == HostLink::kNet && q.netGBps > 0)
+    s.wireUs = (proto == kLL ? 2 : 1) * w.bytes / (1e3 * q.netGBps * std::clamp(nChannels, 1, std::max(1, q.rails)));
+  return s;
+}
+
+}  // namespace
+
+double hostTime(const HostModel& m, const HostQuery& q, int algo, int proto, int nChannels) {
+  const HostCost& k = m.at(q.link, q.coll, algo, proto, nChannels);
+  if (k.gbps <= 0) return -1;
+  if (q.nRanks <= 1 || q.bytes == 0) return 0;
+  const HostSides s = hostSides(k, q, algo, proto, nChannels);
+  return s.fixedUs + std::max(s.hostBytesUs, s.wireUs);  // the bytes go at the slower of the two
 }
 
 int netFlowChannels(const HostModel& m, const HostQuery& q, int algo, int proto, int nChannels) {
@@ -190,10 +208,8 @@ int netFlowChannels(const HostModel& m, const HostQuery& q, int algo, int proto,
   if (q.link != HostLink::kNet || q.netGBps <= 0 || nChannels <= rails) return nChannels;
   const HostCost& k = m.at(q.link, q.coll, algo, proto, rails);
   if (k.gbps <= 0) return nChannels;
-  const HostWork w = hostWork(q, algo, rails);
-  const double hostUs = k.baseUs + w.steps * k.stepUs + w.bytes / (1e3 * k.gbps);
-  const double wireUs = (proto == kLL ? 2 : 1) * w.bytes / (1e3 * q.netGBps * rails);
-  return wireUs >= hostUs ? rails : nChannels;
+  const HostSides s = hostSides(k, q, algo, proto, rails);
+  return s.wireUs >= s.hostUs() ? rails : nChannels;
 }
 
 HostLimits hostLimits(const Config& cfg, int nRings, bool oneHost, int directMaxRanks) {

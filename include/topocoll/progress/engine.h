@@ -126,6 +126,10 @@ class Engine {
     int spinUs = 20;  // how long waits spin before sleeping (0 on an oversubscribed host)
     int yieldUs = 0;  // how long waits then yield before sleeping (at least 4 yields)
     int nRanks = 1;
+    /// Whether the NET sends queued behind one that only waits for its acknowledgement move meanwhile
+    /// (progressStreaming). Measured (docs/transport.md): over 3 or more hosts the same or faster (500 Mbit/s: 2-6%),
+    /// between 2 hosts 3% slower at 2 Gbit/s, cause not found; so the runtime turns it off for 2 hosts.
+    bool netStreams = true;
     /// Asked while operations stall (`stalled`: for how long nothing moved; `peer`: the rank the longest-stalled one
     /// waits on, -1 unknown), at most every kJobPollEvery: whether they must fail (the job failed elsewhere; the
     /// ranks' calls differ), with the code and the message. Once it says so, every stalled operation fails with
