@@ -98,6 +98,9 @@ constexpr size_t kPairSlots = 4;
 // Slices whose ring reduce-scatter steps go together across hosts (ringReduceScatterNet): one more than the link
 // needs queued while a slice is reduced.
 constexpr size_t kNetRsGroup = 3;
+// How many chunks a tree rank sends up ahead of the one it then waits for from its parent and passes down: enough
+// that its link up has the next chunk queued while the parent's reply is on its way.
+constexpr size_t kTreeDownLag = 2;
 
 int positionOf(const int* ring, int n, int rank) {
   for (int p = 0; p < n; ++p)
@@ -764,7 +767,13 @@ class Runner {
   }
 
   // Reduce up the tree then broadcast down, in chunks: a chunk goes up as soon as the children's copies of it
-  // arrived, and down as soon as the parent's arrived. Channels alternate the two trees of the double binary tree.
+  // arrived (reduced with the rank's input in one reduceMany), and down as soon as the parent's arrived, so that the
+  // two halves overlap: the root sends chunk k down right after reducing it, and every other rank forwards chunk
+  // k - kTreeDownLag down after sending chunk k up (the children's chunks are posted first, the parent's chunk k
+  // once chunk k went up out of the same place; a rank waits on its parent's chunks while a child on another channel
+  // still sends, so these receives start at once, Op::ordered). Across two hosts up and down
+  // cross the link in opposite directions at once: each NIC carries the message once each way, against the ring's
+  // 2(n-1)/n. Channels alternate the two trees of the double binary tree.
   void allReduceTree() {
     size_t count = a_.count;
     std::vector<Range> ch(nCh_);
@@ -777,45 +786,44 @@ class Runner {
     };
     size_t maxChunks = 0;
     for (int c = 0; c < nCh_; ++c) maxChunks = std::max(maxChunks, nChunks(c));
-    // handles[c][k * 3 + i]: child i's chunk k; up[c][k]: the parent's chunk k.
+    // kids[c][k * 3 + i]: child i's chunk k; down[c][k]: the parent's chunk k (-1: none, or the root).
     std::vector<std::vector<int>> kids(nCh_), down(nCh_);
     for (int c = 0; c < nCh_; ++c) {
       kids[c].assign(nChunks(c) * 3, -1);
-      for (size_t k = 0; k < nChunks(c); ++k)
-        for (int i = 0; i < 3; ++i)
-          if (int d = l_.treeDown(c, i); d >= 0) {
-            Range r = chunk(c, k);
-            kids[c][k * 3 + i] = recv(c, d, at(tmp, i * count + r.begin), r.size(), true);
-          }
-    }
-    for (size_t k = 0; k < maxChunks; ++k)
-      for (int c = 0; c < nCh_; ++c) {
-        if (k >= nChunks(c)) continue;
-        Range r = chunk(c, k);
-        const void* srcs[4] = {at(send_, r.begin)};
-        int ns = 1;
-        for (int i = 0; i < 3; ++i)
-          if (kids[c][k * 3 + i] >= 0) l_.wait(kids[c][k * 3 + i]), srcs[ns++] = at(tmp, i * count + r.begin);
-        if (ns > 1) reduceMany(a_.type, a_.op, at(recv_, r.begin), srcs, ns, r.size());
-        else copyIfApart(at(recv_, r.begin), srcs[0], r.size());
-        if (l_.treeUp(c) >= 0) send(c, l_.treeUp(c), at(recv_, r.begin), r.size(), true);
-        else avg(at(recv_, r.begin), r.size());
-      }
-    for (int c = 0; c < nCh_; ++c) {
       down[c].assign(nChunks(c), -1);
-      if (l_.treeUp(c) >= 0)
-        for (size_t k = 0; k < nChunks(c); ++k) {
-          Range r = chunk(c, k);
-          down[c][k] = recv(c, l_.treeUp(c), at(recv_, r.begin), r.size());
-        }
-    }
-    for (size_t k = 0; k < maxChunks; ++k)
-      for (int c = 0; c < nCh_; ++c) {
-        if (k >= nChunks(c)) continue;
+      for (size_t k = 0; k < nChunks(c); ++k) {
         Range r = chunk(c, k);
-        if (down[c][k] >= 0) l_.wait(down[c][k]);
         for (int i = 0; i < 3; ++i)
-          if (int d = l_.treeDown(c, i); d >= 0) send(c, d, at(recv_, r.begin), r.size());
+          if (int d = l_.treeDown(c, i); d >= 0)
+            kids[c][k * 3 + i] = recv(c, d, at(tmp, i * count + r.begin), r.size(), true);
+      }
+    }
+    auto sendDown = [&](int c, size_t k) {
+      Range r = chunk(c, k);
+      for (int i = 0; i < 3; ++i)
+        if (int d = l_.treeDown(c, i); d >= 0) send(c, d, at(recv_, r.begin), r.size());
+    };
+    for (size_t k = 0; k < maxChunks + kTreeDownLag; ++k)
+      for (int c = 0; c < nCh_; ++c) {
+        if (k < nChunks(c)) {
+          Range r = chunk(c, k);
+          const void* srcs[4] = {at(send_, r.begin)};
+          int ns = 1;
+          for (int i = 0; i < 3; ++i)
+            if (kids[c][k * 3 + i] >= 0) l_.wait(kids[c][k * 3 + i]), srcs[ns++] = at(tmp, i * count + r.begin);
+          if (ns > 1) reduceMany(a_.type, a_.op, at(recv_, r.begin), srcs, ns, r.size());
+          else copyIfApart(at(recv_, r.begin), srcs[0], r.size());
+          if (l_.treeUp(c) >= 0) {
+            send(c, l_.treeUp(c), at(recv_, r.begin), r.size(), true);
+            down[c][k] = recv(c, l_.treeUp(c), at(recv_, r.begin), r.size());
+          } else {
+            avg(at(recv_, r.begin), r.size());
+            sendDown(c, k);
+          }
+        }
+        if (l_.treeUp(c) < 0 || k < kTreeDownLag || k - kTreeDownLag >= nChunks(c)) continue;
+        l_.wait(down[c][k - kTreeDownLag]);
+        sendDown(c, k - kTreeDownLag);
       }
     l_.waitAll();
   }

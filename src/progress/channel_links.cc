@@ -163,6 +163,7 @@ std::shared_ptr<Op> ChannelLinks::makeOp(bool send, int channel, int peer, void*
   transport::Connector* conn = conns_.linkConnector(channel, peer, send);
   std::shared_ptr<Op> op = pool_.take();
   op->send = send;
+  op->ordered = false;  // matched by its connector (Op::ordered)
   op->peer = peer;
   op->buf = buf;
   op->count = op->bytes = bytes;

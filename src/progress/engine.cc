@@ -38,6 +38,7 @@ void Op::recycle() {
   opts = transport::TransferOptions();
   unfinished = 0;
   validated = false;
+  ordered = true;
   keep.reset();
   waitingSince = {};
   shot = nullptr;
@@ -220,7 +221,9 @@ void Engine::takeIncoming() {
     }
     op->unfinished = static_cast<int>(op->parts.size());
     for (auto& t : op->parts) enqueue(op.get(), t.get());
-    if (!op->send) {
+    if (!op->send && !op->ordered) {
+      op->parts[0]->open(false);
+    } else if (!op->send) {
       auto& chain = recvChain_[op->peer];
       chain.push_back(op.get());
       if (chain.size() == 1) op->parts[0]->open(false);
@@ -1112,6 +1115,7 @@ void Engine::validate(Op& op) {
     ++op.unfinished;
     enqueue(&op, op.parts[op.parts.size() - i].get());
   }
+  if (!op.ordered) return;
   auto& chain = recvChain_[op.peer];
   if (!chain.empty() && chain.front() == &op) chain.pop_front();
   if (!chain.empty()) chain.front()->parts[0]->open(false);

@@ -464,6 +464,7 @@ void CommImpl::joinNodes(const InitOptions& opts, const search::NodeGraphs& node
     for (const auto& p : peers_) rails = std::min(rails, p.netDevs), mbps = std::min(mbps, p.netMbps);
     hostPolicy_.rails = std::max(1, rails);
     hostPolicy_.netGBps = mbps > 0 ? mbps / 8e3 : 0;
+    hostPolicy_.hosts = static_cast<int>(hosts_.size());
   }
   timings_.connect = msSince(t);
   plan_.wallMs = timings_.topology + timings_.search + timings_.connect;

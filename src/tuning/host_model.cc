@@ -169,6 +169,13 @@ HostWork hostWork(const HostQuery& q, int algo, int nChannels) {
   return w;
 }
 
+double wireBytes(const HostQuery& q, int algo, const HostWork& w) {
+  // Not with one rank a host: there the ring carries the same, and the tree measured slower from 512 KiB (2 x 1 at
+  // 2 Gbit/s: 12-19 ms against the ring's 2.2 at 512 KiB; docs/collectives.md, Selection), so it keeps its price.
+  if (q.coll == kAllReduce && algo == kTree && q.hosts == 2 && q.nRanks > 2) return static_cast<double>(q.bytes);
+  return w.bytes;
+}
+
 namespace {
 
 // The two sides of an estimate on nChannels: the hosts' (the calibrated constants: base, steps, bytes at their rate)
@@ -189,7 +196,7 @@ HostSides hostSides(const HostCost& k, const HostQuery& q, int algo, int proto, 
   // rails) of them (NCCL's graphs spread channels over the NICs the same way; its model takes the NIC's speed
   // as the NET bandwidth), and LL's lines carry 4 bytes of data in each 8-byte word (the rest is its flag).
   if (q.link == HostLink::kNet && q.netGBps > 0)
-    s.wireUs = (proto == kLL ? 2 : 1) * w.bytes / (1e3 * q.netGBps * std::clamp(nChannels, 1, std::max(1, q.rails)));
+    s.wireUs = (proto == kLL ? 2 : 1) * wireBytes(q, algo, w) / (1e3 * q.netGBps * std::clamp(nChannels, 1, std::max(1, q.rails)));
   return s;
 }
 

@@ -120,6 +120,7 @@ HostQuery HostPolicy::query(int coll, int ranks, uint64_t bytes) const {
   q.chunkBytes = chunkBytes;
   q.rails = rails;
   q.netGBps = netGBps;
+  q.hosts = hosts;
   return q;
 }
 

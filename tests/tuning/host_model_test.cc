@@ -190,6 +190,38 @@ TEST(HostModel, NoMoreFlowsThanRailsWhereTheNicsBound) {
   EXPECT_EQ(netFlowChannels(m, q, kRing, kSimple, 2), 2);
 }
 
+// Across two hosts a tree AllReduce sends the message once each way over each NIC (up one way, down the other, at
+// once), the ring 2(n-1)/n of it: with two ranks or more a host, Tree wins large messages on the built-in constants;
+// with one rank a host the tree keeps its 2 x bytes (it measured slower there) and the ring wins from 128 KiB;
+// across three hosts or more a tree's inner host carries more than the ring.
+TEST(HostModel, TreeAcrossTwoHostsCarriesTheMessageOnceEachWay) {
+  const HostModel m = HostModel::defaults();
+  HostLimits lim = hostLimits(knobs({}), 2, false, 8);
+  auto at = [&](int hosts, int ranks, uint64_t bytes) {
+    HostQuery q = query(kAllReduce, bytes, ranks, HostLink::kNet);
+    q.chunkBytes = 512 << 10;
+    q.netGBps = 0.25;  // 2 Gbit/s
+    q.hosts = hosts;
+    return q;
+  };
+  const HostQuery two = at(2, 4, 16 << 20);
+  EXPECT_DOUBLE_EQ(wireBytes(two, kTree, hostWork(two, kTree, 1)), 16 << 20);
+  EXPECT_DOUBLE_EQ(wireBytes(two, kRing, hostWork(two, kRing, 1)), 1.5 * (16 << 20));
+  for (uint64_t bytes : {4u << 20, 16u << 20, 64u << 20}) {
+    EXPECT_EQ(hostSelect(m, at(2, 4, bytes), lim).algo, kTree) << bytes;  // 2 x 2
+    EXPECT_EQ(hostSelect(m, at(2, 8, bytes), lim).algo, kTree) << bytes;  // 2 x 4
+    EXPECT_EQ(hostSelect(m, at(2, 2, bytes), lim).algo, kRing) << bytes;  // 2 x 1
+    EXPECT_EQ(hostSelect(m, at(3, 6, bytes), lim).algo, kRing) << bytes;  // 3 x 2
+    EXPECT_EQ(hostSelect(m, at(4, 4, bytes), lim).algo, kRing) << bytes;  // 4 x 1
+  }
+  const HostQuery one = at(2, 2, 16 << 20);  // one rank a host: the tree keeps its 2 x bytes (measured slower)
+  EXPECT_DOUBLE_EQ(wireBytes(one, kTree, hostWork(one, kTree, 1)), 2.0 * (16 << 20));
+  EXPECT_EQ(hostSelect(m, at(2, 2, 128 << 10), lim).algo, kRing);
+  const HostQuery three = at(3, 6, 16 << 20);
+  EXPECT_DOUBLE_EQ(wireBytes(three, kTree, hostWork(three, kTree, 1)), 2.0 * (16 << 20));
+  EXPECT_EQ(hostSelect(m, at(2, 4, 16 << 20), hostLimits(knobs({{"NCCL_ALGO", "Ring"}}), 2, false, 8)).algo, kRing);
+}
+
 TEST(HostModel, KnobsForce) {
   HostModel m = toyModel();
   auto pick = [&](std::map<std::string, std::string> env, uint64_t bytes, bool oneHost = true, int rings = 2) {

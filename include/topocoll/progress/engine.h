@@ -59,6 +59,11 @@ struct Op {
   transport::TransferOptions opts;
   int unfinished = 0;     // driver only
   bool validated = false; // receive side: the first part checked the sender's header
+  /// Receive: starts only once the previous receive from its peer read its header (point-to-point matching: the
+  /// k-th send to a peer meets the k-th receive, over whichever connectors each splits across). A collective's step
+  /// is matched by its connector alone (both sides name it) and starts at once: a rank may wait on a later step
+  /// from a peer before an earlier one on another channel (a tree's halves across channels).
+  bool ordered = true;
   std::shared_ptr<Op> keep;  // itself, while the engine holds it (the caller may drop its handle)
   std::chrono::steady_clock::time_point waitingSince{};  // self and mailbox ops: since when it waits
   /// The mailbox path (small sends and receives, docs/transport.md "Point-to-point mailboxes"): the connector whose

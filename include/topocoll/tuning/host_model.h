@@ -76,6 +76,7 @@ struct HostQuery {
   uint64_t chunkBytes = 0;  // pipelining unit (NCCL_BUFFSIZE / 32)
   int rails = 1;            // NET: the NICs every host has; channel c goes over NIC c % rails on both ends
   double netGBps = 0;       // NET: one NIC's rate (GB/s); 0: the calibrated constants alone
+  int hosts = 1;            // NET: how many hosts the ranks are on (what a tree sends over each NIC depends on it)
 };
 
 /// The critical path of one call: steps (one message each, pipelined chunks counted) and bytes one rank moves.
@@ -83,6 +84,13 @@ struct HostWork {
   double steps = 0, bytes = 0;
 };
 HostWork hostWork(const HostQuery& q, int algo, int nChannels);
+/// NET: the bytes of one call over each host's NIC, in its busier direction. Ring steps: what one rank moves (each
+/// host's ring edge carries it). Tree AllReduce across two hosts: the message once each way (the up half crosses one
+/// way while the down half crosses the other, every chunk overlapped), less than the ring's 2(n-1)/n x bytes once a
+/// host has two ranks or more; otherwise a rank's 2 x bytes (across more hosts a tree's inner host receives from two
+/// children and its parent: more than the ring's; with one rank on each of two hosts both carry the same, and the
+/// tree measured slower there from 512 KiB).
+double wireBytes(const HostQuery& q, int algo, const HostWork& w);
 /// Estimated microseconds of (algo, proto, nChannels) for q; -1 when that combination is not calibrated.
 double hostTime(const HostModel& m, const HostQuery& q, int algo, int proto, int nChannels);
 

@@ -98,6 +98,7 @@ struct HostPolicy {
   uint64_t llThreshold = 16384;                  // NCCL_P2P_LL_THRESHOLD (DirectSplit's messages)
   int rails = 1;                                 // across hosts: the NICs every host has (HostQuery::rails)
   double netGBps = 0;                            // across hosts: the slowest NIC's rate, GB/s (HostQuery::netGBps)
+  int hosts = 1;                                 // across hosts: how many (HostQuery::hosts)
   /// The model from TOPOCOLL_HOST_TUNING (or the built-in constants), the limits NCCL_ALGO, NCCL_PROTO and the
   /// channel knobs leave over `nRings` rings. Throws Error naming the knob on a bad value.
   static HostPolicy make(const Config& cfg, HostLink link, int nRanks, bool oneHost, int nRings);
