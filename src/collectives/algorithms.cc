@@ -217,8 +217,8 @@ class Runner {
   // Mbit/s ran 2-4% above the TCP ceiling. Here slices go in groups of kNetRsGroup, step by step within a group
   // (every step of slice k is sent after step s-1 of slices k+1.. of its group), so the link always has a slice
   // queued while the next one's input is reduced; nothing waits for a send but the reuse of what it read. Receives
-  // from one peer match in the order they are posted, and every rank posts in the same order (group, step, slice,
-  // channel). Slice k's receive goes to tmp slot k % kNetRsGroup of its channel, free once step s-1 of slice k was
+  // on one connector match its sends in the order they are posted, and every rank posts in the same order (group,
+  // step, slice, channel). Slice k's receive goes to tmp slot k % kNetRsGroup of its channel, free once step s-1 of slice k was
   // reduced. `partsReused`: part() hands out buffers that a later step overwrites (ReduceScatter's partial sums),
   // so a reduction first waits for the last send out of its destination.
   template <class Block, class Part>
@@ -376,8 +376,7 @@ class Runner {
       l_.waitAll();
       return;
     }
-    // Receives from one peer are matched in the order they are posted: the peer's reduced piece k is received after
-    // the inputs of pieces up to k + kPairSlots, which the peer sent first.
+    // The peer's inputs come on channel 0 and its reduced pieces on channel 1, each connector's in order.
     pairReduce(
         mine, theirs, at(recv_, mine.begin), [&](Range r) { send(1, peer, at(recv_, r.begin), r.size(), false, Copier::kPull); },
         [&](Range r) { recv(1, peer, at(recv_, r.begin), r.size()); });
@@ -776,8 +775,12 @@ class Runner {
   // 2(n-1)/n. Channels alternate the two trees of the double binary tree.
   void allReduceTree() {
     size_t count = a_.count;
-    std::vector<Range> ch(nCh_);
-    for (int c = 0; c < nCh_; ++c) ch[c] = split(count, nCh_, c);
+    // Across hosts one channel: there the channels' steps go over the point-to-point connectors, which channels may
+    // share (Connections::linkConnector), and a shared connector matches in order; a peer that is this rank's
+    // parent on one channel and its child on the other sends its down and up chunks in an order of its own timing.
+    const int nCh = c_.acrossHosts ? 1 : nCh_;
+    std::vector<Range> ch(nCh);
+    for (int c = 0; c < nCh; ++c) ch[c] = split(count, nCh, c);
     char* tmp = l_.scratch(count * es_ * 3);
     auto nChunks = [&](int c) { return (ch[c].size() + chunk_ - 1) / chunk_; };
     auto chunk = [&](int c, size_t k) {
@@ -785,10 +788,10 @@ class Runner {
       return Range{b, std::min(ch[c].end, b + chunk_)};
     };
     size_t maxChunks = 0;
-    for (int c = 0; c < nCh_; ++c) maxChunks = std::max(maxChunks, nChunks(c));
+    for (int c = 0; c < nCh; ++c) maxChunks = std::max(maxChunks, nChunks(c));
     // kids[c][k * 3 + i]: child i's chunk k; down[c][k]: the parent's chunk k (-1: none, or the root).
-    std::vector<std::vector<int>> kids(nCh_), down(nCh_);
-    for (int c = 0; c < nCh_; ++c) {
+    std::vector<std::vector<int>> kids(nCh), down(nCh);
+    for (int c = 0; c < nCh; ++c) {
       kids[c].assign(nChunks(c) * 3, -1);
       down[c].assign(nChunks(c), -1);
       for (size_t k = 0; k < nChunks(c); ++k) {
@@ -804,7 +807,7 @@ class Runner {
         if (int d = l_.treeDown(c, i); d >= 0) send(c, d, at(recv_, r.begin), r.size());
     };
     for (size_t k = 0; k < maxChunks + kTreeDownLag; ++k)
-      for (int c = 0; c < nCh_; ++c) {
+      for (int c = 0; c < nCh; ++c) {
         if (k < nChunks(c)) {
           Range r = chunk(c, k);
           const void* srcs[4] = {at(send_, r.begin)};
@@ -883,9 +886,9 @@ class Runner {
     if (n_ == 1) return copyIfApart(recv_, send_, count);
     if (c_.pair && n_ == 2 && l_.nChannels() >= 2 * nCh_) return broadcastPair();
     size_t piece = n_ == 2 ? count : c_.acrossHosts ? chunk_ : std::max(chunk_, kBroadcastPiece / es_);
-    // Every channel's pieces are posted first, in piece order across the channels (receives from one peer start
-    // in the order they are posted: channel by channel, channel 1's first piece would wait for channel 0's last),
-    // then forwarded in that order: a rank in the middle of the chains keeps every channel (every NIC across hosts)
+    // Every channel's pieces are posted first, in piece order across the channels (point-to-point receives from one
+    // peer would start in the order they are posted; a collective's start at once, Op::ordered), then forwarded in
+    // that order: a rank in the middle of the chains keeps every channel (every NIC across hosts)
     // busy, not one channel after the other.
     std::vector<std::vector<int>> hs(nCh_);
     piecesAcrossChannels(piece, [&](int c, size_t, Range p) {

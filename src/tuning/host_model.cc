@@ -267,10 +267,13 @@ HostChoice hostSelect(const HostModel& m, const HostQuery& q, const HostLimits& 
     if (!algos[a]) continue;
     for (int p : {kLL, kSimple}) {
       if (!protos[p]) continue;
-      const int top = std::max(lim.minChannels, std::min(chMax, netFlowChannels(m, q, a, p, chMax)));
-      for (int ch = top + 1; ch <= chMax; ++ch)
+      // The tree runs one channel across hosts (collectives' allReduceTree: channels there may share a connector).
+      const bool oneTree = a == kTree && q.link == HostLink::kNet;
+      const int lo = oneTree ? 1 : lim.minChannels;
+      const int top = oneTree ? 1 : std::max(lim.minChannels, std::min(chMax, netFlowChannels(m, q, a, p, chMax)));
+      for (int ch = top + 1; ch <= chMax && !oneTree; ++ch)
         if (double t = hostTime(m, q, a, p, ch); t >= 0) cappedTime = std::min(cappedTime, t);
-      for (int ch = lim.minChannels; ch <= top; ++ch) {
+      for (int ch = lo; ch <= top; ++ch) {
         double t = hostTime(m, q, a, p, ch);
         if (t < 0 || !(t < bestTime)) continue;
         bestTime = t;

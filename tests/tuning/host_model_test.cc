@@ -220,6 +220,14 @@ TEST(HostModel, TreeAcrossTwoHostsCarriesTheMessageOnceEachWay) {
   const HostQuery three = at(3, 6, 16 << 20);
   EXPECT_DOUBLE_EQ(wireBytes(three, kTree, hostWork(three, kTree, 1)), 2.0 * (16 << 20));
   EXPECT_EQ(hostSelect(m, at(2, 4, 16 << 20), hostLimits(knobs({{"NCCL_ALGO", "Ring"}}), 2, false, 8)).algo, kRing);
+  // The tree runs one channel across hosts: with two rails the ring's two channels (both NICs) carry more.
+  HostQuery rails = at(2, 4, 16 << 20);
+  rails.rails = 2;
+  EXPECT_EQ(hostSelect(m, rails, lim).algo, kRing);
+  EXPECT_EQ(hostSelect(m, rails, lim).nChannels, 2);
+  HostLimits tree2 = hostLimits(knobs({{"NCCL_ALGO", "Tree"}, {"NCCL_MIN_NCHANNELS", "2"}}), 2, false, 8);
+  EXPECT_EQ(hostSelect(m, rails, tree2).algo, kTree);
+  EXPECT_EQ(hostSelect(m, rails, tree2).nChannels, 1);
 }
 
 TEST(HostModel, KnobsForce) {
