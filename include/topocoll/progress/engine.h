@@ -61,8 +61,10 @@ struct Op {
   bool validated = false; // receive side: the first part checked the sender's header
   /// Receive: starts only once the previous receive from its peer read its header (point-to-point matching: the
   /// k-th send to a peer meets the k-th receive, over whichever connectors each splits across). A collective's step
-  /// is matched by its connector alone (both sides name it) and starts at once: a rank may wait on a later step
-  /// from a peer before an earlier one on another channel (a tree's halves across channels).
+  /// is matched by its connector alone and starts at once: a rank may wait on a later step from a peer before an
+  /// earlier one on another channel (a tree's halves across channels). Over NET, channels may share a peer's
+  /// point-to-point connector; the steps on one connector then meet in the order both sides post them, which the
+  /// algorithms keep equal (the tree runs one channel across hosts for that; docs/transport.md).
   bool ordered = true;
   std::shared_ptr<Op> keep;  // itself, while the engine holds it (the caller may drop its handle)
   std::chrono::steady_clock::time_point waitingSince{};  // self and mailbox ops: since when it waits
