@@ -14,6 +14,7 @@
 #include "topocoll/cuda.h"
 #include "topocoll/log.h"
 #include "topocoll/transport/oneshot.h"
+#include "../transport/test_hooks.h"
 
 #ifdef TOPOCOLL_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -1505,7 +1506,10 @@ bool Engine::waitMovingNet(const Done& done, Op* const* ops, size_t nOps) {
     if (local) fds.push_back({bell.eventFd(), POLLIN, 0});
     netPolling_.store(true, std::memory_order_seq_cst);
     if (!hasIncoming_.load(std::memory_order_seq_cst) && !done()) {
-      if (::poll(fds.data(), fds.size(), slice) == 0) checkStalls();
+      if (::poll(fds.data(), fds.size(), slice) == 0) {
+        if (transport::test_hooks::callerPollSlept) transport::test_hooks::callerPollSlept();
+        checkStalls();
+      }
     }
     netPolling_.store(false, std::memory_order_relaxed);
     if (local) bell.endPoll();

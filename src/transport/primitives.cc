@@ -28,6 +28,7 @@ namespace topocoll::transport {
 
 void (*test_hooks::recvStartBetweenLooks)() = nullptr;
 bool (*test_hooks::netHoldAck)(uint64_t, uint64_t) = nullptr;
+void (*test_hooks::callerPollSlept)() = nullptr;
 
 namespace {
 
@@ -627,6 +628,12 @@ bool Transfer::recvStart() {
   }
   firstStep_ = ci_.step;
   if (!postedRecv_) postReceive();
+  // Publishing the rendezvous counts as progress: a NET connection that already read the sender's header waits for
+  // it with no socket to watch, and its mover (the proxy, rung below, or a waiting caller that holds the connection
+  // and moves it after every pass that did something) must look again. Reported as nothing, a caller blocked in
+  // poll() for its slice: 20 ms a message when the header came before the receive (a tree AllReduce in place
+  // between two hosts, 512 KiB: 18.7 ms against 0.9).
+  bool did = false;
   if ((ci_.flags & kConnNet) && ci_.rdv && !posted_) {
     // Our buffer for the proxy: chunks whose header matches what we expect land there directly.
     Rendezvous& r = *ci_.rdv;
@@ -639,6 +646,7 @@ bool Transfer::recvStart() {
     r.step.store(firstStep_ + 1, std::memory_order_release);
     ci_.wake->ring();
     posted_ = true;
+    did = true;
   }
   // The tail first, then the LL lines. An LL message does not move the tail, and a send matching our post (or an
   // eager one) completes as soon as its lines are written, so the sender's next message may be Simple and move the
@@ -670,7 +678,7 @@ bool Transfer::recvStart() {
     }
   }
   if (!found) {
-    if (tail <= firstStep_) return false;
+    if (tail <= firstStep_) return did;
     peerHdr_ = *simpleSlot(ci_, firstStep_);
     mode_ = peerHdr_.mode;
     if ((mode_ != kModeSimple && mode_ != kModeRead && mode_ != kModeWriteAsk && mode_ != kModeDevice) ||

@@ -14,4 +14,8 @@ extern void (*recvStartBetweenLooks)();
 /// is `status` (0: none): true holds it back (the receiver goes on; asked again at its next move).
 extern bool (*netHoldAck)(uint64_t ack, uint64_t status);
 
+/// A caller waiting on NET connections it holds (Engine::waitMovingNet) slept through a whole poll() slice: nothing
+/// arrived and nothing it moves could go on. Called on that thread; several engines may call it at once.
+extern void (*callerPollSlept)();
+
 }  // namespace topocoll::transport::test_hooks

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -12,6 +13,7 @@
 
 #include "collectives/coll_check.h"
 #include "runtime/ranks.h"
+#include "transport/test_hooks.h"
 #include "topocoll/runtime/communicator.h"
 #include "topocoll/status.h"
 #include "topocoll/tuning/host_policy.h"
@@ -165,6 +167,40 @@ TEST(Collectives, TreeAcrossTwoHostsMatchesTheSerialReference) {
           }
       });
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// The tree in place between two hosts, one chunk (512 KiB): the child sends its next call's chunk up before the root
+// posts that receive, so the root's connection has read the header and waits for the receive's buffer. Posting it
+// must count as progress for the caller that holds the connection: it then moves the connection again rather than
+// sleeping in poll() for a slice (20 ms a call, every call, before). A slept slice means nothing arrived and
+// nothing could go on; here the data is always on its way (before: 76 slept slices in 40 calls; a loaded machine,
+// a sanitizer, may still sleep a few).
+std::atomic<int> gSleptSlices{0};
+
+TEST(Collectives, TreeInPlaceAcrossTwoHostsNeverWaitsForASliceItHasTheDataFor) {
+  transport::test_hooks::callerPollSlept = [] { gSleptSlices.fetch_add(1, std::memory_order_relaxed); };
+  struct Unhook {
+    ~Unhook() { transport::test_hooks::callerPollSlept = nullptr; }
+  } unhook;
+  gSleptSlices = 0;
+  constexpr int kCalls = 40;
+  auto errors = runRanks(
+      2,
+      [&](int r, runtime::InitOptions& o) {
+        o.cfg.hostId = "tree-host" + std::to_string(r);
+        o.cfg.algo = "tree";
+        o.cfg.proto = "simple";
+      },
+      [&](Communicator& c, int r) {
+        std::vector<float> v((512 << 10) / sizeof(float), 1.0f);
+        for (int i = 0; i < kCalls; ++i) c.allReduce(v.data(), v.data(), v.size(), DataType::kFloat32, RedOp::kSum);
+        // 1 doubled 40 times: exact in float.
+        const float want = static_cast<float>(1ull << kCalls);
+        for (size_t i = 0; i < v.size(); i += 4099)
+          if (v[i] != want) fail(StatusCode::kInternal, "rank {}: element {} is {}, not {}", r, i, v[i], want);
+      });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_LE(gSleptSlices.load(), kCalls / 2) << "poll slices slept through in " << kCalls << " calls";
 }
 
 // DirectSplit (every rank reduces its split of everybody's data) forced at every size through its knobs, with the
