@@ -218,9 +218,9 @@ class Runner {
   // (every step of slice k is sent after step s-1 of slices k+1.. of its group), so the link always has a slice
   // queued while the next one's input is reduced; nothing waits for a send but the reuse of what it read. Receives
   // on one connector match its sends in the order they are posted, and every rank posts in the same order (group,
-  // step, slice, channel). Slice k's receive goes to tmp slot k % kNetRsGroup of its channel, free once step s-1 of slice k was
-  // reduced. `partsReused`: part() hands out buffers that a later step overwrites (ReduceScatter's partial sums),
-  // so a reduction first waits for the last send out of its destination.
+  // step, slice, channel). Slice k's receive goes to tmp slot k % kNetRsGroup of its channel, free once step s-1
+  // of slice k was reduced. `partsReused`: part() hands out buffers that a later step overwrites (ReduceScatter's
+  // partial sums), so a reduction first waits for the last send out of its destination.
   template <class Block, class Part>
   void ringReduceScatterNet(const std::vector<Ring>& rings, size_t nSlices, char* tmp, size_t maxChunk,
                             const Block& block, const Part& part, bool partsReused) {

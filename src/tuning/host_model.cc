@@ -271,8 +271,9 @@ HostChoice hostSelect(const HostModel& m, const HostQuery& q, const HostLimits& 
       const bool oneTree = a == kTree && q.link == HostLink::kNet;
       const int lo = oneTree ? 1 : lim.minChannels;
       const int top = oneTree ? 1 : std::max(lim.minChannels, std::min(chMax, netFlowChannels(m, q, a, p, chMax)));
-      for (int ch = top + 1; ch <= chMax && !oneTree; ++ch)
-        if (double t = hostTime(m, q, a, p, ch); t >= 0) cappedTime = std::min(cappedTime, t);
+      if (!oneTree)
+        for (int ch = top + 1; ch <= chMax; ++ch)
+          if (double t = hostTime(m, q, a, p, ch); t >= 0) cappedTime = std::min(cappedTime, t);
       for (int ch = lo; ch <= top; ++ch) {
         double t = hostTime(m, q, a, p, ch);
         if (t < 0 || !(t < bestTime)) continue;
