@@ -11,7 +11,8 @@ It brings a cluster up (name "cb", removed at the end; --keep leaves it), then f
 the link's rate in GB/s is the bound a ring across hosts can reach. Times: the mean of a timed loop (-T seconds)
 after a warm-up, the maximum over ranks. Output: one table per collective (Markdown), the raw rows as JSON
 (--json FILE) and a chart of busbw against size (--svg FILE: a panel per collective, a curve per entry and shape,
-the link's rate dashed).
+the link's rate dashed). The hosts' TCP congestion control is the machine's unless --cc names one; the output names it
+(it moves results by a few percent: docs/cluster.md, "TCP congestion control").
 
 Entries (--entries): capi (BUILD/topocoll-perf), topocoll and gloo (torch.distributed), mpi: Open MPI's
 MPI_Allreduce (out of place), MPI_Allgather, MPI_Reduce_scatter_block and MPI_Bcast, timed by --mpi-bench
@@ -248,6 +249,8 @@ def main():
     ap.add_argument("--mpi-bench", default="/tmp/peers-build/mpi_coll_bench",
                     help="shared/peers' mpi_coll_bench (default /tmp/peers-build/mpi_coll_bench: "
                          "make -C shared/peers BUILD=/tmp/peers-build)")
+    ap.add_argument("--cc", default="", help="the hosts' TCP congestion control (cluster.py up --cc; default: the "
+                    "machine's); the output names the one in use")
     ap.add_argument("--name", default="cb", help="the cluster's name (default cb)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster up (and use one that is up)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run before its ranks are killed")
@@ -278,9 +281,13 @@ def main():
         sys.exit("cluster_bench: no entry left to run")
     up = cluster(a, "status", check=False).returncode == 0
     if not up:
-        p = cluster(a, "up", str(hosts), a.rate, "--rails", str(a.rails), check=False)
+        p = cluster(a, "up", str(hosts), a.rate, "--rails", str(a.rails), *(["--cc", a.cc] if a.cc else []),
+                    check=False)
         if p.returncode != 0:
             sys.exit(f"cluster_bench: {p.stderr.strip()}")
+    cc = cl.load(a.name).get("cc", "?")  # the hosts' TCP congestion control (up --cc, else the machine's)
+    if up and a.cc and cc != a.cc:
+        sys.exit(f"cluster_bench: cluster {a.name!r} is up with TCP {cc}, not --cc {a.cc}")
     try:
         rate_gbs = cl.rate_bytes(a.rate) / 1e9
     except cl.ClusterError as e:
@@ -310,7 +317,8 @@ def main():
         if not a.keep and not up:
             cluster(a, "down", check=False)
     print(f"# {a.rate} links{f' ({rate_gbs:.3f} GB/s)' if rate_gbs else ''}"
-          f"{f', {a.rails} rails (NICs) per host' if a.rails > 1 else ''}; TCP round trip host0-host1 "
+          f"{f', {a.rails} rails (NICs) per host' if a.rails > 1 else ''}; TCP congestion control {cc}; "
+          f"round trip host0-host1 "
           f"{rtt:.0f} us (8 B, Python sockets)" +
           (f"; each cell the median of {a.repeat} rounds, the entries' order rotated each round" if a.repeat > 1 else ""))
     for e, why in skipped.items():
@@ -327,7 +335,8 @@ def main():
                 print(f"| {h}x{r} | {ENTRIES[e]} | " + " | ".join(cells) + " |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rate": a.rate, "rails": a.rails, "rtt_us": rtt, "skipped": skipped, "repeat": a.repeat,
+            json.dump({"rate": a.rate, "rails": a.rails, "cc": cc, "rtt_us": rtt, "skipped": skipped,
+                       "repeat": a.repeat,
                        "rows": [{"coll": c, "shape": s, "entry": e, "rows": v,
                                  "rounds": {str(sz): ts for sz, ts in samples.get((c, s, e), {}).items()}}
                                 for (c, s, e), v in results.items()]},

@@ -5,7 +5,8 @@ Each host is a set of namespaces held by one init process: network (its NICs eth
 hostname), IPC, mount (a private /dev/shm, its own /sys and /proc, an /etc/hosts that names every host) and PID. Rail
 k is a bridge in the machine's own network namespace; each host's eth<k> is a veth whose other end is on that
 bridge, shaped with tbf in both directions (and netem's delay where the kernel has it). Nothing else is shared:
-topocoll, Gloo and Open MPI see several hosts, as they would on a real cluster, with no NCCL_HOSTID.
+topocoll, Gloo and Open MPI see several hosts, as they would on a real cluster, with no NCCL_HOSTID. TCP's
+congestion control is the machine's default unless `up --cc` names one (it changes results: docs/cluster.md).
 
   scripts/cluster.py up 2 2gbit                  # 2 hosts, one rail at 2 Gbit/s (name "tc")
   scripts/cluster.py run 2 2 -- build/all_reduce_perf -b 8 -e 64M -c 1     # 2 ranks on each of 2 hosts
@@ -173,7 +174,20 @@ def cmd_up(a):
     rate_bytes(a.rate)
     if a.delay and not has_netem():
         raise ClusterError(f"delay {a.delay}: this kernel has no netem (sch_netem); leave the delay out")
-    st = {"name": a.name, "rate": a.rate, "delay": a.delay or "", "rails": a.rails,
+    if a.cc:
+        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+            available = f.read().split()
+        with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
+            allowed = f.read().split()
+        if a.cc not in available:
+            raise ClusterError(f"--cc {a.cc}: this kernel has {' '.join(available)} (modprobe tcp_{a.cc}?)")
+        if a.cc not in allowed:  # a network namespace other than the machine's may only take an allowed one
+            raise ClusterError(f"--cc {a.cc}: not in net.ipv4.tcp_allowed_congestion_control ({' '.join(allowed)}), "
+                               f"which the hosts' namespaces are held to; as root: sysctl -w "
+                               f"net.ipv4.tcp_allowed_congestion_control='{' '.join(allowed + [a.cc])}'")
+    with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+        cc = a.cc or f.read().strip()  # a new network namespace starts with the machine's
+    st = {"name": a.name, "rate": a.rate, "delay": a.delay or "", "rails": a.rails, "cc": cc,
           "net": zlib.crc32(a.name.encode()) % 200 + 20, "hosts": []}
     save(st)  # from here on, `down` finds what exists even if this fails half-way
     d = state_dir(a.name)
@@ -205,6 +219,8 @@ def cmd_up(a):
                 if time.time() > deadline:
                     raise ClusterError(f"host {h} did not come up")
                 time.sleep(0.01)
+            if a.cc:
+                sh("nsenter", "-t", str(pid), "-n", "sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={a.cc}")
             for r in range(a.rails):
                 outside, inside = host_veth(a.name, h, r), f"eth{r}"
                 sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside, "netns", str(pid))
@@ -239,7 +255,7 @@ def cmd_up(a):
         cmd_down(a, quiet=True)
         raise
     print(f"cluster {a.name}: {a.hosts} host(s), {a.rails} rail(s) at {a.rate}"
-          f"{' + ' + a.delay if a.delay else ''}: " +
+          f"{' + ' + a.delay if a.delay else ''}, TCP {cc}: " +
           ", ".join(f"{hh['name']} {address(st, i, 0)}" for i, hh in enumerate(st["hosts"])))
     return 0
 
@@ -479,7 +495,7 @@ def cmd_fault(a):
 def cmd_status(a):
     st = load(a.name)
     print(f"cluster {st['name']}: {len(st['hosts'])} host(s), {st['rails']} rail(s) at {st['rate']}"
-          f"{' + ' + st['delay'] if st['delay'] else ''}")
+          f"{' + ' + st['delay'] if st['delay'] else ''}, TCP {st.get('cc', '?')}")
     for h, hh in enumerate(st["hosts"]):
         alive = os.path.exists(f"/proc/{hh['pid']}")
         addrs = " ".join(address(st, h, r) for r in range(st["rails"]))
@@ -509,6 +525,8 @@ def main(argv=None):
     p.add_argument("rate", help="each link's rate, tc's units: 2gbit, 500mbit")
     p.add_argument("delay", nargs="?", default="", help="one-way delay (netem: 1ms); refused without netem")
     p.add_argument("--rails", type=int, default=1, help="NICs per host (eth0, eth1, ...), one bridge each")
+    p.add_argument("--cc", default="", help="TCP congestion control of every host (cubic, bbr, reno; default: the "
+                   "machine's net.ipv4.tcp_congestion_control)")
     p.set_defaults(fn=cmd_up)
     p = sub.add_parser("down", help="remove the hosts, links and bridges (also after a failure)")
     p.set_defaults(fn=cmd_down)

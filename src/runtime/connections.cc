@@ -95,7 +95,7 @@ void CommImpl::setupTransports(const InitOptions& opts, const search::NodeGraphs
   eo.peerGone = ctx.peerGone;
   eo.doorbell = ctx.doorbell;
   eo.nRanks = nRanks_;
-  eo.netStreams = hosts_.size() != 2;  // Engine::Options::netStreams: measured slower between two hosts
+  eo.netStreams = hosts_.size() != 2;  // Engine::Options::netStreams: with BBR slower between two hosts
   // A failure another rank relayed (CommImpl::relayFailure), or calls that differ, end this rank's stalled operations.
   eo.onStall = [this](std::chrono::steady_clock::duration stalled, int peer, StatusCode* code, std::string* why) {
     return onStall(stalled, peer, code, why);

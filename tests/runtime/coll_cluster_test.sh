@@ -8,7 +8,26 @@
 # permitted. The cluster is removed on exit.
 . "$(dirname "$0")/cluster_common.sh" ct
 
-$CLUSTER up 4 2gbit --rails 2 || exit $?
+# The hosts' TCP congestion control: --cc names it (here the machine's own, which a namespace may always take), and
+# an algorithm the kernel lacks is refused before anything is made.
+cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control)
+$CLUSTER up 4 2gbit --rails 2 --cc "$cc" || exit $?
+status=$($CLUSTER status)
+host3=$($CLUSTER exec 3 -- cat /proc/sys/net/ipv4/tcp_congestion_control)
+if [ "$host3" = "$cc" ] && [[ $status == *"TCP $cc"* ]]; then
+  ok "up --cc $cc: the hosts take it"
+else
+  bad "cc" "host 3 has $host3; ${status%%$'\n'*}"
+fi
+other="python3 $(dirname "$0")/../../scripts/cluster.py --name x${name:2:4}"
+if out=$($other up 1 2gbit --cc nonesuch 2>&1); then
+  bad "cc refused" "up --cc nonesuch succeeded"
+elif [[ $out == *"--cc nonesuch: this kernel has "* ]] && ! $other status > /dev/null 2>&1; then
+  ok "up --cc nonesuch refused, nothing made (${out##*: })"
+else
+  bad "cc refused" "$out"
+fi
+$other down > /dev/null 2>&1
 
 # run NAME H R "KNOBS" PERF_ARGS...: R ranks on each of H hosts; rank 0's output in $tmp/NAME/rank0.log
 run() {

@@ -134,8 +134,10 @@ class Engine {
     int yieldUs = 0;  // how long waits then yield before sleeping (at least 4 yields)
     int nRanks = 1;
     /// Whether the NET sends queued behind one that only waits for its acknowledgement move meanwhile
-    /// (progressStreaming). Measured (docs/transport.md): over 3 or more hosts the same or faster (500 Mbit/s: 2-6%),
-    /// between 2 hosts 3% slower at 2 Gbit/s, cause not found; so the runtime turns it off for 2 hosts.
+    /// (progressStreaming). Measured on the emulated cluster (docs/cluster.md, "TCP congestion control"): with
+    /// cubic the same either way; with BBR faster over 3 hosts at 500 Mbit/s (2-3%) and slower at 2 Gbit/s (2
+    /// hosts, 16 MiB: 4-10%), where BBR's pacing of each flow meets the acknowledgements queued behind the other
+    /// direction's data. The runtime turns it off between 2 hosts.
     bool netStreams = true;
     /// Asked while operations stall (`stalled`: for how long nothing moved; `peer`: the rank the longest-stalled one
     /// waits on, -1 unknown), at most every kJobPollEvery: whether they must fail (the job failed elsewhere; the
