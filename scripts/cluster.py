@@ -159,6 +159,18 @@ def shape(dev, rate, delay, ns_pid=None):
         sh(*pre, "tc", "qdisc", "add", "dev", dev, "root", *tbf)
 
 
+def tcp_sysctl(key):
+    """The machine's net.ipv4.<key> (what a new network namespace starts from, for the congestion control)."""
+    with open(f"/proc/sys/net/ipv4/{key}") as f:
+        return f.read().strip()
+
+
+def summary(st):
+    """`up`'s and `status`' first line: the hosts, rails, rate, delay and TCP congestion control."""
+    return (f"cluster {st['name']}: {len(st['hosts'])} host(s), {st['rails']} rail(s) at {st['rate']}"
+            f"{' + ' + st['delay'] if st['delay'] else ''}, TCP {st.get('cc', '?')}")
+
+
 def cmd_up(a):
     check_name(a.name)
     why = can_run()
@@ -175,19 +187,16 @@ def cmd_up(a):
     if a.delay and not has_netem():
         raise ClusterError(f"delay {a.delay}: this kernel has no netem (sch_netem); leave the delay out")
     if a.cc:
-        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
-            available = f.read().split()
-        with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
-            allowed = f.read().split()
+        available = tcp_sysctl("tcp_available_congestion_control").split()
+        allowed = tcp_sysctl("tcp_allowed_congestion_control").split()
         if a.cc not in available:
             raise ClusterError(f"--cc {a.cc}: this kernel has {' '.join(available)} (modprobe tcp_{a.cc}?)")
         if a.cc not in allowed:  # a network namespace other than the machine's may only take an allowed one
             raise ClusterError(f"--cc {a.cc}: not in net.ipv4.tcp_allowed_congestion_control ({' '.join(allowed)}), "
                                f"which the hosts' namespaces are held to; as root: sysctl -w "
                                f"net.ipv4.tcp_allowed_congestion_control='{' '.join(allowed + [a.cc])}'")
-    with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
-        cc = a.cc or f.read().strip()  # a new network namespace starts with the machine's
-    st = {"name": a.name, "rate": a.rate, "delay": a.delay or "", "rails": a.rails, "cc": cc,
+    st = {"name": a.name, "rate": a.rate, "delay": a.delay or "", "rails": a.rails,
+          "cc": a.cc or tcp_sysctl("tcp_congestion_control"),
           "net": zlib.crc32(a.name.encode()) % 200 + 20, "hosts": []}
     save(st)  # from here on, `down` finds what exists even if this fails half-way
     d = state_dir(a.name)
@@ -254,9 +263,7 @@ def cmd_up(a):
     except BaseException:
         cmd_down(a, quiet=True)
         raise
-    print(f"cluster {a.name}: {a.hosts} host(s), {a.rails} rail(s) at {a.rate}"
-          f"{' + ' + a.delay if a.delay else ''}, TCP {cc}: " +
-          ", ".join(f"{hh['name']} {address(st, i, 0)}" for i, hh in enumerate(st["hosts"])))
+    print(summary(st) + ": " + ", ".join(f"{hh['name']} {address(st, i, 0)}" for i, hh in enumerate(st["hosts"])))
     return 0
 
 
@@ -494,8 +501,7 @@ def cmd_fault(a):
 
 def cmd_status(a):
     st = load(a.name)
-    print(f"cluster {st['name']}: {len(st['hosts'])} host(s), {st['rails']} rail(s) at {st['rate']}"
-          f"{' + ' + st['delay'] if st['delay'] else ''}, TCP {st.get('cc', '?')}")
+    print(summary(st))
     for h, hh in enumerate(st["hosts"]):
         alive = os.path.exists(f"/proc/{hh['pid']}")
         addrs = " ".join(address(st, h, r) for r in range(st["rails"]))
