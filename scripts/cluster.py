@@ -584,6 +584,9 @@ def main(argv=None):
     except ClusterError as e:
         print(f"cluster: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`status | head -1`): no traceback, as other tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush does not fail
+        return 1
 
 
 if __name__ == "__main__":
