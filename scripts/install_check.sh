@@ -22,9 +22,11 @@ export TOPOCOLL_JOB_SECRET=install-check-$$-$RANDOM$RANDOM
 step() { echo "---- $*"; }
 die() { echo "FAIL: $*" >&2; exit 1; }
 
-# run2 PROGRAM...: 2 ranks of a program that joins with Communicator::initFromEnv (RANK/WORLD_SIZE/MASTER_*).
+# run2 PROGRAM...: 2 ranks of a program that joins with Communicator::initFromEnv (RANK/WORLD_SIZE/MASTER_*), on a
+# port the kernel reports free (a random one between 20000 and 40000 once met a connection's port, EADDRINUSE).
 run2() {
-  local port=$((20000 + RANDOM % 20000)) rc=0
+  local port rc=0
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=1 timeout 60 "$@" > "$WORK/rank1.out" 2>&1 &
   local other=$!
   WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=0 timeout 60 "$@" || rc=1
