@@ -1140,12 +1140,12 @@ void Engine::partFinished(Op& op, Transfer& t) {
 // queued behind it on the connector move meanwhile, as in runInlineGroup (Transfer::streaming()): otherwise the link
 // idled for that round trip after every message (a ring across hosts sends one per slice and step), and each
 // acknowledgement crossed a link loaded with the other direction's data. Each still learns its own verdict, at most
-// kStatusRing steps from the front's first. They finish in any order; the queue pops them in order. Not between
-// two hosts (Options::netStreams).
+// kStatusRing steps from the front's first, and at most Options::netStreamDepth of them move. They finish in any
+// order; the queue pops them in order.
 bool Engine::progressStreaming(Queue& q) {
   bool moved = false;
   const uint64_t first = q.parts.front().second->firstStep();
-  for (size_t i = 1; i < q.parts.size(); ++i) {
+  for (size_t i = 1; i < q.parts.size() && i <= opts_.netStreamDepth; ++i) {
     const transport::Transfer& before = *q.parts[i - 1].second;
     if (!before.finished() && !before.streaming()) break;
     auto [op, t] = q.parts[i];
@@ -1174,7 +1174,7 @@ bool Engine::progressOnce() {
         q.since = Clock::now();
       }
       if (!t->finished()) {
-        if (opts_.netStreams && t->streaming() && progressStreaming(q)) did = true, q.since = Clock::now();
+        if (opts_.netStreamDepth > 0 && t->streaming() && progressStreaming(q)) did = true, q.since = Clock::now();
         break;
       }
       q.parts.pop_front();

@@ -275,16 +275,17 @@ TEST(Faults, AbortFromAnotherThreadUnblocksWaits) {
 // where over NET the sends behind one that only waits for its acknowledgement stream too
 // (Engine::progressStreaming); each refused message fails its two requests, no other. `ranks`: the job's size (the
 // window stays between ranks 0 and 1; a third rank over NET makes three hosts, where the engine streams its NET
-// sends: Engine::Options::netStreams is off between exactly two).
+// sends by default: not between exactly two). `streams`: TOPOCOLL_NET_STREAMS (-1 the runtime's choice).
 void windowWithMismatches(Transport tr, int m, size_t count, const std::vector<int>& bad, bool async = false,
-                          int ranks = 2) {
+                          int ranks = 2, int streams = -1) {
   std::vector<std::string> seen(ranks);
   auto isBad = [&](int i) { return std::find(bad.begin(), bad.end(), i) != bad.end(); };
   auto errors = runRanks(
       ranks,
-      [tr](int r, InitOptions& o) {
+      [tr, streams](int r, InitOptions& o) {
         force(tr, r, o.cfg);
         o.cfg.p2pMailboxMax = 0;
+        o.cfg.netStreams = streams;
       },
       [&](Communicator& c, int r) {
         std::vector<std::vector<int32_t>> buf(m, std::vector<int32_t>(count + 1, -1));
@@ -356,6 +357,16 @@ TEST_P(Window, AsynchronousSendsEachMismatchFailsItself) {
     windowWithMismatches(GetParam(), 40, 1000, {5, 6, 21, 37}, true, 3);
     windowWithMismatches(GetParam(), 30, 70000, {}, true, 3);
   }
+}
+
+// TOPOCOLL_NET_STREAMS: between two hosts one or two sends move behind the unacknowledged one (the runtime streams
+// none there by default), over three none; each refused message still fails itself only.
+TEST(NetStreams, KnobSetsHowManySendsMoveBehindAnUnacknowledgedOne) {
+  for (int streams : {1, 2}) {
+    windowWithMismatches(Transport::kNet, 40, 1000, {5, 6, 21, 37}, true, 2, streams);
+    windowWithMismatches(Transport::kNet, 30, 70000, {0, 29}, true, 2, streams);
+  }
+  windowWithMismatches(Transport::kNet, 40, 1000, {5, 6, 21, 37}, true, 3, 0);
 }
 
 // Both ranks in one group: a window of receives from the peer, then a window of sends to it (osu_bibw's order),

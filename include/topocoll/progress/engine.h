@@ -124,6 +124,7 @@ class OpPool {
 
 class Engine {
  public:
+  static constexpr size_t kUnlimitedStreams = static_cast<size_t>(-1);
   struct Options {
     int rank = 0;
     std::chrono::milliseconds timeout{std::chrono::seconds(300)};
@@ -133,12 +134,10 @@ class Engine {
     int spinUs = 20;  // how long waits spin before sleeping (0 on an oversubscribed host)
     int yieldUs = 0;  // how long waits then yield before sleeping (at least 4 yields)
     int nRanks = 1;
-    /// Whether the NET sends queued behind one that only waits for its acknowledgement move meanwhile
-    /// (progressStreaming). Measured on the emulated cluster (docs/cluster.md, "TCP congestion control"): with
-    /// cubic the same either way; with BBR faster over 3 hosts at 500 Mbit/s (2-3%) and slower at 2 Gbit/s (2
-    /// hosts, 16 MiB: 4-10%), where BBR's pacing of each flow meets the acknowledgements queued behind the other
-    /// direction's data. The runtime turns it off between 2 hosts.
-    bool netStreams = true;
+    /// How many of a connector's queued NET sends move behind one that only waits for its acknowledgement
+    /// (progressStreaming): 0 none, kUnlimitedStreams as many as the verdict ring allows. The runtime's choice
+    /// (TOPOCOLL_NET_STREAMS, runtime::netStreamDepth) and what it measured: docs/transport.md, "Streaming".
+    size_t netStreamDepth = kUnlimitedStreams;
     /// Asked while operations stall (`stalled`: for how long nothing moved; `peer`: the rank the longest-stalled one
     /// waits on, -1 unknown), at most every kJobPollEvery: whether they must fail (the job failed elsewhere; the
     /// ranks' calls differ), with the code and the message. Once it says so, every stalled operation fails with
