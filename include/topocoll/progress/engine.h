@@ -135,8 +135,8 @@ class Engine {
     int yieldUs = 0;  // how long waits then yield before sleeping (at least 4 yields)
     int nRanks = 1;
     /// How many of a connector's queued NET sends move behind one that only waits for its acknowledgement
-    /// (progressStreaming): 0 none, kUnlimitedStreams as many as the verdict ring allows. The runtime's choice
-    /// (TOPOCOLL_NET_STREAMS, runtime::netStreamDepth) and what it measured: docs/transport.md, "Streaming".
+    /// (progressStreaming): 0 none, kUnlimitedStreams as many as the verdict ring allows. The runtime sets it from
+    /// TOPOCOLL_NET_STREAMS (src/runtime/connections.cc); what each depth measured: docs/transport.md.
     size_t netStreamDepth = kUnlimitedStreams;
     /// Asked while operations stall (`stalled`: for how long nothing moved; `peer`: the rank the longest-stalled one
     /// waits on, -1 unknown), at most every kJobPollEvery: whether they must fail (the job failed elsewhere; the
