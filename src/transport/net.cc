@@ -268,6 +268,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
       }
       if (dataReq_[slot] && !net_->test(dataReq_[slot], &sz)) break;
       dataReq_[slot] = nullptr;
+      if (test_hooks::netHoldSendDone && test_hooks::netHoldSendDone(done_)) break;
       sm->head.value.store(++done_, std::memory_order_release);
       moved = true;
     }

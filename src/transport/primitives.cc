@@ -28,6 +28,7 @@ namespace topocoll::transport {
 
 void (*test_hooks::recvStartBetweenLooks)() = nullptr;
 bool (*test_hooks::netHoldAck)(uint64_t, uint64_t) = nullptr;
+bool (*test_hooks::netHoldSendDone)(uint64_t) = nullptr;
 void (*test_hooks::callerPollSlept)() = nullptr;
 
 namespace {
@@ -311,7 +312,11 @@ bool Transfer::sendProgress() {
     state_ = State::kDone;
     return true;
   }
-  if (state_ == State::kAck && ci_.ack->load(std::memory_order_acquire) >= lastStep_) {
+  // NET: the receiver's acknowledgement says the data arrived, but our buffer stays the network's until our proxy's
+  // requests for it completed (the head): a plugin may still be in its send call, or read the buffer after the
+  // peer has the bytes.
+  if (state_ == State::kAck && ci_.ack->load(std::memory_order_acquire) >= lastStep_ &&
+      (!(ci_.flags & kConnNet) || ci_.head->load(std::memory_order_acquire) >= lastStep_)) {
     ci_.step = std::max(ci_.step, lastStep_);  // NET: advanced already when the last step went out
     stopAwaiting();
     if (mode_ == kModeRead) takeOver(ci_, buf_);  // the receiver has copied out of our buffer

@@ -14,6 +14,11 @@ extern void (*recvStartBetweenLooks)();
 /// is `status` (0: none): true holds it back (the receiver goes on; asked again at its next move).
 extern bool (*netHoldAck)(uint64_t ack, uint64_t status);
 
+/// A NET sender whose requests for `step` (its header and data) completed, about to tell its engine (the FIFO's
+/// head): true holds that back (asked again at the sender's next move), as a network plugin whose test() reports
+/// a send done some time after the receiver already has its data.
+extern bool (*netHoldSendDone)(uint64_t step);
+
 /// A caller waiting on NET connections it holds (Engine::waitMovingNet) slept through a whole poll() slice: nothing
 /// arrived and nothing it moves could go on. Called on that thread; several engines may call it at once.
 extern void (*callerPollSlept)();

@@ -411,6 +411,52 @@ TEST(Window, TwoVerdictsPendingAtOnceGoBackInOrder) {
   windowWithMismatches(Transport::kNet, 12, 1000, {5, 6});
 }
 
+// Over NET a send completes on the receiver's acknowledgement, and only once its own requests for the data completed
+// too: the buffer is the network's until then (a plugin may report the send done after the peer has the bytes; the
+// socket helpers are still in send() when the ack comes back). With the sender's proxy holding its completions
+// back, the receive completes and is acknowledged while the send must not.
+TEST(NetAck, ASendWaitsForItsOwnRequestsAfterTheReceiversAcknowledgement) {
+  static std::atomic<bool> held{true};
+  transport::test_hooks::netHoldSendDone = [](uint64_t) { return held.load(); };
+  struct Unhook {
+    ~Unhook() {
+      transport::test_hooks::netHoldSendDone = nullptr;
+      held = true;
+    }
+  } unhook;
+  std::atomic<bool> received{false}, sent{false};
+  const size_t count = 1 << 18;  // int32: 1 MiB, sent from the sender's buffer
+  auto errors = runRanks(
+      2,
+      [](int r, InitOptions& o) {
+        force(Transport::kNet, r, o.cfg);
+        o.cfg.timeoutSec = 20;
+      },
+      [&](Communicator& c, int r) {
+        c.connectAll();
+        std::vector<int32_t> buf(count, r == 0 ? 7 : 0);
+        if (r == 1) {
+          c.recv(buf.data(), count, DataType::kInt32, 0);
+          if (buf != std::vector<int32_t>(count, 7)) throw Error(StatusCode::kInternal, "the message arrived wrong");
+          received = true;
+          while (!sent.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // connections stay up
+          return;
+        }
+        struct Release {  // rank 1 goes, whatever happens here
+          std::atomic<bool>& sent;
+          ~Release() { sent = true; }
+        } release{sent};
+        Request s = c.isend(buf.data(), count, DataType::kInt32, 1);
+        while (!received.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        auto t0 = Clock::now();
+        while (Clock::now() - t0 < std::chrono::milliseconds(300))
+          if (s.test()) throw Error(StatusCode::kInternal, "the send completed before its own requests did");
+        held = false;
+        s.wait();
+      });
+  expectNoErrors(errors);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Window, ::testing::Values(Transport::kP2p, Transport::kShm, Transport::kNet),
                          [](const auto& info) { return std::string(testing::name(info.param)); });
 
