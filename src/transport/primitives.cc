@@ -29,7 +29,6 @@ namespace topocoll::transport {
 void (*test_hooks::recvStartBetweenLooks)() = nullptr;
 bool (*test_hooks::netHoldAck)(uint64_t, uint64_t) = nullptr;
 bool (*test_hooks::netHoldSendDone)(uint64_t) = nullptr;
-uint64_t (*test_hooks::netEngineAck)(uint64_t) = nullptr;
 void (*test_hooks::callerPollSlept)() = nullptr;
 
 namespace {
