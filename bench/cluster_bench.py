@@ -89,13 +89,20 @@ def run_ranks(args, hosts, ranks, cmd, env=()):
 
 
 def capi(args, coll, hosts, ranks):
+    """[[size, seconds]]: one topocoll-perf run per size. topocoll-perf times every size out of place and in place, so
+    one run over all sizes keeps a link busy about three times as long as the torch entries' runs, and with BBR on
+    the hosts its last loops met BBR's PROBE_RTT (a ~200 ms pause in every 10 s of continuous sending:
+    docs/cluster.md); a run per size gives every entry the same exposure."""
     perf = os.path.join(args.build, "topocoll-perf")
-    out = run_ranks(args, hosts, ranks, ["env", *topocoll_env(args), perf, f"{coll}_perf", "-l", ",".join(map(str, args.sizes)), "-c", "0",
-                                         "--target-time", str(args.T)])
-    rows = [l.split() for l in out.splitlines() if l.strip() and not l.startswith("#")]
     # in place for all_reduce and broadcast (what torch calls), out of place otherwise
     col = 9 if coll in ("all_reduce", "broadcast") else 5
-    return [[int(r[0]), float(r[col]) * 1e-6] for r in rows if r[0].isdigit()]
+    result = []
+    for size in args.sizes:
+        out = run_ranks(args, hosts, ranks, ["env", *topocoll_env(args), perf, f"{coll}_perf", "-b", str(size), "-e",
+                                             str(size), "-c", "0", "--target-time", str(args.T)])
+        rows = [l.split() for l in out.splitlines() if l.strip() and not l.startswith("#")]
+        result += [[int(r[0]), float(r[col]) * 1e-6] for r in rows if r[0].isdigit()]
+    return result
 
 
 def nics(args):

@@ -402,7 +402,7 @@ std::vector<Knob> buildRegistry() {
       "TOPOCOLL_NET_STREAMS", "transport", -1, 1024,
       "How many queued NET sends of a connection move while the one before them waits for the receiver's "
       "acknowledgement: 0 none (each waits for the last one's), N at most N, -1 the runtime's choice (none between "
-      "exactly two hosts, as many as the verdict ring allows over more)"));
+      "exactly two hosts, one over more)"));
   r.push_back(sizeKnob<&Config::p2pSingleCopy>(
       "TOPOCOLL_P2P_SINGLE_COPY", "transport", -1, 1ll << 40,
       "P2P messages from this many bytes go in one copy (same process: memcpy; other process: "

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <mutex>
 
 #include "fifo.h"
@@ -200,14 +201,18 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
   }
 
   void failedLocked(const std::string& why) {
-    // A peer that closes an idle connection has destroyed its communicator: worth a line, not a warning.
+    // A peer that closes an idle connection has destroyed its communicator: worth a line, not a warning. For a
+    // receiver that is a close between messages: the steps received before it stay published, and a receive they
+    // complete still completes (Transfer::progress's last look); one that needs more fails.
     bool idle = side_ == Side::kSend ? posted_ == done_ && (!useAck_ || fifo_.sm()->ack.value.load() >= done_)
-                                     : fifo_.sm()->head.value.load() >= posted_ && (phase_ == 0 || phase_ == 1) && !ackReq_;
+                                     : (phase_ == 0 || phase_ == 1) && lastDone_;
+    if (side_ == Side::kRecv) dead_ = true;  // everything before the close is published: nothing left to move
     if (idle) TC_INFO(log::kNet, "NET : rank {}: rank {} closed its connection for channel {}", rank_, conn_->peer,
                       conn_->channel);
     else TC_WARN("NET : rank {}: {}", rank_, why);
     conn_->markBroken(fmt::format("rank {}: network connection {} rank {} on channel {} lost: {}", rank_,
-                                  side_ == Side::kSend ? "to" : "from", conn_->peer, conn_->channel, why));
+                                  side_ == Side::kSend ? "to" : "from", conn_->peer, conn_->channel, why),
+                      side_ == Side::kRecv && idle);
     bell_->ring();
   }
 
@@ -231,8 +236,25 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
     if (side_ == Side::kSend)
       return fifo_.rm()->tail.value.load(std::memory_order_acquire) == posted_ && posted_ == done_ &&
              (!useAck_ || sm->ack.value.load(std::memory_order_acquire) >= done_);
-    return !ackReq_ && (!ack_ || sm->ack.value.load(std::memory_order_acquire) <= ackSent_) &&
+    return !ackReq_ && (!ack_ || ackReach(sm->ack.value.load(std::memory_order_acquire)) <= ackSent_) &&
            (phase_ == 0 || phase_ == 1) && lastDone_ && sm->rdv.step.load(std::memory_order_acquire) <= posted_;
+  }
+
+  // Receive side: how far the engine has acknowledged (a test may hide it: test_hooks::netEngineAck).
+  uint64_t engineAck() const {
+    uint64_t a = fifo_.sm()->ack.value.load(std::memory_order_acquire);
+    return test_hooks::netEngineAck ? test_hooks::netEngineAck(a) : a;
+  }
+  // How far the receive side may acknowledge, given the engine's `a`: further over the parts that landed in the
+  // posted buffer (landedParts_) that follow it without a gap. Such a part's verdict can only be success (the
+  // rendezvous matched what the receiver expects), and with everything before it acknowledged by the engine every
+  // earlier verdict is written and goes back first, so no refusal is skipped.
+  uint64_t ackReach(uint64_t a) const {
+    for (const auto& [first, end] : landedParts_) {
+      if (first > a) break;
+      a = std::max(a, end);
+    }
+    return a;
   }
 
   // A send side whose steps all went out and only waits for the receiver's acknowledgement of them.
@@ -315,6 +337,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
           fail(StatusCode::kRemoteError, "a corrupt FIFO slot ({} bytes, chunk {})", sz, h->chunkBytes);
         if (h->inlined) {
           h->landed = 0;
+          partLanded_ = false;
           lastDone_ = h->last;
           fifo_.rm()->tail.value.store(++posted_, std::memory_order_release);
           phase_ = 0;
@@ -347,13 +370,19 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
       if (!net_->test(req_[0], &sz)) break;
       if (sz != h->chunkBytes) fail(StatusCode::kRemoteError, "a chunk of {} bytes, its header says {}", sz, h->chunkBytes);
       lastDone_ = h->last;
+      partLanded_ = h->landed && (posted_ == h->partFirst || partLanded_);
       fifo_.rm()->tail.value.store(++posted_, std::memory_order_release);
+      if (ack_ && h->last && partLanded_) landedParts_.push_back({h->partFirst, posted_});
       phase_ = 0;
       moved = true;
     }
     if (ack_) {
-      uint64_t a = sm->ack.value.load(std::memory_order_acquire);
-      if (!ackReq_ && a > ackSent_) {
+      // A part that landed in the posted buffer is acknowledged as it arrives (ackReach), not when the receiver's
+      // engine gets to look: it may be reducing the previous slice meanwhile, and the sender's next send waited.
+      const uint64_t a = engineAck();
+      while (!landedParts_.empty() && landedParts_.front().second <= a) landedParts_.pop_front();
+      const uint64_t reach = ackReach(a);
+      if (!ackReq_ && reach > ackSent_) {
         // The verdicts go back in order, each before (or with) the ack that covers its op: with two or more not
         // sent yet, the first goes with an ack that stops short of the second's op (its first step), so that the
         // sender never sees that op acknowledged without its verdict (several ops in flight: NET sends streaming).
@@ -372,7 +401,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
         }
         if (!test_hooks::netHoldAck || !test_hooks::netHoldAck(a, s1)) {
           ackMsg_ = AckMsg{};
-          ackMsg_.ack = s2 ? s2 - 1 : a;
+          ackMsg_.ack = s2 ? s2 - 1 : reach;
           if (first) {
             ackMsg_.statusStep = s1;
             ackMsg_.bytes = first->bytes;
@@ -387,7 +416,7 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
       }
       if (ackReq_ && net_->test(ackReq_, &sz)) {
         ackReq_ = nullptr;
-        ackSent_ = ackMsg_.ack;
+        ackSent_ = std::max(ackSent_, ackMsg_.ack);
         if (ackMsg_.statusStep) statusSent_ = ackMsg_.statusStep;
         did = true;
       }
@@ -415,6 +444,8 @@ class NetConn : public ProxyConnection, public Waker, public CallerDrive {
   uint64_t posted_ = 0, done_ = 0;
   int phase_ = 0;                     // recv: 0 post a header, 1 header posted, 3 header in, 2 data posted
   bool lastDone_ = true;              // recv: the last step received ended its part
+  bool partLanded_ = false;           // recv: every chunk of the part being received landed in the posted buffer
+  std::deque<std::pair<uint64_t, uint64_t>> landedParts_;  // recv: such parts (first step, end), not yet engine-acked
   std::vector<char> scratch_;         // recv: chunks the receiver drops
   NetRequest* ackReq_ = nullptr;
   AckMsg ackMsg_;

@@ -29,6 +29,7 @@ namespace topocoll::transport {
 void (*test_hooks::recvStartBetweenLooks)() = nullptr;
 bool (*test_hooks::netHoldAck)(uint64_t, uint64_t) = nullptr;
 bool (*test_hooks::netHoldSendDone)(uint64_t) = nullptr;
+uint64_t (*test_hooks::netEngineAck)(uint64_t) = nullptr;
 void (*test_hooks::callerPollSlept)() = nullptr;
 
 namespace {
@@ -172,10 +173,16 @@ void Transfer::fail(StatusCode code, const std::string& why) {
 bool Transfer::progress() {
   if (finished() || state_ == State::kGated) return false;
   // A broken connection fails what has not started; what is under way gets a last look (its ack may have arrived
-  // just before the network connection closed).
-  bool startBroken = state_ == State::kStart && c_.broken();
+  // just before the network connection closed). So does a receive that has not started when the peer closed the
+  // connection between messages: a NET sender whose data landed in our posted buffer is acknowledged as it lands,
+  // and may finish, destroy its communicator and close before we look again; every step that arrived before the
+  // close is published, so the look finds the whole message or fails below. Any other break (an op left the
+  // connection out of step) fails at once: the steps there may belong to an op that failed.
+  bool startBroken = state_ == State::kStart && c_.broken() && !(dir_ == Dir::kRecv && c_.closedByPeer());
   bool moved = !startBroken && (dir_ == Dir::kSend ? sendProgress() : recvProgress());
   if (!finished() && c_.broken()) {
+    if (posted_ && ci_.rdv) ci_.rdv->step.store(0, std::memory_order_release);
+    if (dir_ == Dir::kRecv && state_ == State::kStart) withdrawPost();
     failWith(StatusCode::kRemoteError, fmt::format("{}: the connection is broken ({})", what(), c_.brokenReason()),
              false);
     return true;

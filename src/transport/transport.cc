@@ -42,10 +42,11 @@ namespace {
 std::mutex gBrokenMu;  // connectors break rarely; one lock for all of them
 }
 
-void Connector::markBroken(const std::string& why) {
+void Connector::markBroken(const std::string& why, bool peerClosed) {
   std::lock_guard<std::mutex> lock(gBrokenMu);
   if (broken_.load()) return;
   brokenWhy_ = why;
+  closedByPeer_.store(peerClosed, std::memory_order_relaxed);
   broken_.store(true, std::memory_order_release);
 }
 

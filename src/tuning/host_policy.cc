@@ -17,6 +17,24 @@ namespace {
 constexpr uint64_t kChunkDivisor = 8 * 4;
 // Across hosts (HostLink::kNet): a whole step.
 constexpr uint64_t kNetChunkDivisor = 8;
+// Across hosts a ring AllReduce's slices shrink while a rank's chunk holds fewer than kNetSlicesPerChunk of them
+// (the pipeline fills and drains one slice at each end of the ring), down to what the slowest NIC carries in
+// kNetSliceMinS (each slice is a NET message with its own header, acknowledgement and proxy hop; 128 KiB slices,
+// half a millisecond at 2 Gbit/s, kept a ring over 3 or 4 hosts' links 62-75% busy). Measured on the emulated
+// cluster: docs/cluster.md, "Across hosts, side by side".
+constexpr uint64_t kNetSlicesPerChunk = 8;
+constexpr double kNetSliceMinS = 2e-3;
+
+uint64_t pow2Floor(uint64_t v) { return v ? uint64_t{1} << (63 - __builtin_clzll(v)) : 0; }
+uint64_t pow2Ceil(uint64_t v) { return v <= 1 ? 1 : pow2Floor(v - 1) << 1; }
+
+// The slice of a ring AllReduce of `bytes` across hosts on `nChannels` channels (at most `full`, the whole step).
+uint64_t netRingSlice(const HostPolicy& p, uint64_t bytes, int nChannels, uint64_t full) {
+  if (p.netGBps <= 0 || p.nRanks < 2) return full;
+  const uint64_t floor = std::max<uint64_t>(4096, pow2Ceil(static_cast<uint64_t>(p.netGBps * 1e9 * kNetSliceMinS)));
+  const uint64_t perRank = bytes / static_cast<uint64_t>(p.nRanks) / static_cast<uint64_t>(std::max(1, nChannels));
+  return std::min(full, std::max(floor, pow2Floor(perRank / kNetSlicesPerChunk)));
+}
 
 // Star shapes: every rank pulls what it needs straight out of the peers' buffers (AllReduce, AllGather,
 // ReduceScatter, Broadcast; between 2 ranks AllGather only).
@@ -188,6 +206,8 @@ HostDecision hostDecide(const HostPolicy& p, const HostCall& call) {
     d.algo = kHostDirect;
     d.reason = "past its star threshold (HostThresholds): pulls out of the peers' buffers";
   }
+  if (p.link == HostLink::kNet && !p.oneHost && d.algo == kRing && call.coll == kAllReduce)
+    d.chunkBytes = netRingSlice(p, call.bytes, d.nChannels, d.chunkBytes);
   hostShape(p.thresholds, p.nRanks, call, d.nChannels, &d);
   // The pair shapes are single copies out of the peer's buffers, which ranks on different hosts cannot map: across
   // hosts they would be FIFO messages on channel 0 (and 1) only, one rail of several (docs/cluster.md), where the
@@ -202,6 +222,7 @@ std::string describe(const HostPolicy& p, const HostCall& call, const HostDecisi
   if (d.star) shape += "star";
   if (d.pair) shape += "pair";
   if ((d.star || d.pair) && d.mapPeers) shape += d.mapOutputs ? ", mapped inputs and outputs" : ", mapped inputs";
+  if (d.chunkBytes < p.chunkBytes) shape += fmt::format("slices of {} KiB", d.chunkBytes >> 10);  // netRingSlice
   if (!shape.empty()) shape = " (" + shape + ")";
   return fmt::format("{}: {} Bytes -> Algo {}{} proto {} channel{{Lo..Hi}}={{0..{}}} (model {:.1f} us, {}): {}",
                      collName(call.coll), call.bytes, hostDecisionAlgoName(d.algo), shape, protoName(d.proto),

@@ -457,6 +457,109 @@ TEST(NetAck, ASendWaitsForItsOwnRequestsAfterTheReceiversAcknowledgement) {
   expectNoErrors(errors);
 }
 
+// Over NET a send completes on the receiver's acknowledgement. A message that lands in the receiver's posted buffer is
+// acknowledged as it arrives, not when the receiver's engine gets to look (it may be reducing the previous slice):
+// with the engine's acknowledgements hidden from its proxy, three 1 MiB sends to posted receives complete, and a
+// small one (it travels in the FIFO slot, for the engine to copy) waits until they show again.
+TEST(NetAck, AMessageThatLandsInAPostedBufferIsAcknowledgedWithoutTheReceiversEngine) {
+  static std::atomic<bool> hidden{false};
+  transport::test_hooks::netEngineAck = [](uint64_t ack) { return hidden.load() ? uint64_t{0} : ack; };
+  struct Unhook {
+    ~Unhook() {
+      transport::test_hooks::netEngineAck = nullptr;
+      hidden = false;
+    }
+  } unhook;
+  std::atomic<int> posted{0};
+  const size_t big = 1 << 18;  // int32: 1 MiB, more than a FIFO slot
+  auto errors = runRanks(
+      2,
+      [](int r, InitOptions& o) {
+        force(Transport::kNet, r, o.cfg);
+        o.cfg.p2pMailboxMax = 0;
+        o.cfg.timeoutSec = 20;
+      },
+      [&](Communicator& c, int r) {
+        c.connectAll();
+        std::vector<std::vector<int32_t>> buf(3, std::vector<int32_t>(big, r == 0 ? 5 : 0));
+        std::vector<int32_t> small(100, r == 0 ? 9 : 0);
+        if (r == 1) {
+          for (int i = 0; i < 3; ++i) {
+            Request q = c.irecv(buf[i].data(), big, DataType::kInt32, 0);
+            posted = i + 1;
+            q.wait();
+            if (buf[i] != std::vector<int32_t>(big, 5)) throw Error(StatusCode::kInternal, "a large message arrived wrong");
+          }
+          c.recv(small.data(), small.size(), DataType::kInt32, 0);
+          if (small != std::vector<int32_t>(100, 9)) throw Error(StatusCode::kInternal, "the small message is wrong");
+          return;
+        }
+        hidden = true;
+        for (int i = 0; i < 3; ++i) {
+          while (posted.load() <= i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the receive is posted to rank 1's proxy
+          c.send(buf[i].data(), big, DataType::kInt32, 1);
+        }
+        Request s = c.isend(small.data(), small.size(), DataType::kInt32, 1);
+        auto t0 = Clock::now();
+        while (Clock::now() - t0 < std::chrono::milliseconds(300))
+          if (s.test()) throw Error(StatusCode::kInternal, "the small send completed without the engine's ack");
+        hidden = false;
+        s.wait();
+      });
+  expectNoErrors(errors);
+}
+
+// A sender whose message landed in the receiver's posted buffer is acknowledged as it lands, so it may finish,
+// destroy its communicator and close the connection before the receiver's engine looks again. The receive still
+// completes with the data, and the next one from that rank fails, naming the lost connection (the interleaving
+// itself, held still: PostedReceive.CompletesWhenTheConnectionBrokeAfterItsMessage in tests/transport).
+TEST(NetAck, AReceiveCompletesWhenItsSenderClosedAfterTheWholeMessage) {
+  std::atomic<bool> closed{false};
+  const size_t big = 1 << 18;  // int32: 1 MiB, more than a FIFO slot: it lands in the posted buffer
+  bootstrap::Options bo;
+  bo.timeout = std::chrono::seconds(60);
+  auto group = bootstrap::makeInMemoryGroup(2, bo);
+  std::string errors[2];
+  std::atomic<bool> connected[2] = {false, false};
+  auto rank = [&](int r) {
+    try {
+      InitOptions o;
+      force(Transport::kNet, r, o.cfg);
+      o.cfg.p2pMailboxMax = 0;
+      o.cfg.timeoutSec = 20;
+      o.bootstrap = bo;
+      auto c = Communicator::initWithBootstrap(std::move(group[r]), o);
+      c->connectAll();
+      connected[r] = true;
+      while (!connected[0] || !connected[1]) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::vector<int32_t> buf(big, r == 0 ? 7 : 0);
+      if (r == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1's receive is posted
+        c->send(buf.data(), big, DataType::kInt32, 1);
+        c.reset();  // the connections close
+        closed = true;
+        return;
+      }
+      Request q = c->irecv(buf.data(), big, DataType::kInt32, 0);
+      while (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // our proxy sees the close
+      q.wait();
+      if (buf != std::vector<int32_t>(big, 7)) throw Error(StatusCode::kInternal, "the message arrived wrong");
+      expectError([&] { c->recv(buf.data(), big, DataType::kInt32, 0); }, StatusCode::kRemoteError,
+                  "network connection from rank 0");
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  EXPECT_TRUE(closed.load());
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Window, ::testing::Values(Transport::kP2p, Transport::kShm, Transport::kNet),
                          [](const auto& info) { return std::string(testing::name(info.param)); });
 

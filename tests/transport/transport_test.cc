@@ -327,6 +327,41 @@ TEST(PostedReceive, TakesAnLLMessageThatLandsWhileItLooksForTheHeader) {
   EXPECT_FALSE(p.recv.broken());
 }
 
+// A receive that looked once (nothing yet, its buffer posted), then its whole message arrived and the connection
+// broke (a NET sender acknowledged as its data landed finished and closed): the next look finds the message and the
+// receive completes; the one after it fails, naming why the connection broke.
+TEST(PostedReceive, CompletesWhenTheConnectionBrokeAfterItsMessage) {
+  LocalPair p;
+  TransferOptions o;
+  o.singleCopyMin = -1;
+  std::vector<uint8_t> a(256, 7), b(256, 0);
+  Transfer r1(p.recv, Transfer::Dir::kRecv, b.data(), message(256), o);
+  r1.progress();
+  ASSERT_FALSE(r1.finished());
+  Transfer s1(p.send, Transfer::Dir::kSend, a.data(), message(256), o);
+  drive(s1);
+  ASSERT_TRUE(s1.finished() && !s1.failed()) << s1.error();
+  p.recv.markBroken("the peer closed the connection", true);
+  drive(r1);
+  EXPECT_TRUE(r1.finished() && !r1.failed()) << r1.error();
+  EXPECT_EQ(a, b);
+  Transfer r2(p.recv, Transfer::Dir::kRecv, b.data(), message(256), o);
+  drive(r2);
+  ASSERT_TRUE(r2.failed());
+  EXPECT_NE(r2.error().find("the peer closed the connection"), std::string::npos) << r2.error();
+
+  // Any other break (an op left the connection out of step) fails a receive that has not started, message or not.
+  LocalPair q;
+  Transfer r3(q.recv, Transfer::Dir::kRecv, b.data(), message(256), o);
+  r3.progress();
+  Transfer s3(q.send, Transfer::Dir::kSend, a.data(), message(256), o);
+  drive(s3);
+  q.recv.markBroken("an op failed halfway");
+  drive(r3);
+  ASSERT_TRUE(r3.failed());
+  EXPECT_NE(r3.error().find("an op failed halfway"), std::string::npos) << r3.error();
+}
+
 TEST(EagerSend, NeverOutrunsTheFifo) {
   // More eager messages than slots: the sender stops at a full FIFO until the receiver frees slots.
   LocalPair p;

@@ -143,6 +143,38 @@ TEST(HostPolicy, TheThresholdsKnobReplacesEntriesByName) {
   }
 }
 
+// Across hosts a ring AllReduce's slices shrink while a rank's chunk holds fewer than 8 of them, down to what the
+// slowest NIC carries in 2 ms (a power of two); never past the whole step, and not on one host.
+TEST(HostPolicy, RingSlicesAcrossHostsShrinkForSmallChunksOnSlowLinks) {
+  auto slice = [](int nRanks, double netGBps, uint64_t bytes, int nChannels = 1) {
+    HostPolicy p = policy(nRanks, {{"NCCL_ALGO", "ring"}}, false);
+    p.netGBps = netGBps;
+    p.limits.maxChannels = p.limits.minChannels = nChannels;
+    const HostDecision d = hostDecide(p, call(kAllReduce, bytes, nRanks));
+    EXPECT_EQ(d.algo, kRing);
+    EXPECT_EQ(d.nChannels, nChannels);
+    return d.chunkBytes;
+  };
+  const uint64_t step = 512 << 10;                   // NCCL_BUFFSIZE 4 MiB / 8
+  EXPECT_EQ(slice(2, 0.0625, 4 << 20), 256u << 10);  // 500 Mbit/s: a 2 MiB chunk in 8 slices
+  EXPECT_EQ(slice(6, 0.0625, 4 << 20), 128u << 10);  // 683 KiB: no smaller than 2 ms of the link (125 000 B)
+  EXPECT_EQ(slice(6, 0.0625, 16 << 20), 256u << 10);
+  EXPECT_EQ(slice(2, 0.0625, 16 << 20), step);
+  EXPECT_EQ(slice(2, 0.0625, 4 << 20, 2), 128u << 10);  // two channels: a chunk each
+  EXPECT_EQ(slice(8, 0.25, 4 << 20), step);             // 2 Gbit/s: 2 ms is 500 000 B, a whole step
+  EXPECT_EQ(slice(8, 12.5, 4 << 20), step);             // 100 Gbit/s
+  EXPECT_EQ(slice(6, 0, 4 << 20), step);                // the NIC's rate unknown
+  EXPECT_EQ(slice(2, 0.0001, 4 << 20), 256u << 10);     // the floor is at least 4 KiB
+  HostPolicy one = policy(6, {{"NCCL_ALGO", "ring"}});  // one host: the cache's slices, as before
+  one.netGBps = 0.0625;
+  EXPECT_EQ(hostDecide(one, call(kAllReduce, 4 << 20, 6)).chunkBytes, one.chunkBytes);
+  HostPolicy p = policy(6, {{"NCCL_ALGO", "ring"}}, false);
+  p.netGBps = 0.0625;
+  EXPECT_NE(describe(p, call(kAllReduce, 4 << 20, 6), hostDecide(p, call(kAllReduce, 4 << 20, 6))).find("slices of 128 KiB"),
+            std::string::npos);
+  EXPECT_EQ(hostDecide(p, call(kAllGather, 1 << 20, 6)).chunkBytes, step);  // AllReduce only
+}
+
 TEST(HostPolicy, DescribeNamesTheChoiceAndItsReason) {
   const HostPolicy p = policy(4);
   const HostCall c = call(kAllReduce, 4 << 20, 4);

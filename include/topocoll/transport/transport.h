@@ -236,13 +236,16 @@ struct Connector {
   ~Connector() { resources.reset(); }
 
   /// The connection cannot be used any more (an op left it out of step, the network connection broke): every op
-  /// on it fails at once with the reason. Any thread.
-  void markBroken(const std::string& why);
+  /// on it fails at once with the reason. Any thread. `peerClosed`: the peer closed it between two messages, and
+  /// every step received before that is published (a NET receiver's proxy): a receive may still take a message
+  /// that arrived whole (Transfer::progress); the first break decides.
+  void markBroken(const std::string& why, bool peerClosed = false);
   bool broken() const { return broken_.load(std::memory_order_acquire); }
+  bool closedByPeer() const { return closedByPeer_.load(std::memory_order_acquire); }
   std::string brokenReason() const;
 
  private:
-  std::atomic<bool> broken_{false};
+  std::atomic<bool> broken_{false}, closedByPeer_{false};
   std::string brokenWhy_;
 };
 
