@@ -3,6 +3,7 @@
 // sockets that a message is split over in tasks of at least 64 KiB), Apache-2.0; our own code. Helper threads
 // sleep in poll() when their sockets would block instead of spinning.
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -239,6 +240,7 @@ class SocketNet : public Net {
     }
     TC_INFO(log::kInit | log::kNet, "NET/Socket : Using{}", line);
     trafficClass_ = cfg.trafficClass;
+    pacingMbps_ = cfg.socketPacing;
     nThreads_ = cfg.socketNthreads == -2 ? 0 : std::min(cfg.socketNthreads, kMaxThreads);
     int perThread = cfg.nsocksPerThread == -2 ? 1 : cfg.nsocksPerThread;
     nSocks_ = nThreads_ * perThread;
@@ -266,8 +268,14 @@ class SocketNet : public Net {
     return p;
   }
 
-  // ncclConfig_t's trafficClass: the IP traffic class (TOS byte / IPv6 traffic class) of every NET socket.
+  // ncclConfig_t's trafficClass: the IP traffic class (TOS byte / IPv6 traffic class) of every NET socket; and the
+  // socket's pacing cap (TOPOCOLL_SOCKET_PACING, off by default: docs/transport.md, "Pacing").
   void markTraffic(const Socket& sock) const {
+    if (pacingMbps_ > 0) {
+      const unsigned long bytesPerSec = static_cast<unsigned long>(pacingMbps_) * 125000ul;
+      if (::setsockopt(sock.fd(), SOL_SOCKET, SO_MAX_PACING_RATE, &bytesPerSec, sizeof bytesPerSec) != 0)
+        TC_INFO(log::kNet, "NET/Socket : pacing at {} Mbit/s: setsockopt: {}", pacingMbps_, std::strerror(errno));
+    }
     if (trafficClass_ < 0) return;
     sockaddr_storage local{};
     socklen_t len = sizeof local;
@@ -538,6 +546,7 @@ class SocketNet : public Net {
   std::vector<netif::Interface> ifs_;
   int nThreads_ = 0, nSocks_ = 0;
   int trafficClass_ = -1;
+  int pacingMbps_ = 0;  // TOPOCOLL_SOCKET_PACING
 };
 
 }  // namespace

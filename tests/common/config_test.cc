@@ -65,6 +65,8 @@ TEST(Config, BadIntegersAreRejected) {
   EXPECT_THROW(Config::fromEnv(env({{"NCCL_NETDEVS_POLICY", "MAX:0"}})), Error);
   EXPECT_THROW(Config::fromEnv(env({{"TOPOCOLL_NET_STREAMS", "-2"}})), Error);
   EXPECT_THROW(Config::fromEnv(env({{"TOPOCOLL_NET_STREAMS", "all"}})), Error);
+  EXPECT_THROW(Config::fromEnv(env({{"TOPOCOLL_SOCKET_PACING", "-1"}})), Error);
+  EXPECT_THROW(Config::fromEnv(env({{"TOPOCOLL_SOCKET_PACING", "fast"}})), Error);
 }
 
 TEST(Config, ChannelKnobsClampLikeNccl) {
@@ -100,7 +102,7 @@ TEST(Config, EveryKnobIsDocumentedAndRoundTripsItsDefault) {
 TEST(Config, FromEnvSetsTheRegisteredField) {
   Config c = Config::fromEnv(env({{"NCCL_CROSS_NIC", "0"}, {"TOPOCOLL_TIMEOUT", "2.5"}, {"NCCL_HOSTID", "h7"},
                                   {"NCCL_NETDEVS_POLICY", "max:2"}, {"NCCL_NET_MERGE_LEVEL", "PXB"},
-                                  {"TOPOCOLL_NET_STREAMS", "2"}}));
+                                  {"TOPOCOLL_NET_STREAMS", "2"}, {"TOPOCOLL_SOCKET_PACING", "400"}}));
   EXPECT_EQ(c.crossNic, 0);
   EXPECT_DOUBLE_EQ(c.timeoutSec, 2.5);
   EXPECT_EQ(c.hostId, "h7");
@@ -108,6 +110,7 @@ TEST(Config, FromEnvSetsTheRegisteredField) {
   EXPECT_EQ(c.netDevsPolicyMax, 2);
   EXPECT_EQ(c.netMergeLevelValue, 5);
   EXPECT_EQ(c.netStreams, 2);
+  EXPECT_EQ(c.socketPacing, 400);
   EXPECT_EQ(findKnob("NCCL_MIN_NRINGS"), findKnob("NCCL_MIN_NCHANNELS"));  // legacy alias
 }
 

@@ -676,6 +676,23 @@ TEST_P(SocketNet, MovesMessagesInOrderAndRefusesOversizedOnes) {
 
 INSTANTIATE_TEST_SUITE_P(HelperThreads, SocketNet, ::testing::Values(0, 2));
 
+// The IPv4 sockets opened since `before` (a descriptor table snapshot: openDescriptors()).
+std::vector<bool> openDescriptors() {
+  std::vector<bool> open(1024);
+  for (int fd = 0; fd < 1024; ++fd) open[fd] = ::fcntl(fd, F_GETFD) != -1;
+  return open;
+}
+std::vector<int> newSockets(const std::vector<bool>& before) {
+  std::vector<int> fds;
+  for (int fd = 0; fd < static_cast<int>(before.size()); ++fd) {
+    if (before[fd]) continue;
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 && peer.ss_family == AF_INET) fds.push_back(fd);
+  }
+  return fds;
+}
+
 // ncclConfig_t's trafficClass: every NET socket, on both ends, carries it as its IP traffic class (IP_TOS).
 TEST(SocketNetTrafficClass, EverySocketOfAConnectionCarriesIt) {
   Config cfg;
@@ -683,27 +700,45 @@ TEST(SocketNetTrafficClass, EverySocketOfAConnectionCarriesIt) {
   cfg.trafficClass = 0x48;
   cfg.nsocksPerThread = 2;
   cfg.socketNthreads = 1;
-  auto tosOfNewSockets = [](const std::vector<bool>& before) {
-    std::vector<int> tos;
-    for (int fd = 0; fd < static_cast<int>(before.size()); ++fd) {
-      if (before[fd]) continue;
-      sockaddr_storage peer{};
-      socklen_t len = sizeof peer;
-      if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 || peer.ss_family != AF_INET) continue;
-      int v = -1;
-      socklen_t vl = sizeof v;
-      if (::getsockopt(fd, IPPROTO_IP, IP_TOS, &v, &vl) == 0) tos.push_back(v);
-    }
-    return tos;
-  };
-  std::vector<bool> before(1024);
-  for (int fd = 0; fd < 1024; ++fd) before[fd] = ::fcntl(fd, F_GETFD) != -1;
+  const std::vector<bool> before = openDescriptors();
   auto net = makeSocketNet(cfg);
   std::unique_ptr<NetComm> listen, send, recv;
   ASSERT_TRUE(connectPair(*net, &listen, &send, &recv));
-  const std::vector<int> tos = tosOfNewSockets(before);
-  EXPECT_EQ(tos.size(), 6u);  // a control socket and 2 data sockets, on each end
-  for (int v : tos) EXPECT_EQ(v, 0x48);
+  const std::vector<int> fds = newSockets(before);
+  EXPECT_EQ(fds.size(), 6u);  // a control socket and 2 data sockets, on each end
+  for (int fd : fds) {
+    int v = -1;
+    socklen_t vl = sizeof v;
+    ASSERT_EQ(::getsockopt(fd, IPPROTO_IP, IP_TOS, &v, &vl), 0);
+    EXPECT_EQ(v, 0x48);
+  }
+}
+
+// TOPOCOLL_SOCKET_PACING: N caps every NET socket, on both ends, at N Mbit/s (SO_MAX_PACING_RATE, bytes a second);
+// 0 (the default) leaves the kernel's default (no cap).
+TEST(SocketNetPacing, CapsEverySocketAsTheKnobSays) {
+  auto capsOf = [](int pacing) {
+    Config cfg;
+    cfg.socketIfname = "lo";
+    cfg.socketPacing = pacing;
+    cfg.nsocksPerThread = 1;
+    cfg.socketNthreads = 1;
+    const std::vector<bool> before = openDescriptors();
+    auto net = makeSocketNet(cfg);
+    std::unique_ptr<NetComm> listen, send, recv;
+    EXPECT_TRUE(connectPair(*net, &listen, &send, &recv));
+    std::vector<uint64_t> caps;
+    for (int fd : newSockets(before)) {
+      uint64_t v = 0;
+      socklen_t vl = sizeof v;
+      EXPECT_EQ(::getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &vl), 0);
+      caps.push_back(v);
+    }
+    EXPECT_EQ(caps.size(), 4u);  // a control socket and a data socket, on each end
+    return caps;
+  };
+  for (uint64_t cap : capsOf(100)) EXPECT_EQ(cap, 12500000u);
+  for (uint64_t cap : capsOf(0)) EXPECT_EQ(cap, ~uint64_t{0});
 }
 
 // A stranger who reaches the listener's port but does not hold its key (which only the rank the handle was sent to
