@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdlib>
 
@@ -25,15 +26,12 @@ constexpr uint64_t kNetChunkDivisor = 8;
 constexpr uint64_t kNetSlicesPerChunk = 8;
 constexpr double kNetSliceMinS = 2e-3;
 
-uint64_t pow2Floor(uint64_t v) { return v ? uint64_t{1} << (63 - __builtin_clzll(v)) : 0; }
-uint64_t pow2Ceil(uint64_t v) { return v <= 1 ? 1 : pow2Floor(v - 1) << 1; }
-
 // The slice of a ring AllReduce of `bytes` across hosts on `nChannels` channels (at most `full`, the whole step).
 uint64_t netRingSlice(const HostPolicy& p, uint64_t bytes, int nChannels, uint64_t full) {
   if (p.netGBps <= 0 || p.nRanks < 2) return full;
-  const uint64_t floor = std::max<uint64_t>(4096, pow2Ceil(static_cast<uint64_t>(p.netGBps * 1e9 * kNetSliceMinS)));
+  const uint64_t floor = std::max<uint64_t>(4096, std::bit_ceil(static_cast<uint64_t>(p.netGBps * 1e9 * kNetSliceMinS)));
   const uint64_t perRank = bytes / static_cast<uint64_t>(p.nRanks) / static_cast<uint64_t>(std::max(1, nChannels));
-  return std::min(full, std::max(floor, pow2Floor(perRank / kNetSlicesPerChunk)));
+  return std::min(full, std::max(floor, std::bit_floor(perRank / kNetSlicesPerChunk)));
 }
 
 // Star shapes: every rank pulls what it needs straight out of the peers' buffers (AllReduce, AllGather,
