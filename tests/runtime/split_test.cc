@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <numeric>
 #include <vector>
 
@@ -170,10 +172,13 @@ TEST(Shrink, TheRanksThatStayMakeACommunicator) {
 TEST(Shrink, AfterARankAbortedTheSurvivorsGoOn) {
   constexpr int n = 4;
   std::vector<int64_t> sums(n, -1);
-  std::atomic<int> failed{0};
+  std::atomic<int> failed{0}, summed{0};
   auto errors = runRanks(n, configure, [&](Communicator& c, int r) {
     EXPECT_EQ(sumOf(c, 1), n);
+    ++summed;
     if (r == 2) {
+      // Only once every rank has its sum: a slow rank (under TSan) still in that AllReduce would fail with the job.
+      while (summed.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       c.bootstrap().abort("rank 2 leaves");  // the job fails: the others learn it
       return;
     }
