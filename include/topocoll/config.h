@@ -101,7 +101,7 @@ struct TOPOCOLL_API Config {
   long long netChunkSize = 1 << 20;      // TOPOCOLL_NET_CHUNKSIZE (NET point-to-point chunks, user buffer to buffer)
   long long p2pSingleCopy = 65536;       // TOPOCOLL_P2P_SINGLE_COPY (bytes from which single copies are used; -1 off)
   int mapPeerBuffers = 1;                // TOPOCOLL_MAP_PEER_BUFFERS (single copies map the peer's memAlloc buffers)
-  int socketPacing = 0;                  // TOPOCOLL_SOCKET_PACING (Mbit/s cap of each NET socket; 0 none)
+  int socketPacing = -1;                 // TOPOCOLL_SOCKET_PACING (Mbit/s cap of each NET socket; 0 none; -1 auto)
   int netStreams = -1;                   // TOPOCOLL_NET_STREAMS (NET sends moving behind an unacknowledged one; -1 auto)
   int nsocksPerThread = -2;        // NCCL_NSOCKS_PERTHREAD
   int socketNthreads = -2;         // NCCL_SOCKET_NTHREADS

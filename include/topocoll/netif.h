@@ -32,8 +32,12 @@ bool matchInterface(const std::string& name, const std::string& spec);
 std::vector<Interface> findInterfaces(const std::string& ifname, const std::string& family,
                                       const std::string& commId = "", int maxIfs = 16);
 
-/// An interface's speed in Mbit/s as the kernel states it (/sys/class/net/NAME/speed), 10000 where it states none
-/// (NCCL's socket plugin's default).
+/// An interface's speed in Mbit/s as the kernel states it (/sys/class/net/NAME/speed), 0 where it states none
+/// (loopback, most virtual NICs, a link that is down).
+int statedSpeedMbps(const std::string& name);
+
+/// An interface's speed in Mbit/s as the kernel states it, 10000 where it states none (NCCL's socket plugin's
+/// default).
 int speedMbps(const std::string& name);
 
 }  // namespace topocoll::netif

@@ -399,8 +399,9 @@ std::vector<Knob> buildRegistry() {
       "TOPOCOLL_NET_CHUNKSIZE", "transport", 1 << 12, 1ll << 30,
       "NET send/recv chunk bytes: the proxies move them between the users' buffers, without FIFO copies"));
   r.push_back(intKnob<&Config::socketPacing>(
-      "TOPOCOLL_SOCKET_PACING", "transport", 0, 1 << 30,
-      "Most Mbit/s each NET/Socket socket sends at (SO_MAX_PACING_RATE); 0 (default) no cap"));
+      "TOPOCOLL_SOCKET_PACING", "transport", -1, 1 << 30,
+      "Most Mbit/s each NET/Socket socket sends at (SO_MAX_PACING_RATE); 0 no cap; -1 (default) 1.25x the "
+      "interface's speed where the socket's TCP congestion control is BBR"));
   r.push_back(intKnob<&Config::netStreams>(
       "TOPOCOLL_NET_STREAMS", "transport", -1, 1024,
       "How many queued NET sends of a connection move while the one before them waits for the receiver's "

@@ -138,8 +138,8 @@ std::vector<Interface> findInterfaces(const std::string& ifname, const std::stri
   return out;
 }
 
-int speedMbps(const std::string& name) {
-  int mbps = 10000;
+int statedSpeedMbps(const std::string& name) {
+  int mbps = 0;
   const std::string path = "/sys/class/net/" + name + "/speed";
   if (std::FILE* f = std::fopen(path.c_str(), "r")) {
     int s = 0;
@@ -147,6 +147,11 @@ int speedMbps(const std::string& name) {
     std::fclose(f);
   }
   return mbps;
+}
+
+int speedMbps(const std::string& name) {
+  const int s = statedSpeedMbps(name);
+  return s > 0 ? s : 10000;
 }
 
 }  // namespace topocoll::netif

@@ -2,6 +2,8 @@
 // each message's size and small payloads inline, optional helper threads each driving NCCL_NSOCKS_PERTHREAD data
 // sockets that a message is split over in tasks of at least 64 KiB), Apache-2.0; our own code. Helper threads
 // sleep in poll() when their sockets would block instead of spinning.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -200,6 +202,7 @@ void Helper::run() {
 }
 
 struct ListenComm : NetComm {
+  int dev = 0;
   Socket sock;
   AuthKey key;
   int nSocks = 0, nThreads = 0;
@@ -241,6 +244,7 @@ class SocketNet : public Net {
     TC_INFO(log::kInit | log::kNet, "NET/Socket : Using{}", line);
     trafficClass_ = cfg.trafficClass;
     pacingMbps_ = cfg.socketPacing;
+    for (const auto& i : ifs_) statedMbps_.push_back(netif::statedSpeedMbps(i.name));
     nThreads_ = cfg.socketNthreads == -2 ? 0 : std::min(cfg.socketNthreads, kMaxThreads);
     int perThread = cfg.nsocksPerThread == -2 ? 1 : cfg.nsocksPerThread;
     nSocks_ = nThreads_ * perThread;
@@ -269,12 +273,25 @@ class SocketNet : public Net {
   }
 
   // ncclConfig_t's trafficClass: the IP traffic class (TOS byte / IPv6 traffic class) of every NET socket; and the
-  // socket's pacing cap (TOPOCOLL_SOCKET_PACING, off by default: docs/transport.md, "Pacing").
-  void markTraffic(const Socket& sock) const {
-    if (pacingMbps_ > 0) {
-      const unsigned long bytesPerSec = static_cast<unsigned long>(pacingMbps_) * 125000ul;
+  // socket's pacing cap (TOPOCOLL_SOCKET_PACING: by default 1.25x the interface's speed under BBR, docs/transport.md,
+  // "Pacing").
+  void markTraffic(const Socket& sock, int dev) const {
+    std::string congestion;
+    if (pacingMbps_ < 0) {
+      char name[16] = {};
+      socklen_t len = sizeof name;
+      if (::getsockopt(sock.fd(), IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0)
+        congestion.assign(name, strnlen(name, len));
+    }
+    const uint64_t cap = socketPacingBytesPerSec(pacingMbps_, congestion, statedMbps_[dev]);
+    if (cap > 0) {
+      const unsigned long bytesPerSec = cap;
       if (::setsockopt(sock.fd(), SOL_SOCKET, SO_MAX_PACING_RATE, &bytesPerSec, sizeof bytesPerSec) != 0)
-        TC_INFO(log::kNet, "NET/Socket : pacing at {} Mbit/s: setsockopt: {}", pacingMbps_, std::strerror(errno));
+        TC_INFO(log::kNet, "NET/Socket : pacing at {} Mbit/s: setsockopt: {}", cap / 125000, std::strerror(errno));
+      else if (!pacingLogged_.test_and_set())
+        TC_INFO(log::kInit | log::kNet, "NET/Socket : pacing each socket at {} Mbit/s ({})", cap / 125000,
+                pacingMbps_ > 0 ? std::string("TOPOCOLL_SOCKET_PACING")
+                                : fmt::format("1.25 x {}'s {} Mbit/s, {}", ifs_[dev].name, statedMbps_[dev], congestion));
     }
     if (trafficClass_ < 0) return;
     sockaddr_storage local{};
@@ -290,6 +307,7 @@ class SocketNet : public Net {
   std::unique_ptr<NetComm> listen(int dev, NetHandle* handle) override {
     checkDev(dev);
     auto l = std::make_unique<ListenComm>();
+    l->dev = dev;
     SocketAddress a = SocketAddress::from(ifs_[dev].addr, ifs_[dev].len);
     a.setPort(0);
     SocketAddress bound;
@@ -327,7 +345,7 @@ class SocketNet : public Net {
         }
         if (err != 0 && err != EINPROGRESS)
           fail(StatusCode::kRemoteError, "NET/Socket : connect to {}: {}", addrString(a), std::strerror(err));
-        markTraffic(sock);
+        markTraffic(sock, dev);
         s->socks.push_back(std::move(sock));
         s->auth.emplace_back(keyOf(s->handle), Handshake::Role::kConnector);
         s->sent.push_back(0);
@@ -380,7 +398,7 @@ class SocketNet : public Net {
         break;
       }
       if (!s.valid()) break;
-      markTraffic(s);
+      markTraffic(s, l.dev);
       l.incoming.push_back({std::move(s), Handshake(l.key, Handshake::Role::kAcceptor), Hello{}, 0});
     }
     for (size_t i = 0; i < l.incoming.size();) {
@@ -546,10 +564,23 @@ class SocketNet : public Net {
   std::vector<netif::Interface> ifs_;
   int nThreads_ = 0, nSocks_ = 0;
   int trafficClass_ = -1;
-  int pacingMbps_ = 0;  // TOPOCOLL_SOCKET_PACING
+  int pacingMbps_ = 0;             // TOPOCOLL_SOCKET_PACING
+  std::vector<int> statedMbps_;    // each interface's speed as the kernel states it, 0 where it states none
+  mutable std::atomic_flag pacingLogged_;
 };
 
 }  // namespace
+
+// BBR estimates the bottleneck's rate from how fast acknowledgements return. Ours cross the link as pure ACKs
+// behind the peer's data (a NET connection is one TCP flow a direction) and come back bunched, so BBR can read far
+// more than the link and keep twice its share in flight. A cap at BBR's highest pacing gain over the link's rate
+// keeps its probing and bounds the misreading; no NIC sends faster than its speed, so the cap costs nothing there.
+uint64_t socketPacingBytesPerSec(int knob, std::string_view congestion, int statedMbps) {
+  constexpr uint64_t kBytesPerMbit = 125000;
+  if (knob > 0) return static_cast<uint64_t>(knob) * kBytesPerMbit;
+  if (knob < 0 && congestion == "bbr" && statedMbps > 0) return static_cast<uint64_t>(statedMbps) * kBytesPerMbit * 5 / 4;
+  return 0;
+}
 
 std::unique_ptr<Net> makeSocketNet(const Config& cfg) { return std::make_unique<SocketNet>(cfg); }
 

@@ -65,7 +65,7 @@ TEST(Config, BadIntegersAreRejected) {
   EXPECT_THROW(Config::fromEnv(env({{"NCCL_NETDEVS_POLICY", "MAX:0"}})), Error);
   EXPECT_THROW(Config::fromEnv(env({{"TOPOCOLL_NET_STREAMS", "-2"}})), Error);
   EXPECT_THROW(Config::fromEnv(env({{"TOPOCOLL_NET_STREAMS", "all"}})), Error);
-  EXPECT_THROW(Config::fromEnv(env({{"TOPOCOLL_SOCKET_PACING", "-1"}})), Error);
+  EXPECT_THROW(Config::fromEnv(env({{"TOPOCOLL_SOCKET_PACING", "-2"}})), Error);
   EXPECT_THROW(Config::fromEnv(env({{"TOPOCOLL_SOCKET_PACING", "fast"}})), Error);
 }
 

@@ -53,6 +53,15 @@ else
   bad "hosts" "$(grep -E 'Rank|via|NET/Socket' "$log" | head -8)"
 fi
 
+# Pacing (docs/transport.md): under BBR each NET socket is capped at 1.25x the speed eth0 states (2000 Mbit/s here);
+# under any other congestion control it is left alone.
+if [ "$cc" = bbr ]; then
+  grep -q "NET/Socket : pacing each socket at 2500 Mbit/s (1.25 x eth0's 2000 Mbit/s, bbr)" "$log" &&
+    ok "bbr: each socket paced at 2500 Mbit/s" || bad "pacing" "$(grep -E 'pacing' "$log" | head -2)"
+else
+  ! grep -q "NET/Socket : pacing" "$log" && ok "$cc: no pacing cap" || bad "pacing" "$(grep pacing "$log" | head -2)"
+fi
+
 # Two rails: with NCCL_SOCKET_IFNAME=eth NET/Socket takes eth0 and eth1 (without it, NCCL's rule takes the one
 # interface in NCCL_COMM_ID's subnet), the channels take them in turn on every host, and eth1 carries its share
 # (host 0's counters); NCCL_SOCKET_IFNAME=eth0 keeps to one.

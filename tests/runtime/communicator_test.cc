@@ -146,8 +146,9 @@ TEST(Launcher, JobSecretFromTheEnvironmentOrAPrivateKeyFile) {
   EXPECT_THROW(keyWith({{"TOPOCOLL_JOB_SECRET", "x"}, {"TOPOCOLL_JOB_SECRET_FILE", "/etc/hostname"}}, &secret), Error);
   // The secret is never printed by the knob listing.
   Config c = Config::fromEnv(env({{"TOPOCOLL_JOB_SECRET", "hunter2"}}));
-  for (const auto& k : knobs())
+  for (const auto& k : knobs()) {
     if (k.name == "TOPOCOLL_JOB_SECRET") EXPECT_EQ(k.get(c), "(set)");
+  }
 }
 
 TEST(InitOptions, TimeoutAndSimulationKnobs) {

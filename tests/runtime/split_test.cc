@@ -229,8 +229,12 @@ TEST(ChannelBounds, MaxCtasCapsAndMinCtasCopiesTheChannels) {
     }, [&](runtime::Communicator& c, int r) { channels[r] = c.connect().nChannels; });
     EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
     for (int n : channels) {
-      if (maxCtas > 0) EXPECT_EQ(n, maxCtas);
-      if (minCtas > 0) EXPECT_GE(n, minCtas);
+      if (maxCtas > 0) {
+        EXPECT_EQ(n, maxCtas);
+      }
+      if (minCtas > 0) {
+        EXPECT_GE(n, minCtas);
+      }
     }
   }
 }

@@ -739,6 +739,19 @@ TEST(SocketNetPacing, CapsEverySocketAsTheKnobSays) {
   };
   for (uint64_t cap : capsOf(100)) EXPECT_EQ(cap, 12500000u);
   for (uint64_t cap : capsOf(0)) EXPECT_EQ(cap, ~uint64_t{0});
+  for (uint64_t cap : capsOf(-1)) EXPECT_EQ(cap, ~uint64_t{0});  // lo states no speed
+}
+
+// The default: 1.25x the interface's stated speed, only under BBR and only where a speed is stated (the emulated
+// cluster's eth0 states its shaped rate: tests/runtime/coll_cluster_test.sh checks the cap there).
+TEST(SocketNetPacing, ByDefaultCapsAtBbrsHighestGainOverTheStatedSpeed) {
+  EXPECT_EQ(socketPacingBytesPerSec(-1, "bbr", 500), 625u * 125000);
+  EXPECT_EQ(socketPacingBytesPerSec(-1, "bbr", 400000), 500000ull * 125000);
+  EXPECT_EQ(socketPacingBytesPerSec(-1, "cubic", 500), 0u);
+  EXPECT_EQ(socketPacingBytesPerSec(-1, "", 500), 0u);
+  EXPECT_EQ(socketPacingBytesPerSec(-1, "bbr", 0), 0u);
+  EXPECT_EQ(socketPacingBytesPerSec(0, "bbr", 500), 0u);
+  EXPECT_EQ(socketPacingBytesPerSec(100, "cubic", 0), 12500000u);
 }
 
 // A stranger who reaches the listener's port but does not hold its key (which only the rank the handle was sent to

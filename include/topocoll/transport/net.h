@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "topocoll/config.h"
@@ -76,6 +77,12 @@ class Net {
   /// Optional: descriptors whose readiness would let pending requests of `comm` advance (so the caller can sleep).
   virtual void pollFds(NetComm& comm, std::vector<pollfd>& fds) {}
 };
+
+/// The pacing cap of one NET/Socket socket in bytes/s (its SO_MAX_PACING_RATE), 0 for none. `knob` is
+/// TOPOCOLL_SOCKET_PACING: N > 0 caps at N Mbit/s, 0 leaves the kernel's pacing alone, and -1 (the default) caps at
+/// 1.25x `statedMbps`, the speed the kernel states for the socket's interface, where the socket's congestion control
+/// `congestion` is BBR and a speed is stated (docs/transport.md, "Pacing").
+uint64_t socketPacingBytesPerSec(int knob, std::string_view congestion, int statedMbps);
 
 /// NCCL's internal socket plugin: devices are the interfaces of NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY (the
 /// bootstrap's rules, include/topocoll/netif.h); each connection has a control socket and, with
