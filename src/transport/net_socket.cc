@@ -290,8 +290,9 @@ class SocketNet : public Net {
         TC_INFO(log::kNet, "NET/Socket : pacing at {} Mbit/s: setsockopt: {}", cap / 125000, std::strerror(errno));
       else if (!pacingLogged_.test_and_set())
         TC_INFO(log::kInit | log::kNet, "NET/Socket : pacing each socket at {} Mbit/s ({})", cap / 125000,
-                pacingMbps_ > 0 ? std::string("TOPOCOLL_SOCKET_PACING")
-                                : fmt::format("1.25 x {}'s {} Mbit/s, {}", ifs_[dev].name, statedMbps_[dev], congestion));
+                pacingMbps_ > 0
+                    ? std::string("TOPOCOLL_SOCKET_PACING")
+                    : fmt::format("1.25 x {}'s {} Mbit/s, {}", ifs_[dev].name, statedMbps_[dev], congestion));
     }
     if (trafficClass_ < 0) return;
     sockaddr_storage local{};
@@ -578,7 +579,8 @@ class SocketNet : public Net {
 uint64_t socketPacingBytesPerSec(int knob, std::string_view congestion, int statedMbps) {
   constexpr uint64_t kBytesPerMbit = 125000;
   if (knob > 0) return static_cast<uint64_t>(knob) * kBytesPerMbit;
-  if (knob < 0 && congestion == "bbr" && statedMbps > 0) return static_cast<uint64_t>(statedMbps) * kBytesPerMbit * 5 / 4;
+  if (knob < 0 && congestion == "bbr" && statedMbps > 0)
+    return static_cast<uint64_t>(statedMbps) * kBytesPerMbit * 5 / 4;
   return 0;
 }
 
