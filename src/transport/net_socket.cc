@@ -109,6 +109,7 @@ struct Request : NetRequest {
   size_t size = 0;
   uint32_t ctrl[1 + kInline / 4] = {};
   size_t ctrlOff = 0, offset = 0;
+  uint64_t seq = 0;  // a send's place among its comm's sends
   std::vector<std::unique_ptr<Task>> tasks;
 };
 
@@ -118,6 +119,7 @@ struct SocketComm : NetComm {
   std::vector<Socket> socks;
   int nThreads = 0;
   std::array<Request, kMaxRequests> requests;
+  uint64_t sends = 0;  // sends posted so far
   int nextSock = 0;
   UniqueFd done;  // eventfd the helpers write when a task finishes (the proxy polls it)
   std::vector<std::unique_ptr<Helper>> helpers;
@@ -468,8 +470,13 @@ class SocketNet : public Net {
         size_t msg = 4 + inl;
         if (r.ctrlOff == 0 && inl) std::memcpy(&r.ctrl[1], r.data, inl);
         r.ctrl[0] = static_cast<uint32_t>(r.size);
+        // MSG_MORE where bytes follow at once on this socket: the payload, or the next send already posted (the
+        // NET transport posts a step's 64-byte header and then its chunk, and tests them in turn), so that a small
+        // message shares a segment with what follows instead of taking a packet of its own.
         bool payloadFollows = !inl && r.size > 0 && c.socks.empty();
-        if (!ioStep(true, c.ctrl, reinterpret_cast<char*>(r.ctrl), msg, &r.ctrlOff, c.peer.c_str(), payloadFollows))
+        bool sendFollows = inl && r.seq != c.sends;
+        if (!ioStep(true, c.ctrl, reinterpret_cast<char*>(r.ctrl), msg, &r.ctrlOff, c.peer.c_str(),
+                    payloadFollows || sendFollows))
           return false;
       } else {
         if (!ioStep(false, c.ctrl, reinterpret_cast<char*>(r.ctrl), 4, &r.ctrlOff, c.peer.c_str())) return false;
@@ -557,6 +564,7 @@ class SocketNet : public Net {
       r.size = size;
       r.ctrlOff = r.offset = 0;
       r.comm = &c;
+      if (send) r.seq = ++c.sends;
       return &r;
     }
     return nullptr;

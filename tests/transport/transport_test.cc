@@ -2,6 +2,7 @@
 // network plugin, the proxy refusing strangers, and eager sends over a FIFO in local memory.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <linux/tcp.h>  // struct tcp_info with tcpi_data_segs_out
 #include <netinet/in.h>
 
 #include <signal.h>
@@ -752,6 +753,57 @@ TEST(SocketNetPacing, ByDefaultCapsAtBbrsHighestGainOverTheStatedSpeed) {
   EXPECT_EQ(socketPacingBytesPerSec(-1, "bbr", 0), 0u);
   EXPECT_EQ(socketPacingBytesPerSec(0, "bbr", 500), 0u);
   EXPECT_EQ(socketPacingBytesPerSec(100, "cubic", 0), 12500000u);
+}
+
+// A small message with a send posted behind it on the same connection (the NET transport posts each step's 64-byte
+// header, then its chunk) shares a TCP segment with it instead of taking a packet of its own; one with nothing behind
+// it leaves at once. Counted by the kernel (TCP_INFO's data segments out) on loopback, where one segment holds both.
+TEST(SocketNetSegments, ASmallMessageSharesASegmentWithTheSendPostedBehindIt) {
+  Config cfg;
+  cfg.socketIfname = "lo";  // no helper threads: everything on the control socket
+  const std::vector<bool> before = openDescriptors();
+  auto net = makeSocketNet(cfg);
+  std::unique_ptr<NetComm> listen, send, recv;
+  ASSERT_TRUE(connectPair(*net, &listen, &send, &recv));
+  const std::vector<int> fds = newSockets(before);
+  ASSERT_EQ(fds.size(), 2u);
+  auto segments = [&] {
+    uint64_t n = 0;
+    for (int fd : fds) {
+      tcp_info info{};
+      socklen_t len = sizeof info;
+      EXPECT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len), 0);
+      n += info.tcpi_data_segs_out;
+    }
+    return n;
+  };
+  std::vector<char> header(64, 'h'), chunk(4000, 'c'), gotHeader(64), gotChunk(4000);
+  auto complete = [&](NetRequest* r) {
+    size_t n = 0;
+    return pollFor([&] { return net->test(r, &n); });
+  };
+  // Alone: it leaves at once (the receiver gets it without another send), one segment.
+  uint64_t s0 = segments();
+  NetRequest* one = net->isend(*send, header.data(), header.size(), 0, nullptr);
+  ASSERT_NE(one, nullptr);
+  ASSERT_TRUE(complete(one));
+  NetRequest* in = net->irecv(*recv, gotHeader.data(), gotHeader.size(), 0, nullptr);
+  ASSERT_TRUE(complete(in));
+  EXPECT_EQ(segments() - s0, 1u);
+  // With a chunk posted behind it: both in one segment, and both arrive whole.
+  s0 = segments();
+  NetRequest* h = net->isend(*send, header.data(), header.size(), 0, nullptr);
+  NetRequest* c = net->isend(*send, chunk.data(), chunk.size(), 0, nullptr);
+  ASSERT_TRUE(h && c);
+  ASSERT_TRUE(complete(h));
+  ASSERT_TRUE(complete(c));
+  NetRequest* rh = net->irecv(*recv, gotHeader.data(), gotHeader.size(), 0, nullptr);
+  ASSERT_TRUE(complete(rh));
+  NetRequest* rc = net->irecv(*recv, gotChunk.data(), gotChunk.size(), 0, nullptr);
+  ASSERT_TRUE(complete(rc));
+  EXPECT_EQ(gotHeader, header);
+  EXPECT_EQ(gotChunk, chunk);
+  EXPECT_EQ(segments() - s0, 1u);
 }
 
 // A stranger who reaches the listener's port but does not hold its key (which only the rank the handle was sent to
