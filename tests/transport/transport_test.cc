@@ -677,37 +677,39 @@ TEST_P(SocketNet, MovesMessagesInOrderAndRefusesOversizedOnes) {
 
 INSTANTIATE_TEST_SUITE_P(HelperThreads, SocketNet, ::testing::Values(0, 2));
 
-// The IPv4 sockets opened since `before` (a descriptor table snapshot: openDescriptors()).
-std::vector<bool> openDescriptors() {
-  std::vector<bool> open(1024);
-  for (int fd = 0; fd < 1024; ++fd) open[fd] = ::fcntl(fd, F_GETFD) != -1;
-  return open;
-}
-std::vector<int> newSockets(const std::vector<bool>& before) {
-  std::vector<int> fds;
-  for (int fd = 0; fd < static_cast<int>(before.size()); ++fd) {
-    if (before[fd]) continue;
-    sockaddr_storage peer{};
-    socklen_t len = sizeof peer;
-    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 && peer.ss_family == AF_INET) fds.push_back(fd);
+// One NET/Socket connection over loopback made with `cfg`, and the descriptors of its sockets on both ends (the IPv4
+// sockets that opened while it was made).
+struct LoopbackConnection {
+  explicit LoopbackConnection(Config cfg) {
+    cfg.socketIfname = "lo";
+    std::vector<bool> before(1024);
+    for (int fd = 0; fd < 1024; ++fd) before[fd] = ::fcntl(fd, F_GETFD) != -1;
+    net = makeSocketNet(cfg);
+    connected = connectPair(*net, &listen, &send, &recv);
+    for (int fd = 0; fd < static_cast<int>(before.size()); ++fd) {
+      sockaddr_storage peer{};
+      socklen_t len = sizeof peer;
+      if (!before[fd] && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 &&
+          peer.ss_family == AF_INET)
+        fds.push_back(fd);
+    }
   }
-  return fds;
-}
+  std::unique_ptr<Net> net;
+  std::unique_ptr<NetComm> listen, send, recv;
+  bool connected = false;
+  std::vector<int> fds;
+};
 
 // ncclConfig_t's trafficClass: every NET socket, on both ends, carries it as its IP traffic class (IP_TOS).
 TEST(SocketNetTrafficClass, EverySocketOfAConnectionCarriesIt) {
   Config cfg;
-  cfg.socketIfname = "lo";
   cfg.trafficClass = 0x48;
   cfg.nsocksPerThread = 2;
   cfg.socketNthreads = 1;
-  const std::vector<bool> before = openDescriptors();
-  auto net = makeSocketNet(cfg);
-  std::unique_ptr<NetComm> listen, send, recv;
-  ASSERT_TRUE(connectPair(*net, &listen, &send, &recv));
-  const std::vector<int> fds = newSockets(before);
-  EXPECT_EQ(fds.size(), 6u);  // a control socket and 2 data sockets, on each end
-  for (int fd : fds) {
+  LoopbackConnection conn(cfg);
+  ASSERT_TRUE(conn.connected);
+  EXPECT_EQ(conn.fds.size(), 6u);  // a control socket and 2 data sockets, on each end
+  for (int fd : conn.fds) {
     int v = -1;
     socklen_t vl = sizeof v;
     ASSERT_EQ(::getsockopt(fd, IPPROTO_IP, IP_TOS, &v, &vl), 0);
@@ -716,20 +718,17 @@ TEST(SocketNetTrafficClass, EverySocketOfAConnectionCarriesIt) {
 }
 
 // TOPOCOLL_SOCKET_PACING: N caps every NET socket, on both ends, at N Mbit/s (SO_MAX_PACING_RATE, bytes a second);
-// 0 (the default) leaves the kernel's default (no cap).
+// 0 leaves the kernel's default (no cap), and so does the default (-1) on lo, which states no speed.
 TEST(SocketNetPacing, CapsEverySocketAsTheKnobSays) {
   auto capsOf = [](int pacing) {
     Config cfg;
-    cfg.socketIfname = "lo";
     cfg.socketPacing = pacing;
     cfg.nsocksPerThread = 1;
     cfg.socketNthreads = 1;
-    const std::vector<bool> before = openDescriptors();
-    auto net = makeSocketNet(cfg);
-    std::unique_ptr<NetComm> listen, send, recv;
-    EXPECT_TRUE(connectPair(*net, &listen, &send, &recv));
+    LoopbackConnection conn(cfg);
+    EXPECT_TRUE(conn.connected);
     std::vector<uint64_t> caps;
-    for (int fd : newSockets(before)) {
+    for (int fd : conn.fds) {
       uint64_t v = 0;
       socklen_t vl = sizeof v;
       EXPECT_EQ(::getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &vl), 0);
@@ -759,17 +758,14 @@ TEST(SocketNetPacing, ByDefaultCapsAtBbrsHighestGainOverTheStatedSpeed) {
 // header, then its chunk) shares a TCP segment with it instead of taking a packet of its own; one with nothing behind
 // it leaves at once. Counted by the kernel (TCP_INFO's data segments out) on loopback, where one segment holds both.
 TEST(SocketNetSegments, ASmallMessageSharesASegmentWithTheSendPostedBehindIt) {
-  Config cfg;
-  cfg.socketIfname = "lo";  // no helper threads: everything on the control socket
-  const std::vector<bool> before = openDescriptors();
-  auto net = makeSocketNet(cfg);
-  std::unique_ptr<NetComm> listen, send, recv;
-  ASSERT_TRUE(connectPair(*net, &listen, &send, &recv));
-  const std::vector<int> fds = newSockets(before);
-  ASSERT_EQ(fds.size(), 2u);
+  LoopbackConnection conn{Config{}};  // no helper threads: everything on the control socket
+  ASSERT_TRUE(conn.connected);
+  ASSERT_EQ(conn.fds.size(), 2u);
+  Net* net = conn.net.get();
+  NetComm *send = conn.send.get(), *recv = conn.recv.get();
   auto segments = [&] {
     uint64_t n = 0;
-    for (int fd : fds) {
+    for (int fd : conn.fds) {
       tcp_info info{};
       socklen_t len = sizeof info;
       EXPECT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len), 0);
